@@ -1,0 +1,161 @@
+package commerce_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+const validSeed = `{
+  "carts": [
+    {"cartId": "cart-1", "lines": [{"sku": "a", "quantity": 2}, {"sku": "b", "quantity": 1}], "amount": 4870, "currency": "EUR"}
+  ],
+  "stock": {"a": 5, "b": 0},
+  "paymentMethods": [
+    {"methodId": "pm-ok", "approve": true},
+    {"methodId": "pm-no", "approve": false, "reason": "card declined"}
+  ]
+}`
+
+func TestLoadSeed_ValidAppliesToStore(t *testing.T) {
+	seed, err := commerce.LoadSeed(strings.NewReader(validSeed))
+	noErr(t, err)
+	mustLen(t, seed.Carts, 1)
+	equal(t, "cart-1", seed.Carts[0].CartID)
+	equal(t, int64(4870), seed.Carts[0].Amount)
+	mustLen(t, seed.Carts[0].Lines, 2)
+	equal(t, "a", seed.Carts[0].Lines[0].GetSku())
+	equal(t, int32(2), seed.Carts[0].Lines[0].GetQuantity())
+	equal(t, map[string]int64{"a": 5, "b": 0}, seed.Stock)
+	equal(t, []commerce.PaymentMethod{
+		{MethodID: "pm-ok", Approve: true},
+		{MethodID: "pm-no", Approve: false, Reason: "card declined"},
+	}, seed.Methods)
+
+	store, _ := newStore(t)
+	ctx := t.Context()
+	noErr(t, store.ApplySeed(ctx, seed))
+	cart, err := store.Carts().GetCart(ctx, "cart-1")
+	noErr(t, err)
+	equal(t, "EUR", cart.Currency)
+	a, err := store.Inventory().Stock(ctx, "a")
+	noErr(t, err)
+	equal(t, int64(5), a)
+	m, err := store.Payment().GetMethod(ctx, "pm-no")
+	noErr(t, err)
+	equal(t, commerce.PaymentMethod{MethodID: "pm-no", Reason: "card declined"}, m)
+
+	// The JSON form round-trips.
+	b, err := json.Marshal(seed)
+	noErr(t, err)
+	again, err := commerce.LoadSeed(strings.NewReader(string(b)))
+	noErr(t, err)
+	b2, err := json.Marshal(again)
+	noErr(t, err)
+	jsonEq(t, string(b), string(b2))
+	jsonEq(t, validSeed, string(b))
+}
+
+func TestLoadSeed_ValidationErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ json, want string }{
+		"not json":         {`{`, "unexpected EOF"},
+		"trailing data":    {`{} {}`, "trailing data"},
+		"unknown field":    {`{"cart": []}`, `unknown field "cart"`},
+		"unknown in cart":  {`{"carts": [{"cartId": "c", "price": 1}]}`, `unknown field "price"`},
+		"unknown in line":  {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "qty": 1}]}]}`, `unknown field "qty"`},
+		"empty cart id":    {`{"carts": [{"lines": [{"sku": "a", "quantity": 1}], "amount": 1, "currency": "EUR"}]}`, "carts[0]: cartId is empty"},
+		"no lines":         {`{"carts": [{"cartId": "c", "amount": 1, "currency": "EUR"}]}`, `carts[0]: cart "c" has no lines`},
+		"empty sku":        {`{"carts": [{"cartId": "c", "lines": [{"quantity": 1}], "amount": 1, "currency": "EUR"}]}`, "lines[0]: sku is empty"},
+		"zero quantity":    {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "quantity": 0}], "amount": 1, "currency": "EUR"}]}`, "quantity 0, want > 0"},
+		"negative amount":  {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "quantity": 1}], "amount": -1, "currency": "EUR"}]}`, "amount -1 is negative"},
+		"bad currency":     {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "quantity": 1}], "amount": 1, "currency": "euro"}]}`, `currency "euro"`},
+		"fractional money": {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "quantity": 1}], "amount": 12.5, "currency": "EUR"}]}`, "cannot unmarshal number 12.5"},
+		"duplicate cart": {`{"carts": [{"cartId": "c", "lines": [{"sku": "a", "quantity": 1}], "amount": 1, "currency": "EUR"},
+			{"cartId": "c", "lines": [{"sku": "a", "quantity": 1}], "amount": 1, "currency": "EUR"}]}`, `carts[1]: duplicate cartId "c"`},
+		"negative stock":   {`{"stock": {"a": -1}}`, `stock["a"]: -1, want >= 0`},
+		"empty stock sku":  {`{"stock": {"": 1}}`, "stock: empty sku"},
+		"empty method id":  {`{"paymentMethods": [{"approve": true}]}`, "paymentMethods[0]: methodId is empty"},
+		"approve + reason": {`{"paymentMethods": [{"methodId": "m", "approve": true, "reason": "x"}]}`, "approves but has a decline reason"},
+		"duplicate method": {`{"paymentMethods": [{"methodId": "m", "approve": true}, {"methodId": "m"}]}`, `paymentMethods[1]: duplicate methodId "m"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := commerce.LoadSeed(strings.NewReader(tc.json))
+			mustErr(t, err)
+			errIs(t, err, commerce.ErrInvalidArgument)
+			contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestSeed_ValidateReportsEveryProblem(t *testing.T) {
+	err := commerce.Seed{
+		Carts:   []commerce.Cart{{CartID: "c", Currency: "EUR"}},
+		Stock:   map[string]int64{"a": -5},
+		Methods: []commerce.PaymentMethod{{}},
+	}.Validate()
+	mustErrIs(t, err, commerce.ErrInvalidArgument)
+	for _, want := range []string{"carts[0]", `stock["a"]`, "paymentMethods[0]"} {
+		contains(t, err.Error(), want)
+	}
+}
+
+func TestApplySeed_RefusesInvalidSeedAndWritesNothing(t *testing.T) {
+	store, raw := newStore(t)
+	ctx := t.Context()
+	err := store.ApplySeed(ctx, commerce.Seed{
+		Stock:   map[string]int64{"a": 5},
+		Methods: []commerce.PaymentMethod{{MethodID: ""}},
+	})
+	mustErrIs(t, err, commerce.ErrInvalidArgument)
+	n, err := raw.DBSize(ctx).Result()
+	noErr(t, err)
+	isZero(t, n)
+}
+
+func TestDemoSeed_AppliesAndDrivesAllThreePaths(t *testing.T) {
+	store, _ := newStore(t)
+	ctx := t.Context()
+	seed := commerce.DemoSeed()
+	noErr(t, seed.Validate())
+	noErr(t, store.ApplySeed(ctx, seed))
+	noErr(t, store.ApplySeed(ctx, seed), "applying again converges")
+
+	ok, err := store.Carts().GetCart(ctx, commerce.DemoCartOK)
+	noErr(t, err)
+	mustLen(t, ok.Lines, 2)
+	equal(t, int64(4870), ok.Amount)
+	for _, l := range ok.Lines {
+		stock, err := store.Inventory().Stock(ctx, l.GetSku())
+		noErr(t, err)
+		equal(t, int64(1_000_000), stock, l.GetSku())
+	}
+
+	// Success path: stock is taken and payment approved.
+	res, err := store.Inventory().Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: "r-ok", Lines: ok.Lines})
+	noErr(t, err)
+	isTrue(t, res.GetAccepted())
+	pay, err := store.Payment().Authorize(ctx, &contracts.AuthorizePaymentReq{
+		PaymentId: "p-ok", PaymentMethodId: commerce.DemoMethodOK, Amount: ok.Amount, Currency: ok.Currency})
+	noErr(t, err)
+	isTrue(t, pay.GetAccepted())
+
+	// Payment-failure path.
+	pay, err = store.Payment().Authorize(ctx, &contracts.AuthorizePaymentReq{
+		PaymentId: "p-no", PaymentMethodId: commerce.DemoMethodDeclined, Amount: ok.Amount, Currency: ok.Currency})
+	noErr(t, err)
+	isFalse(t, pay.GetAccepted())
+	equal(t, "card declined", pay.GetReason())
+
+	// Inventory-failure path.
+	none, err := store.Carts().GetCart(ctx, commerce.DemoCartNoStock)
+	noErr(t, err)
+	mustLen(t, none.Lines, 1)
+	equal(t, commerce.DemoSKUSoldOut, none.Lines[0].GetSku())
+	res, err = store.Inventory().Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: "r-no", Lines: none.Lines})
+	noErr(t, err)
+	isFalse(t, res.GetAccepted())
+	contains(t, res.GetReason(), "insufficient stock for "+commerce.DemoSKUSoldOut)
+}

@@ -1,0 +1,242 @@
+// Package node assembles ShoppingMall processes from their parts: Redis
+// clients and stores, the workflow service, the order grain kind and the
+// cluster member. Mains and in-process tests build members through it, so
+// both run the same wiring.
+//
+// It reads no flags or environment (mains do); it must not import edge.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"google.golang.org/protobuf/proto"
+)
+
+// RedisURLs names each store's Redis. Empty ones default to Default, so
+// one Redis serves everything unless the stores are split.
+type RedisURLs struct {
+	Default    string
+	Events     string
+	ReadModel  string
+	Commerce   string
+	Location   string
+	Relocation string
+}
+
+// Stores are the opened stores of one process.
+type Stores struct {
+	Events     eventstore.Store
+	ReadModel  readmodel.Store
+	Commerce   *commerce.Redis
+	Location   *location.Store
+	Relocation *relocation.Store
+	Fixtures   *fixture.Store
+	clients    map[string]*redis.Client
+}
+
+// StoreOptions tune store clients.
+type StoreOptions struct {
+	// Hook, if set, is added to every client (e.g. round-trip counting).
+	Hook redis.Hook
+	// PoolSize per client; 0 keeps go-redis' default.
+	PoolSize int
+}
+
+// OpenStores connects one client per distinct URL and checks each with a
+// PING, so a misconfigured process fails at start, not at the first order.
+func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores, error) {
+	s := &Stores{clients: map[string]*redis.Client{}}
+	get := func(u string) (*redis.Client, error) {
+		if u == "" {
+			u = urls.Default
+		}
+		if c, ok := s.clients[u]; ok {
+			return c, nil
+		}
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("redis url %q: %w", u, err)
+		}
+		if opt.PoolSize > 0 {
+			o.PoolSize = opt.PoolSize
+		}
+		c := redis.NewClient(o)
+		if opt.Hook != nil {
+			c.AddHook(opt.Hook)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("redis %q: %w", u, err)
+		}
+		s.clients[u] = c
+		return c, nil
+	}
+	var errs []error
+	must := func(u string) *redis.Client {
+		c, err := get(u)
+		errs = append(errs, err)
+		return c
+	}
+	ev, rm, cs, loc, rel := must(urls.Events), must(urls.ReadModel), must(urls.Commerce), must(urls.Location), must(urls.Relocation)
+	if err := errors.Join(errs...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Events = eventstore.NewRedis(eventstore.RedisConfig{Client: ev})
+	s.ReadModel = readmodel.NewRedis(readmodel.RedisConfig{Client: rm})
+	s.Commerce = commerce.NewRedis(commerce.RedisConfig{Client: cs})
+	s.Location = location.NewStore(location.StoreConfig{Client: loc})
+	s.Relocation = relocation.New(relocation.Config{Client: rel})
+	s.Fixtures = fixture.New(fixture.Config{Client: cs})
+	return s, nil
+}
+
+// Close closes every client.
+func (s *Stores) Close() {
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
+}
+
+// Envelopes adapts the Relocation Store's opaque first-activation
+// envelopes to the workflow's typed ones.
+type Envelopes struct{ Store *relocation.Store }
+
+// SaveFirst implements workflow.Envelopes.
+func (e Envelopes) SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return e.Store.SaveFirst(ctx, req.GetOrderId(), b)
+}
+
+// LoadFirst implements workflow.Envelopes.
+func (e Envelopes) LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error) {
+	b, err := e.Store.LoadFirst(ctx, orderID)
+	if errors.Is(err, relocation.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no first activation envelope for %s", workflow.ErrNotFound, orderID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	req := &contracts.StartOrderWorkflowReq{}
+	if err := proto.Unmarshal(b, req); err != nil {
+		return nil, fmt.Errorf("first activation envelope of %s: %w", orderID, err)
+	}
+	return req, nil
+}
+
+// WorkflowConfig configures an OrderWorkflow member.
+type WorkflowConfig struct {
+	// Cluster is the membership part; Kinds and Location are filled here.
+	Cluster cluster.Config
+	Stores  *Stores
+	// IdleTimeout passivates idle grains; 0 disables.
+	IdleTimeout time.Duration
+	// Fixtures enables the runner's interrupt points (never in production).
+	Fixtures bool
+	// Evidence receives raw evidence lines.
+	Evidence io.Writer
+	Logger   *slog.Logger
+}
+
+// Workflow is a running OrderWorkflow member.
+type Workflow struct {
+	Member  *cluster.Member
+	Service *workflow.Service
+	Client  *grain.Client
+	log     *slog.Logger
+}
+
+// StartWorkflow starts a member hosting shoppingmall.order-workflow.
+func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Evidence == nil {
+		cfg.Evidence = io.Discard
+	}
+	now := func() int64 { return time.Now().UnixMilli() }
+	wcfg := workflow.Config{
+		Kind:        grain.KindName,
+		Events:      cfg.Stores.Events,
+		ReadModel:   cfg.Stores.ReadModel,
+		Idempotency: cfg.Stores.Commerce.Idempotency(),
+		Inventory:   cfg.Stores.Commerce.Inventory(),
+		Payment:     cfg.Stores.Commerce.Payment(),
+		Envelopes:   Envelopes{Store: cfg.Stores.Relocation},
+		Now:         now,
+		Evidence:    cfg.Evidence,
+		Logger:      cfg.Logger,
+	}
+	if cfg.Fixtures {
+		wcfg.Fixtures = cfg.Stores.Fixtures
+	}
+	svc, err := workflow.New(wcfg)
+	if err != nil {
+		return nil, err
+	}
+	kind := grain.Kind(grain.Config{
+		Service:     svc,
+		Relocations: cfg.Stores.Relocation,
+		IdleTimeout: cfg.IdleTimeout,
+		Evidence:    cfg.Evidence,
+		Now:         now,
+		Logger:      cfg.Logger,
+	})
+	cc := cfg.Cluster
+	cc.Kinds = append(cc.Kinds, kind)
+	cc.Location = cfg.Stores.Location
+	if cc.Logger == nil {
+		cc.Logger = cfg.Logger
+	}
+	m, err := cluster.Start(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup), log: cfg.Logger}, nil
+}
+
+// Drain is the graceful stop: this member stops accepting activations,
+// relocates every live grain to another eligible member (like a shard
+// handoff) or, when none is left, closes it, and then leaves the cluster.
+// Only a crash leaves orders Unavailable.
+func (w *Workflow) Drain(ctx context.Context) error {
+	w.Member.Lookup.SetDraining(true)
+	hosted, err := w.Member.Lookup.Hosted()
+	var errs []error
+	errs = append(errs, err)
+	for _, h := range hosted {
+		if h.Kind != grain.KindName {
+			continue
+		}
+		_, err := w.Client.RelocateOrder(ctx, &contracts.RelocateOrderReq{OrderId: h.Identity})
+		if errors.Is(err, grain.ErrFailedPrecondition) {
+			_, err = w.Client.CloseOrder(ctx, &contracts.CloseOrderReq{OrderId: h.Identity})
+		}
+		if err != nil && !errors.Is(err, workflow.ErrNotFound) {
+			w.log.Warn("drain: order not handed off", slog.String("order", h.Identity), slog.Any("error", err))
+			errs = append(errs, fmt.Errorf("order %s: %w", h.Identity, err))
+		}
+	}
+	w.Member.Stop()
+	return errors.Join(errs...)
+}

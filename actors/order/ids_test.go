@@ -1,0 +1,92 @@
+package order
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+func TestDeterministicIDsAreStable(t *testing.T) {
+	cases := []struct{ got, want string }{
+		{ReservationID("ord-1"), "rsv-ord-1"},
+		{PaymentID("ord-1"), "pay-ord-1"},
+		{EventID("ord-1", 1), "evt-ord-1-1"},
+		{EventID("ord-1", 12), "evt-ord-1-12"},
+		// sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
+		{StartSourceCommandID("abc"), "start-ba7816bf8f01cfea414140de5dae2223"},
+		{StepSourceCommandID("ord-1", StepReserveInventory), "ord-1:reserve-inventory"},
+		{StepSourceCommandID("ord-1", StepAuthorizePayment), "ord-1:authorize-payment"},
+		{StepSourceCommandID("ord-1", StepReleaseInventory), "ord-1:release-inventory"},
+		{StepSourceCommandID("ord-1", StepConfirm), "ord-1:confirm"},
+		{StepSourceCommandID("ord-1", StepFail), "ord-1:fail"},
+		{StepSourceCommandID("ord-1", StepNone), ""},
+		{StepSourceCommandID("ord-1", Step(99)), ""},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestDeterministicIDsAreDistinct(t *testing.T) {
+	seen := map[string]string{}
+	add := func(id, what string) {
+		t.Helper()
+		if id == "" {
+			t.Fatalf("%s is empty", what)
+		}
+		if prev, dup := seen[id]; dup {
+			t.Fatalf("%s and %s share id %q", prev, what, id)
+		}
+		seen[id] = what
+	}
+	// Order ids chosen so that naive concatenation schemes would collide.
+	for _, o := range []string{"ord-1", "ord-2", "ord-1-1", "ord", "1"} {
+		add(ReservationID(o), "reservation "+o)
+		add(PaymentID(o), "payment "+o)
+		for v := int64(1); v <= 12; v++ {
+			add(EventID(o, v), "event "+o+"@"+strconv.FormatInt(v, 10))
+		}
+		for _, s := range []Step{StepReserveInventory, StepAuthorizePayment, StepConfirm, StepReleaseInventory, StepFail} {
+			add(StepSourceCommandID(o, s), "step "+o+" "+s.String())
+		}
+	}
+	for _, k := range []string{"idem-1", "idem-2", "", "a very long idempotency key " + string(make([]byte, 4096))} {
+		add(StartSourceCommandID(k), "start "+k)
+	}
+}
+
+func TestStartSourceCommandIDShape(t *testing.T) {
+	shape := regexp.MustCompile(`^start-[0-9a-f]{32}$`)
+	for _, k := range []string{"", "k", "ключ/with spaces", string(make([]byte, 10000))} {
+		if id := StartSourceCommandID(k); !shape.MatchString(id) || id != StartSourceCommandID(k) {
+			t.Errorf("StartSourceCommandID(%.20q) = %q", k, id)
+		}
+	}
+}
+
+func TestCommandsUseTheDeterministicIDs(t *testing.T) {
+	s := given(t, evStarted)
+	ev, err := ReservationResult(s, true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ev.(InventoryReserved); r.ReservationID != ReservationID(oid) || r.EventID != EventID(oid, 2) {
+		t.Fatalf("reservation event %+v", r)
+	}
+	// The same state always yields the same event: a resumed workflow
+	// sends the module the id the first attempt used.
+	again, _ := ReservationResult(s, true, "")
+	if again != ev {
+		t.Fatalf("second call gave %+v, first %+v", again, ev)
+	}
+	s = given(t, evStarted, evReserved)
+	ev, err = PaymentResult(s, true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ev.(PaymentAuthorized); p.PaymentID != PaymentID(oid) || p.EventID != EventID(oid, 3) {
+		t.Fatalf("payment event %+v", p)
+	}
+}

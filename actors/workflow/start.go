@@ -1,0 +1,198 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// Start records the order's OrderStartedEvent and Created projection and
+// marks the idempotency mapping started (spec §6.2, §7.1, §7.3).
+//
+// A start whose sourceCommandId is already the order's start records
+// nothing and returns the fold with recorded=false, but still writes the
+// projection at the current version and marks the mapping started: a
+// start that crashed between those steps is repaired by its retry. A
+// different start for a started order is ErrConflict.
+//
+// Round trips for a new order: SaveFirst + append + projection +
+// MarkStarted = 4. For a repeated start: projection + MarkStarted = 2.
+//
+// A non-nil error means the command did not complete; recorded still
+// tells whether this call appended the event, and state is the fold when
+// it did.
+func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrderWorkflowReq) (state *contracts.OrderState, recorded bool, err error) {
+	if err := validateStart(o, req); err != nil {
+		return nil, false, err
+	}
+	if err := s.refreshIfStale(ctx, o); err != nil {
+		return nil, false, err
+	}
+	if o.state.Started {
+		st, err := s.startAgain(ctx, o, req)
+		return st, false, err
+	}
+
+	// The envelope goes first: once the event exists, any later owner must
+	// be able to find the payment method it needs.
+	if err := s.cfg.Envelopes.SaveFirst(ctx, req); err != nil {
+		return nil, false, fmt.Errorf("save first envelope of order %s: %w", o.id, err)
+	}
+	cmd := order.StartOrder{
+		OrderID: req.OrderId, CartID: req.CartId, ShippingAddressID: req.ShippingAddressId,
+		SourceCommandID: req.SourceCommandId, Lines: domainLines(req.Lines),
+		Amount: req.Amount, Currency: req.Currency,
+	}
+	ev, err := order.Start(o.state, cmd)
+	if err != nil {
+		if errors.Is(err, order.ErrInvalidCommand) {
+			return nil, false, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		return nil, false, fmt.Errorf("start order %s: %w", o.id, err)
+	}
+	now := s.cfg.Now()
+	if err := s.append(ctx, o, ev, req.SourceCommandId, now); err != nil {
+		if isAppendRace(err) {
+			// Someone recorded a start first; the stream decides whether it
+			// was this command.
+			if err := s.reload(ctx, o); err != nil {
+				return nil, false, err
+			}
+			if !o.state.Started {
+				return nil, false, fmt.Errorf("order %s: start lost a race but the stream holds no start: %w", o.id, err)
+			}
+			st, err := s.startAgain(ctx, o, req)
+			return st, false, err
+		}
+		return nil, false, err
+	}
+	o.start = req
+
+	// The event is recorded; whatever follows fails or not, this node
+	// started the order.
+	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
+	if err := s.project(ctx, o.state); err != nil {
+		return view(o.state), true, err
+	}
+	// The mapping turns started only after the projection exists (spec §4).
+	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
+		return view(o.state), true, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
+	}
+	return view(o.state), true, nil
+}
+
+// startAgain answers a start for an order whose stream already holds one.
+func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.StartOrderWorkflowReq) (*contracts.OrderState, error) {
+	if o.state.StartSourceCommandID != req.SourceCommandId {
+		return nil, fmt.Errorf("%w: order %s was started by %q, not %q", ErrConflict, o.id, o.state.StartSourceCommandID, req.SourceCommandId)
+	}
+	if err := s.project(ctx, o.state); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
+		return nil, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
+	}
+	return view(o.state), nil
+}
+
+func validateStart(o *Order, req *contracts.StartOrderWorkflowReq) error {
+	if req == nil {
+		return fmt.Errorf("%w: nil start request", ErrInvalidArgument)
+	}
+	var bad []string
+	for _, f := range []struct{ name, v string }{
+		{"orderId", req.OrderId}, {"cartId", req.CartId}, {"shippingAddressId", req.ShippingAddressId},
+		{"paymentMethodId", req.PaymentMethodId}, {"idempotencyKey", req.IdempotencyKey},
+		{"sourceCommandId", req.SourceCommandId},
+	} {
+		if strings.TrimSpace(f.v) == "" {
+			bad = append(bad, f.name+" is empty")
+		}
+	}
+	if req.OrderId != "" && req.OrderId != o.id {
+		bad = append(bad, fmt.Sprintf("orderId %q is not this order %q", req.OrderId, o.id))
+	}
+	// Fixtures and the dedupe of a retried start are keyed by the start's
+	// deterministic sourceCommandId; any other value would silently miss
+	// both.
+	if req.IdempotencyKey != "" && req.SourceCommandId != "" && req.SourceCommandId != order.StartSourceCommandID(req.IdempotencyKey) {
+		bad = append(bad, fmt.Sprintf("sourceCommandId %q is not the start command of its idempotencyKey", req.SourceCommandId))
+	}
+	if len(req.Lines) == 0 {
+		bad = append(bad, "lines is empty")
+	}
+	for i, l := range req.Lines {
+		if l.GetSku() == "" {
+			bad = append(bad, fmt.Sprintf("lines[%d].sku is empty", i))
+		}
+		if l.GetQuantity() < 1 {
+			bad = append(bad, fmt.Sprintf("lines[%d].quantity is %d", i, l.GetQuantity()))
+		}
+	}
+	if req.Amount < 0 {
+		bad = append(bad, fmt.Sprintf("amount is %d", req.Amount))
+	}
+	if !validCurrency(req.Currency) {
+		bad = append(bad, fmt.Sprintf("currency %q is not a three-letter code", req.Currency))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: start order: %s", ErrInvalidArgument, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for _, r := range c {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// append records ev as the next event under the owner's fence and, on
+// success, folds it in (one round trip). A lost race comes back as the
+// store's ErrDuplicateCommand or ErrVersionConflict; a fenced owner as
+// ErrFenced; an unknown outcome marks the fold stale.
+func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64) error {
+	eventType, data, err := EncodeEvent(ev)
+	if err != nil {
+		return err
+	}
+	env := eventstore.Envelope{
+		EventID: ev.ID(), OrderID: o.id, EventType: eventType,
+		SourceCommandID: sourceCommandID, CreatedAtUnixMs: now, Data: data,
+	}
+	version, err := s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, []eventstore.Envelope{env})
+	switch {
+	case err == nil:
+	case errors.Is(err, eventstore.ErrFenced):
+		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
+	case isAppendRace(err):
+		return err
+	default:
+		o.stale = true
+		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
+	}
+	next, err := order.Apply(o.state, ev, now)
+	if err != nil {
+		// The domain produced this event from this fold; refusing it now
+		// is a domain bug, and the stream already holds the event.
+		o.stale = true
+		return fmt.Errorf("fold own %s of order %s: %w", eventType, o.id, err)
+	}
+	if next.Version != version {
+		o.stale = true
+		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
+	}
+	o.state = next
+	return nil
+}

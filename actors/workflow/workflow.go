@@ -1,0 +1,184 @@
+// Package workflow is the OrderWorkflow application layer (spec §8): it
+// replays an order's event stream, folds it with the domain, decides the
+// next step, calls the inventory and payment modules with deterministic
+// ids, appends the resulting event at the expected version under the
+// owner's fence, and then updates the read-model projection — in that
+// order, so the stream is always the source of record and the projection
+// always trails it.
+//
+// It owns no transport and no actor runtime: the grain adapter
+// (actors/grain) drives it one turn at a time. It must not import
+// actors/grain, cluster, edge, runner/... or any Redis client; stores and
+// modules come in through their interfaces.
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+)
+
+var (
+	// ErrNotFound: the order has no event stream. Nothing was written.
+	ErrNotFound = errors.New("workflow: order not found")
+	// ErrConflict: the command contradicts what the stream already holds
+	// (a different start for a started order, or a step whose external
+	// effect is already recorded).
+	ErrConflict = errors.New("workflow: conflicting command")
+	// ErrFenced: a newer owner of the order exists; the caller must stop
+	// and never write again. It is the event store's sentinel, so both
+	// names match with errors.Is.
+	ErrFenced = eventstore.ErrFenced
+	// ErrInvalidArgument: the command or configuration is malformed.
+	ErrInvalidArgument = errors.New("workflow: invalid argument")
+	// ErrReleaseRefused: the inventory module refused to release a
+	// reservation the stream records as held. Recording a compensation
+	// that did not happen would be a lie, so the order stays where it is
+	// until an operator looks.
+	ErrReleaseRefused = errors.New("workflow: inventory refused to release the reservation")
+)
+
+// Envelopes is the Relocation Store's record of each order's first
+// activation envelope: the StartOrderWorkflowReq that activated it.
+// OrderStartedEvent (spec §6.1) does not carry paymentMethodId, so an owner
+// that replays the stream (after a relocation or a close) reads it here to
+// authorize payment.
+type Envelopes interface {
+	// SaveFirst stores req as the order's first envelope unless one is
+	// already stored; the first write wins and repeating it is harmless.
+	SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error
+	// LoadFirst returns the order's first envelope, or an error wrapping
+	// ErrNotFound when none is stored.
+	LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error)
+}
+
+// GateMode is how a runner fixture interrupts the background continuation
+// of an order that reached InventoryReserved.
+type GateMode int
+
+const (
+	// GateNone: no fixture; the continuation proceeds.
+	GateNone GateMode = iota
+	// GateStop: the background continuation stops at InventoryReserved;
+	// only an explicit Continue proceeds (spec §9.2-2).
+	GateStop
+	// GateHold: the background continuation parks until the gate is
+	// released (the planned-relocation fixture of spec §7.3).
+	GateHold
+)
+
+func (m GateMode) String() string {
+	switch m {
+	case GateNone:
+		return "none"
+	case GateStop:
+		return "stop"
+	case GateHold:
+		return "hold"
+	}
+	return fmt.Sprintf("GateMode(%d)", int(m))
+}
+
+// Fixtures are runner-only interrupt points. They are armed per start
+// sourceCommandId (order.StartSourceCommandID(idempotencyKey)) because no
+// OrderId exists before the start. Production wiring passes nil.
+type Fixtures interface {
+	// Gate returns the gate armed for the start, GateNone when none is.
+	Gate(ctx context.Context, startSourceCommandID string) (GateMode, error)
+	// TakeSkipTerminalProjection reports, and consumes in the same atomic
+	// step, whether the projection of this order's terminal event must be
+	// skipped once.
+	TakeSkipTerminalProjection(ctx context.Context, startSourceCommandID string) (bool, error)
+}
+
+// Config wires a Service. Every field is required unless marked optional.
+type Config struct {
+	// Kind is the cluster kind; the SpotId is Kind + "/" + OrderId.
+	Kind        string
+	Events      eventstore.Store
+	ReadModel   readmodel.Store
+	Idempotency commerce.Idempotency
+	Inventory   commerce.Inventory
+	Payment     commerce.Payment
+	Envelopes   Envelopes
+	// Fixtures is optional: nil in production.
+	Fixtures Fixtures
+	// Now returns the current time in unix milliseconds.
+	Now func() int64
+	// Evidence receives the raw evidence lines of spec §10.1, each with a
+	// single Write. Optional: nil discards them.
+	Evidence io.Writer
+	// Logger is optional: nil discards.
+	Logger *slog.Logger
+}
+
+// Service runs order workflows. It is safe for concurrent use by many
+// grains; each Order it hands out belongs to one grain.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	// evMu keeps evidence lines whole when grains of many orders write
+	// to the same log at once.
+	evMu     sync.Mutex
+	evidence io.Writer
+}
+
+// New validates cfg and returns a Service.
+func New(cfg Config) (*Service, error) {
+	var missing []string
+	if cfg.Kind == "" {
+		missing = append(missing, "Kind")
+	}
+	if cfg.Events == nil {
+		missing = append(missing, "Events")
+	}
+	if cfg.ReadModel == nil {
+		missing = append(missing, "ReadModel")
+	}
+	if cfg.Idempotency == nil {
+		missing = append(missing, "Idempotency")
+	}
+	if cfg.Inventory == nil {
+		missing = append(missing, "Inventory")
+	}
+	if cfg.Payment == nil {
+		missing = append(missing, "Payment")
+	}
+	if cfg.Envelopes == nil {
+		missing = append(missing, "Envelopes")
+	}
+	if cfg.Now == nil {
+		missing = append(missing, "Now")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: workflow config lacks %v", ErrInvalidArgument, missing)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, evidence: cfg.Evidence}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.evidence == nil {
+		s.evidence = io.Discard
+	}
+	return s, nil
+}
+
+// SpotID is the order's global Spot ID as evidence names it.
+func (s *Service) SpotID(orderID string) string { return s.cfg.Kind + "/" + orderID }
+
+func (s *Service) writeEvidence(line string) {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	if _, err := s.evidence.Write([]byte(line + "\n")); err != nil {
+		s.log.Warn("evidence write failed", "line", line, "err", err)
+	}
+}

@@ -1,0 +1,762 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+const (
+	methodOK      = "pm-ok"
+	methodDecline = "pm-decline"
+)
+
+var (
+	successOrder = []string{order.TypeOrderStarted, order.TypeInventoryReserved, order.TypePaymentAuthorized, order.TypeOrderConfirmed}
+	invFailOrder = []string{order.TypeOrderStarted, order.TypeInventoryReservationFailed, order.TypeOrderFailed}
+	payFailOrder = []string{order.TypeOrderStarted, order.TypeInventoryReserved, order.TypePaymentFailed, order.TypeInventoryReleased, order.TypeOrderFailed}
+)
+
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	d   *workflowtest.Deps
+	svc *workflow.Service
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	d := workflowtest.NewDeps()
+	ctx := context.Background()
+	require.NoError(t, d.Inventory.SetStock(ctx, "SKU-1", 10))
+	require.NoError(t, d.Payment.PutMethod(ctx, commerce.PaymentMethod{MethodID: methodOK, Approve: true}))
+	require.NoError(t, d.Payment.PutMethod(ctx, commerce.PaymentMethod{MethodID: methodDecline, Reason: "card declined"}))
+	return &env{t: t, ctx: ctx, d: d, svc: mustService(t, d.Config)}
+}
+
+func mustService(t *testing.T, cfg workflow.Config) *workflow.Service {
+	t.Helper()
+	svc, err := workflow.New(cfg)
+	require.NoError(t, err)
+	return svc
+}
+
+func (e *env) open(orderID string, generation int64) *workflow.Order {
+	e.t.Helper()
+	o, err := e.svc.Open(e.ctx, orderID, generation)
+	require.NoError(e.t, err)
+	return o
+}
+
+// start opens orderID at generation 1 and records its start.
+func (e *env) start(orderID, key, method string) (*workflow.Order, *contracts.StartOrderWorkflowReq) {
+	e.t.Helper()
+	o := e.open(orderID, 1)
+	req := e.d.StartReq(orderID, key, method)
+	st, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(e.t, err)
+	require.True(e.t, recorded)
+	require.Equal(e.t, contracts.OrderStatus_Created, st.GetStatus())
+	return o, req
+}
+
+// drive steps the order until nothing is left to do; a workflow that never
+// settles fails the test instead of looping.
+func (e *env) drive(o *workflow.Order) {
+	e.t.Helper()
+	for range 10 {
+		progressed, err := e.svc.Step(e.ctx, o)
+		require.NoError(e.t, err)
+		if !progressed {
+			return
+		}
+	}
+	e.t.Fatalf("order %s did not settle in 10 steps; state %+v", o.OrderID(), o.State())
+}
+
+func (e *env) projection(orderID string) (*contracts.OrderState, int64) {
+	e.t.Helper()
+	p, v, ok := e.d.ReadModel.Lookup(orderID)
+	require.True(e.t, ok, "projection of %s missing", orderID)
+	return p, v
+}
+
+func startedLine(orderID string) string {
+	return fmt.Sprintf("shoppingmall-order started order=%s spot=%s/%s", orderID, workflowtest.Kind, orderID)
+}
+
+func TestNewRejectsIncompleteConfig(t *testing.T) {
+	d := workflowtest.NewDeps()
+	_, err := workflow.New(workflow.Config{})
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+	for _, field := range []string{"Kind", "Events", "ReadModel", "Idempotency", "Inventory", "Payment", "Envelopes", "Now"} {
+		assert.Contains(t, err.Error(), field)
+	}
+	cfg := d.Config
+	cfg.Fixtures, cfg.Evidence, cfg.Logger = nil, nil, nil
+	_, err = workflow.New(cfg)
+	require.NoError(t, err, "fixtures, evidence and logger are optional")
+}
+
+func TestSuccessPathRecordsEventsInOrderAndProjectsConfirmed(t *testing.T) {
+	e := newEnv(t)
+	o, req := e.start("ord-1", "key-1", methodOK)
+
+	created, v := e.projection("ord-1")
+	assert.Equal(t, int64(1), v)
+	assert.Equal(t, contracts.OrderStatus_Created, created.GetStatus())
+	assert.Equal(t, commerce.MappingStarted, e.d.Idempotency.Status("key-1"))
+
+	e.drive(o)
+
+	stream := e.d.Events.Stream("ord-1")
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-1"))
+	wantCmds := []string{
+		req.SourceCommandId,
+		order.StepSourceCommandID("ord-1", order.StepReserveInventory),
+		order.StepSourceCommandID("ord-1", order.StepAuthorizePayment),
+		order.StepSourceCommandID("ord-1", order.StepConfirm),
+	}
+	for i, env := range stream {
+		assert.Equal(t, int64(i+1), env.Version)
+		assert.Equal(t, order.EventID("ord-1", int64(i+1)), env.EventID)
+		assert.Equal(t, "ord-1", env.OrderID)
+		assert.Equal(t, wantCmds[i], env.SourceCommandID)
+		if i > 0 {
+			assert.Greater(t, env.CreatedAtUnixMs, stream[i-1].CreatedAtUnixMs)
+		}
+	}
+
+	p, v := e.projection("ord-1")
+	assert.Equal(t, int64(4), v)
+	assert.True(t, proto.Equal(e.svc.View(o), p), "projection %v != view %v", p, e.svc.View(o))
+	assert.Equal(t, contracts.OrderStatus_Confirmed, p.GetStatus())
+	assert.Equal(t, order.ReservationID("ord-1"), p.GetReservationId())
+	assert.Equal(t, order.PaymentID("ord-1"), p.GetPaymentId())
+	assert.Equal(t, int64(12900), p.GetAmount())
+	assert.Equal(t, "EUR", p.GetCurrency())
+	assert.Equal(t, "addr-ord-1", p.GetShippingAddressId())
+	assert.Nil(t, p.Reason)
+	assert.Equal(t, stream[3].CreatedAtUnixMs, p.GetUpdatedAtUnixMs())
+
+	assert.Equal(t, int64(1), e.d.Inventory.TotalReserveCalls.Load())
+	assert.Equal(t, int64(1), e.d.Payment.TotalAuthorizeCalls.Load())
+	captured, _ := e.d.Payment.Captured(e.ctx, order.PaymentID("ord-1"))
+	assert.Equal(t, int64(12900), captured)
+	stock, _ := e.d.Inventory.Stock(e.ctx, "SKU-1")
+	assert.Equal(t, int64(8), stock)
+	assert.Equal(t, []string{startedLine("ord-1")}, e.d.Evidence.Lines())
+	assert.Equal(t, 1, e.d.Evidence.Writes(), "one Write per evidence line")
+}
+
+func TestInventoryFailureNeverCallsPayment(t *testing.T) {
+	e := newEnv(t)
+	require.NoError(t, e.d.Inventory.SetStock(e.ctx, "SKU-1", 1))
+	o, _ := e.start("ord-inv", "key-inv", methodOK)
+	e.drive(o)
+
+	assert.Equal(t, invFailOrder, e.d.Events.Types("ord-inv"))
+	assert.NotContains(t, e.d.Events.Types("ord-inv"), order.TypePaymentAuthorized)
+	assert.Zero(t, e.d.Payment.TotalAuthorizeCalls.Load())
+	assert.Zero(t, e.d.Inventory.TotalReleaseCalls.Load())
+
+	p, v := e.projection("ord-inv")
+	assert.Equal(t, int64(3), v)
+	assert.Equal(t, contracts.OrderStatus_Failed, p.GetStatus())
+	assert.Equal(t, "insufficient stock for SKU-1", p.GetReason())
+	assert.Nil(t, p.ReservationId)
+	assert.Nil(t, p.PaymentId)
+}
+
+func TestPaymentFailureReleasesOnceBeforeFailing(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-pay", "key-pay", methodDecline)
+	e.drive(o)
+
+	assert.Equal(t, payFailOrder, e.d.Events.Types("ord-pay"))
+	releases, _ := e.d.Inventory.ReleaseCalls(e.ctx, order.ReservationID("ord-pay"))
+	assert.Equal(t, int64(1), releases)
+	stock, _ := e.d.Inventory.Stock(e.ctx, "SKU-1")
+	assert.Equal(t, int64(10), stock, "the reservation was given back")
+	captured, _ := e.d.Payment.Captured(e.ctx, order.PaymentID("ord-pay"))
+	assert.Zero(t, captured)
+
+	p, v := e.projection("ord-pay")
+	assert.Equal(t, int64(5), v)
+	assert.Equal(t, contracts.OrderStatus_Failed, p.GetStatus())
+	assert.Equal(t, "card declined", p.GetReason())
+	assert.Equal(t, order.ReservationID("ord-pay"), p.GetReservationId())
+	assert.Nil(t, p.PaymentId)
+}
+
+func TestStartWithSameCommandRecordsNothing(t *testing.T) {
+	e := newEnv(t)
+	o, req := e.start("ord-dup", "key-dup", methodOK)
+	appends := e.d.Events.Appends.Load()
+
+	st, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(t, err)
+	assert.False(t, recorded)
+	assert.Equal(t, contracts.OrderStatus_Created, st.GetStatus())
+
+	// A new activation that replays the stream answers the same way.
+	o2 := e.open("ord-dup", 2)
+	st2, recorded, err := e.svc.Start(e.ctx, o2, proto.Clone(req).(*contracts.StartOrderWorkflowReq))
+	require.NoError(t, err)
+	assert.False(t, recorded)
+	assert.True(t, proto.Equal(st, st2))
+
+	assert.Equal(t, appends, e.d.Events.Appends.Load(), "no append attempted")
+	assert.Equal(t, []string{order.TypeOrderStarted}, e.d.Events.Types("ord-dup"))
+	assert.Equal(t, 1, e.d.Evidence.Count(startedLine("ord-dup")))
+	assert.Len(t, e.d.Evidence.Lines(), 1)
+}
+
+func TestStartRetryRepairsInterruptedStart(t *testing.T) {
+	e := newEnv(t)
+	o := e.open("ord-rep", 1)
+	req := e.d.StartReq("ord-rep", "key-rep", methodOK)
+	boom := errors.New("projection store down")
+	e.d.ReadModel.FailNextPut(boom)
+
+	_, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.ErrorIs(t, err, boom)
+	assert.True(t, recorded, "the event was recorded before the projection failed")
+	assert.Equal(t, commerce.MappingPending, e.d.Idempotency.Status("key-rep"), "no started mapping without a projection")
+	_, _, ok := e.d.ReadModel.Lookup("ord-rep")
+	assert.False(t, ok)
+
+	st, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(t, err)
+	assert.False(t, recorded)
+	p, v := e.projection("ord-rep")
+	assert.Equal(t, int64(1), v)
+	assert.True(t, proto.Equal(st, p))
+	assert.Equal(t, commerce.MappingStarted, e.d.Idempotency.Status("key-rep"))
+	assert.Equal(t, 1, e.d.Evidence.Count(startedLine("ord-rep")), "the recording call printed it, the repair did not")
+	assert.Len(t, e.d.Events.Stream("ord-rep"), 1)
+}
+
+func TestStartRaceLostToSameCommandIsADedupe(t *testing.T) {
+	e := newEnv(t)
+	o := e.open("ord-race", 1)
+	req := e.d.StartReq("ord-race", "key-race", methodOK)
+	// The append lands but its reply is the store's dedupe answer, as when
+	// a concurrent attempt of the same command won.
+	e.d.Events.FailNextAppend(eventstore.ErrDuplicateCommand, true)
+
+	st, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(t, err)
+	assert.False(t, recorded)
+	assert.Equal(t, contracts.OrderStatus_Created, st.GetStatus())
+	assert.Equal(t, commerce.MappingStarted, e.d.Idempotency.Status("key-race"))
+	assert.Zero(t, e.d.Evidence.Count(startedLine("ord-race")))
+	assert.True(t, o.Exists())
+}
+
+func TestStartConflict(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-c", "key-c", methodOK)
+	writes := e.d.Writes()
+
+	other := e.d.StartReq("ord-c", "key-other", methodOK)
+	_, recorded, err := e.svc.Start(e.ctx, o, other)
+	require.ErrorIs(t, err, workflow.ErrConflict)
+	assert.False(t, recorded)
+	assert.Equal(t, writes, e.d.Writes(), "a conflicting start writes nothing")
+	assert.Len(t, e.d.Events.Stream("ord-c"), 1)
+}
+
+func TestStartRejectsInvalidRequests(t *testing.T) {
+	cases := map[string]func(r *contracts.StartOrderWorkflowReq){
+		"no orderId":           func(r *contracts.StartOrderWorkflowReq) { r.OrderId = "" },
+		"other orderId":        func(r *contracts.StartOrderWorkflowReq) { r.OrderId = "ord-other" },
+		"no cartId":            func(r *contracts.StartOrderWorkflowReq) { r.CartId = "" },
+		"no shippingAddress":   func(r *contracts.StartOrderWorkflowReq) { r.ShippingAddressId = " " },
+		"no paymentMethod":     func(r *contracts.StartOrderWorkflowReq) { r.PaymentMethodId = "" },
+		"no idempotencyKey":    func(r *contracts.StartOrderWorkflowReq) { r.IdempotencyKey = "" },
+		"no sourceCommandId":   func(r *contracts.StartOrderWorkflowReq) { r.SourceCommandId = "" },
+		"foreign command id":   func(r *contracts.StartOrderWorkflowReq) { r.SourceCommandId = "start-something-else" },
+		"no lines":             func(r *contracts.StartOrderWorkflowReq) { r.Lines = nil },
+		"zero quantity":        func(r *contracts.StartOrderWorkflowReq) { r.Lines[0].Quantity = 0 },
+		"empty sku":            func(r *contracts.StartOrderWorkflowReq) { r.Lines[0].Sku = "" },
+		"negative amount":      func(r *contracts.StartOrderWorkflowReq) { r.Amount = -1 },
+		"no currency":          func(r *contracts.StartOrderWorkflowReq) { r.Currency = "" },
+		"lowercase currency":   func(r *contracts.StartOrderWorkflowReq) { r.Currency = "eur" },
+		"four-letter currency": func(r *contracts.StartOrderWorkflowReq) { r.Currency = "EURO" },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			o := e.open("ord-bad", 1)
+			req := e.d.StartReq("ord-bad", "key-bad", methodOK)
+			mutate(req)
+			writes := e.d.Writes()
+			_, recorded, err := e.svc.Start(e.ctx, o, req)
+			require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+			assert.False(t, recorded)
+			assert.Equal(t, writes, e.d.Writes())
+			assert.Empty(t, e.d.Events.Stream("ord-bad"))
+		})
+	}
+	e := newEnv(t)
+	_, _, err := e.svc.Start(e.ctx, e.open("ord-nil", 1), nil)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+}
+
+func TestContinueFromInventoryReservedAuthorizesWithoutReservingAgain(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-cont", "key-cont", methodOK)
+	progressed, err := e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	require.True(t, progressed)
+	require.Equal(t, order.StatusInventoryReserved, o.State().Status)
+
+	// A new activation (after a close) knows only the stream and the
+	// first envelope.
+	o2 := e.open("ord-cont", 2)
+	require.Equal(t, order.StatusInventoryReserved, o2.State().Status)
+	st, err := e.svc.Continue(e.ctx, o2)
+	require.NoError(t, err)
+	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, st.GetStatus())
+
+	reserves, _ := e.d.Inventory.ReserveCalls(e.ctx, order.ReservationID("ord-cont"))
+	assert.Equal(t, int64(1), reserves)
+	authorizes, _ := e.d.Payment.AuthorizeCalls(e.ctx, order.PaymentID("ord-cont"))
+	assert.Equal(t, int64(1), authorizes)
+	assert.Equal(t, methodOK, e.d.Payment.LastMethod(order.PaymentID("ord-cont")), "payment method from the first envelope")
+	assert.Equal(t, int64(1), e.d.Envelopes.LoadCalls.Load())
+
+	p, v := e.projection("ord-cont")
+	assert.Equal(t, int64(3), v)
+	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, p.GetStatus())
+
+	e.drive(o2)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-cont"))
+}
+
+func TestStepAfterStartUsesStartRequestWithoutEnvelopeRead(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-mem", "key-mem", methodOK)
+	e.drive(o)
+	assert.Zero(t, e.d.Envelopes.LoadCalls.Load())
+	assert.Equal(t, int64(1), e.d.Envelopes.Saves.Load())
+}
+
+func TestAuthorizeWithoutFirstEnvelopeFails(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-noenv", "key-noenv", methodOK)
+	_, err := e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+
+	other := workflowtest.NewDeps()
+	cfg := e.d.Config
+	cfg.Envelopes = other.Envelopes
+	svc := mustService(t, cfg)
+	o2, err := svc.Open(e.ctx, "ord-noenv", 2)
+	require.NoError(t, err)
+	_, err = svc.Step(e.ctx, o2)
+	require.ErrorIs(t, err, workflow.ErrNotFound)
+	assert.Zero(t, e.d.Payment.TotalAuthorizeCalls.Load(), "no authorization without the payment method")
+}
+
+func TestContinueOnTerminalRepairsMissingOrStaleProjection(t *testing.T) {
+	for _, tc := range []struct {
+		name, method string
+		status       contracts.OrderStatus
+		version      int64
+	}{
+		{"confirmed", methodOK, contracts.OrderStatus_Confirmed, 4},
+		{"failed", methodDecline, contracts.OrderStatus_Failed, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.d.Fixtures.ArmSkipTerminalProjection("key-term")
+			o, _ := e.start("ord-term", "key-term", tc.method)
+			e.drive(o)
+
+			stale, v := e.projection("ord-term")
+			require.Equal(t, tc.version-1, v, "the terminal projection was skipped")
+			require.NotEqual(t, tc.status, stale.GetStatus())
+
+			st, err := e.svc.Continue(e.ctx, o)
+			require.NoError(t, err)
+			p, v := e.projection("ord-term")
+			assert.Equal(t, tc.version, v)
+			assert.Equal(t, tc.status, p.GetStatus())
+			assert.True(t, proto.Equal(st, p))
+			assert.True(t, proto.Equal(e.svc.View(o), p))
+
+			// Missing entirely: repaired the same way.
+			e.d.ReadModel.Remove("ord-term")
+			st2, err := e.svc.Continue(e.ctx, o)
+			require.NoError(t, err)
+			p2, v2 := e.projection("ord-term")
+			assert.Equal(t, tc.version, v2)
+			assert.True(t, proto.Equal(st2, p2))
+
+			// Current: read only, nothing written, no module called.
+			puts, reserves := e.d.ReadModel.Puts.Load(), e.d.Inventory.TotalReserveCalls.Load()
+			_, err = e.svc.Continue(e.ctx, o)
+			require.NoError(t, err)
+			assert.Equal(t, puts, e.d.ReadModel.Puts.Load())
+			assert.Equal(t, reserves, e.d.Inventory.TotalReserveCalls.Load())
+			assert.Len(t, e.d.Events.Stream("ord-term"), int(tc.version))
+		})
+	}
+}
+
+func TestSkipTerminalProjectionIsTakenOnce(t *testing.T) {
+	e := newEnv(t)
+	e.d.Fixtures.ArmSkipTerminalProjection("key-once")
+	o, _ := e.start("ord-once", "key-once", methodOK)
+	e.drive(o)
+	_, v := e.projection("ord-once")
+	assert.Equal(t, int64(3), v)
+	assert.Equal(t, int64(1), e.d.Fixtures.Takes.Load(), "asked only for the terminal event")
+
+	// A second order with the same fixture key is not skipped again.
+	skip, err := e.d.Fixtures.TakeSkipTerminalProjection(e.ctx, order.StartSourceCommandID("key-once"))
+	require.NoError(t, err)
+	assert.False(t, skip)
+}
+
+func TestRebuildReplaysTheStreamAlone(t *testing.T) {
+	e := newEnv(t)
+	stale, _ := e.start("ord-rb", "key-rb", methodOK)
+	// A newer activation completes the order; stale's fold still says
+	// Created, so only a replay of the stream can produce Confirmed.
+	current := e.open("ord-rb", 1)
+	e.drive(current)
+	want, wantV := e.projection("ord-rb")
+	require.Equal(t, contracts.OrderStatus_Confirmed, want.GetStatus())
+	require.Equal(t, order.StatusCreated, stale.State().Status)
+
+	require.NoError(t, e.d.ReadModel.Delete(e.ctx, "ord-rb"))
+	loads := e.d.Events.Loads.Load()
+	st, err := e.svc.Rebuild(e.ctx, stale)
+	require.NoError(t, err)
+	assert.Equal(t, loads+1, e.d.Events.Loads.Load())
+
+	got, gotV := e.projection("ord-rb")
+	assert.Equal(t, wantV, gotV)
+	assert.True(t, proto.Equal(want, got), "rebuilt %v, was %v", got, want)
+	assert.True(t, proto.Equal(want, st))
+	assert.Equal(t, order.StatusConfirmed, stale.State().Status, "the replay becomes the fold")
+}
+
+func TestContinueAndRebuildWithoutStreamWriteNothing(t *testing.T) {
+	e := newEnv(t)
+	o := e.open("ord-none", 1)
+	assert.False(t, o.Exists())
+	assert.Nil(t, e.svc.View(o))
+
+	_, err := e.svc.Continue(e.ctx, o)
+	require.ErrorIs(t, err, workflow.ErrNotFound)
+	_, err = e.svc.Rebuild(e.ctx, o)
+	require.ErrorIs(t, err, workflow.ErrNotFound)
+	progressed, err := e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	assert.False(t, progressed)
+	mode, err := e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode)
+
+	assert.Zero(t, e.d.Writes())
+	assert.Nil(t, e.d.Events.Stream("ord-none"))
+	_, _, ok := e.d.ReadModel.Lookup("ord-none")
+	assert.False(t, ok)
+	assert.Empty(t, e.d.Evidence.String())
+}
+
+func TestFencedOwnerCannotAppend(t *testing.T) {
+	e := newEnv(t)
+	old, _ := e.start("ord-f", "key-f", methodOK)
+	newer := e.open("ord-f", 2)
+	assert.True(t, old.Fence().Less(newer.Fence()))
+
+	progressed, err := e.svc.Step(e.ctx, old)
+	require.ErrorIs(t, err, workflow.ErrFenced)
+	require.ErrorIs(t, err, eventstore.ErrFenced)
+	assert.False(t, progressed)
+	assert.Equal(t, []string{order.TypeOrderStarted}, e.d.Events.Types("ord-f"))
+
+	// A relocation within the generation fences the previous epoch too.
+	relocated := e.open("ord-f", 2)
+	_, err = e.svc.Step(e.ctx, newer)
+	require.ErrorIs(t, err, workflow.ErrFenced)
+
+	e.drive(relocated)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-f"))
+
+	_, err = e.svc.Open(e.ctx, "ord-f", 1)
+	require.ErrorIs(t, err, workflow.ErrFenced)
+}
+
+func TestRepeatedEffectGuardRefusesWithoutCallingModules(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state order.State
+	}{
+		{"reserve with reservation recorded", order.State{
+			OrderID: "ord-g", Version: 2, Started: true, Status: order.StatusCreated,
+			Lines: []order.Line{{SKU: "SKU-1", Quantity: 1}}, Amount: 100, Currency: "EUR",
+			ReservationID: order.ReservationID("ord-g"),
+		}},
+		{"authorize with payment recorded", order.State{
+			OrderID: "ord-g", Version: 3, Started: true, Status: order.StatusInventoryReserved,
+			Lines: []order.Line{{SKU: "SKU-1", Quantity: 1}}, Amount: 100, Currency: "EUR",
+			ReservationID: order.ReservationID("ord-g"), PaymentID: order.PaymentID("ord-g"),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			o := e.open("ord-g", 1)
+			workflow.SetStateForTest(o, tc.state)
+
+			progressed, err := e.svc.Step(e.ctx, o)
+			require.ErrorIs(t, err, workflow.ErrConflict)
+			assert.False(t, progressed)
+			assert.Equal(t, 1, e.d.Evidence.Count("shoppingmall-order external-effect-repeated order=ord-g"))
+			assert.Zero(t, e.d.Writes(), "no module call, no append, no projection")
+		})
+	}
+}
+
+func TestSuccessPathNeverReportsARepeatedEffect(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-clean", "key-clean", methodDecline)
+	e.drive(o)
+	assert.NotContains(t, e.d.Evidence.String(), "external-effect-repeated")
+}
+
+func TestLandedAppendWithLostReplyIsNotRepeated(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-lost", "key-lost", methodOK)
+	boom := errors.New("connection reset")
+	e.d.Events.FailNextAppend(boom, true)
+
+	_, err := e.svc.Step(e.ctx, o)
+	require.ErrorIs(t, err, boom)
+
+	e.drive(o)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-lost"))
+	reserves, _ := e.d.Inventory.ReserveCalls(e.ctx, order.ReservationID("ord-lost"))
+	assert.Equal(t, int64(1), reserves, "the fold was reloaded instead of reserving again")
+}
+
+func TestDuplicateStepAppendReloadsTheFold(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-dstep", "key-dstep", methodOK)
+	e.d.Events.FailNextAppend(eventstore.ErrDuplicateCommand, true)
+
+	progressed, err := e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	assert.False(t, progressed)
+	assert.Equal(t, order.StatusInventoryReserved, o.State().Status)
+	assert.Equal(t, int64(2), o.State().Version)
+}
+
+func TestParkedGateModes(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-gate", "key-gate", methodOK)
+	e.d.Fixtures.ArmGate("key-gate", workflow.GateStop)
+
+	mode, err := e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode, "Created is never parked")
+	assert.Zero(t, e.d.Fixtures.GateCalls.Load())
+
+	_, err = e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	mode, err = e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateStop, mode)
+
+	e.d.Fixtures.ArmGate("key-gate", workflow.GateHold)
+	mode, err = e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateHold, mode)
+
+	e.d.Fixtures.ReleaseGate("key-gate")
+	mode, err = e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode)
+
+	// Armed for another start: not this order's gate.
+	e.d.Fixtures.ArmGate("key-other", workflow.GateStop)
+	mode, err = e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode)
+
+	// Once the payment outcome is recorded the gate no longer applies.
+	e.d.Fixtures.ArmGate("key-gate", workflow.GateStop)
+	_, err = e.svc.Continue(e.ctx, o)
+	require.NoError(t, err)
+	mode, err = e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode)
+
+	// Production wiring has no fixtures and never parks.
+	cfg := e.d.Config
+	cfg.Fixtures = nil
+	svc := mustService(t, cfg)
+	e2 := newEnv(t)
+	o2, _ := e2.start("ord-prod", "key-prod", methodOK)
+	_, err = e2.svc.Step(e2.ctx, o2)
+	require.NoError(t, err)
+	mode, err = svc.Parked(e.ctx, o2)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode)
+}
+
+func TestPaymentFailureAtGateStillParks(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-gpf", "key-gpf", methodDecline)
+	_, err := e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	_, err = e.svc.Step(e.ctx, o)
+	require.NoError(t, err)
+	require.True(t, o.State().PaymentFailed)
+	e.d.Fixtures.ArmGate("key-gpf", workflow.GateHold)
+	mode, err := e.svc.Parked(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, workflow.GateNone, mode, "a payment outcome is recorded: compensation must not park")
+}
+
+func TestOpenRejectsCorruptStream(t *testing.T) {
+	e := newEnv(t)
+	e.start("ord-bad", "key-bad", methodOK)
+
+	e.d.Events.Corrupt("ord-bad", 1, []byte(`{"eventId":`))
+	_, err := e.svc.Open(e.ctx, "ord-bad", 2)
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+
+	// Well-formed JSON of another order is corrupt as well.
+	_, data, err := workflow.EncodeEvent(order.OrderStarted{
+		EventID: order.EventID("ord-x", 1), OrderID: "ord-x", CartID: "c", ShippingAddressID: "a",
+		Lines: []order.Line{{SKU: "S", Quantity: 1}}, Amount: 1, Currency: "EUR", SourceCommandID: "s",
+	})
+	require.NoError(t, err)
+	e.d.Events.Corrupt("ord-bad", 1, data)
+	_, err = e.svc.Open(e.ctx, "ord-bad", 2)
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+
+	_, err = e.svc.Open(e.ctx, "", 1)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+}
+
+func TestEventCodecRoundTrip(t *testing.T) {
+	lines := []order.Line{{SKU: "A", Quantity: 1}, {SKU: "B", Quantity: 3}}
+	events := []order.Event{
+		order.OrderStarted{EventID: "e1", OrderID: "o", CartID: "c", ShippingAddressID: "a", Lines: lines, Amount: 500, Currency: "KRW", SourceCommandID: "s"},
+		order.InventoryReserved{EventID: "e2", OrderID: "o", ReservationID: "r"},
+		order.InventoryReservationFailed{EventID: "e3", OrderID: "o", Reason: "no stock"},
+		order.PaymentAuthorized{EventID: "e4", OrderID: "o", PaymentID: "p"},
+		order.PaymentFailed{EventID: "e5", OrderID: "o", Reason: "declined"},
+		order.InventoryReleased{EventID: "e6", OrderID: "o", ReservationID: "r", Reason: "declined"},
+		order.OrderConfirmed{EventID: "e7", OrderID: "o", ConfirmedAtUnixMs: 1_700_000_000_123},
+		order.OrderFailed{EventID: "e8", OrderID: "o", Reason: "declined", FailedAtUnixMs: 1_700_000_000_456},
+	}
+	for _, ev := range events {
+		typ, data, err := workflow.EncodeEvent(ev)
+		require.NoError(t, err)
+		assert.Equal(t, ev.Type(), typ)
+		got, err := workflow.DecodeEvent(typ, data)
+		require.NoError(t, err)
+		assert.Equal(t, ev, got)
+	}
+	ptr := &order.PaymentAuthorized{EventID: "e4", OrderID: "o", PaymentID: "p"}
+	typ, data, err := workflow.EncodeEvent(ptr)
+	require.NoError(t, err)
+	assert.Equal(t, order.TypePaymentAuthorized, typ)
+	assert.JSONEq(t, `{"eventId":"e4","orderId":"o","paymentId":"p"}`, string(data))
+
+	_, err = workflow.DecodeEvent("OrderShippedEvent", []byte(`{}`))
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+	_, err = workflow.DecodeEvent(order.TypeOrderConfirmed, []byte(`{"eventId":"e","orderId":"o","confirmedAtUnixMs":1,"extra":1}`))
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+	_, _, err = workflow.EncodeEvent(nil)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+}
+
+func TestViewSetsOptionalFieldsOnlyWhenKnown(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-view", "key-view", methodOK)
+	v := e.svc.View(o)
+	assert.Equal(t, "ord-view", v.GetOrderId())
+	assert.NotNil(t, v.ShippingAddressId)
+	assert.NotNil(t, v.Amount)
+	assert.NotNil(t, v.Currency)
+	assert.Nil(t, v.ReservationId)
+	assert.Nil(t, v.PaymentId)
+	assert.Nil(t, v.Reason)
+	assert.Equal(t, e.d.Events.Stream("ord-view")[0].CreatedAtUnixMs, v.GetUpdatedAtUnixMs())
+	data, err := contracts.MarshalJSON(v)
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "reservationId")
+}
+
+func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
+	e := newEnv(t)
+	require.NoError(t, e.d.Inventory.SetStock(e.ctx, "SKU-1", 1000))
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("ord-par-%d", i)
+			o, err := e.svc.Open(e.ctx, id, 1)
+			if err != nil {
+				errs <- err
+				return
+			}
+			req := e.d.StartReq(id, "key-"+id, methodOK)
+			if _, _, err := e.svc.Start(e.ctx, o, req); err != nil {
+				errs <- err
+				return
+			}
+			for {
+				progressed, err := e.svc.Step(e.ctx, o)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !progressed {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	lines := e.d.Evidence.Lines()
+	require.Len(t, lines, n)
+	for i := range n {
+		id := fmt.Sprintf("ord-par-%d", i)
+		assert.Equal(t, 1, e.d.Evidence.Count(startedLine(id)))
+		assert.Equal(t, successOrder, e.d.Events.Types(id))
+	}
+	for _, l := range lines {
+		assert.True(t, strings.HasPrefix(l, "shoppingmall-order started order="), l)
+	}
+}

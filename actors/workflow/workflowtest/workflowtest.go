@@ -1,0 +1,746 @@
+// Package workflowtest provides in-memory fakes of every store and module
+// the workflow application layer depends on, so application and grain
+// tests run without Redis. The fakes follow the interfaces' documented
+// contracts (fencing, expected version, source-command dedupe, first result
+// per deterministic id, version-guarded projection) and count every call.
+//
+// Store adapters are tested against a real Redis in their own packages;
+// these fakes exist only for tests above them. Nothing outside _test files
+// may import this package. It must not import actors/grain, cluster, edge
+// or any Redis client.
+package workflowtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+)
+
+// Kind is the cluster kind the fake configuration uses.
+const Kind = "shoppingmall.order-workflow"
+
+// Deps bundles one set of fakes and a Config wired to them.
+type Deps struct {
+	Events      *Events
+	ReadModel   *ReadModel
+	Idempotency *Idempotency
+	Inventory   *Inventory
+	Payment     *Payment
+	Envelopes   *Envelopes
+	Fixtures    *Fixtures
+	Clock       *Clock
+	Evidence    *Evidence
+	// Config uses every fake above, Fixtures included; set it to nil to
+	// model production wiring.
+	Config workflow.Config
+}
+
+// NewDeps returns fresh fakes and a ready Config. The clock starts at
+// 1_700_000_000_000 and advances by one millisecond per reading, so event
+// times are distinct and ordered.
+func NewDeps() *Deps {
+	d := &Deps{
+		Events:      NewEvents(),
+		ReadModel:   NewReadModel(),
+		Idempotency: NewIdempotency(),
+		Inventory:   NewInventory(),
+		Payment:     NewPayment(),
+		Envelopes:   NewEnvelopes(),
+		Fixtures:    NewFixtures(),
+		Clock:       NewClock(1_700_000_000_000, 1),
+		Evidence:    &Evidence{},
+	}
+	d.Config = workflow.Config{
+		Kind:        Kind,
+		Events:      d.Events,
+		ReadModel:   d.ReadModel,
+		Idempotency: d.Idempotency,
+		Inventory:   d.Inventory,
+		Payment:     d.Payment,
+		Envelopes:   d.Envelopes,
+		Fixtures:    d.Fixtures,
+		Now:         d.Clock.Now,
+		Evidence:    d.Evidence,
+	}
+	return d
+}
+
+// Writes counts every state-changing call made to any fake (appends,
+// projection writes and deletes, mapping changes, module effects, envelope
+// saves, fixture takes). Seeding helpers are not counted.
+func (d *Deps) Writes() int64 {
+	return d.Events.Appends.Load() + d.ReadModel.Puts.Load() + d.ReadModel.Deletes.Load() +
+		d.Idempotency.MarkStartedCalls.Load() + d.Idempotency.ReserveCalls.Load() +
+		d.Inventory.TotalReserveCalls.Load() + d.Inventory.TotalReleaseCalls.Load() +
+		d.Payment.TotalAuthorizeCalls.Load() + d.Envelopes.Saves.Load() + d.Fixtures.Takes.Load()
+}
+
+// StartReq reserves a pending idempotency mapping key → orderID (as
+// CommerceApi would) and returns the matching start request for one line
+// of 2 × "SKU-1" at 12900 EUR, paid with methodID.
+func (d *Deps) StartReq(orderID, key, methodID string) *contracts.StartOrderWorkflowReq {
+	d.Idempotency.Seed(key, commerce.Mapping{OrderID: orderID, Status: commerce.MappingPending})
+	return &contracts.StartOrderWorkflowReq{
+		OrderId:           orderID,
+		CartId:            "cart-" + orderID,
+		ShippingAddressId: "addr-" + orderID,
+		PaymentMethodId:   methodID,
+		IdempotencyKey:    key,
+		SourceCommandId:   order.StartSourceCommandID(key),
+		Lines:             []*contracts.OrderLine{{Sku: "SKU-1", Quantity: 2}},
+		Amount:            12900,
+		Currency:          "EUR",
+	}
+}
+
+// ---- clock ----
+
+// Clock is a controllable unix-millisecond clock.
+type Clock struct {
+	now  atomic.Int64
+	step atomic.Int64
+}
+
+// NewClock starts at start and advances by step after every reading.
+func NewClock(start, step int64) *Clock {
+	c := &Clock{}
+	c.now.Store(start)
+	c.step.Store(step)
+	return c
+}
+
+// Now returns the current time and advances it by the step.
+func (c *Clock) Now() int64 { return c.now.Add(c.step.Load()) - c.step.Load() }
+
+// Set moves the clock to ms.
+func (c *Clock) Set(ms int64) { c.now.Store(ms) }
+
+// Peek returns the current time without advancing.
+func (c *Clock) Peek() int64 { return c.now.Load() }
+
+// ---- evidence ----
+
+// Evidence collects evidence lines. Safe for concurrent use.
+type Evidence struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+}
+
+func (e *Evidence) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.writes++
+	return e.buf.Write(p)
+}
+
+// String is everything written so far.
+func (e *Evidence) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.buf.String()
+}
+
+// Lines is the written lines without their newlines.
+func (e *Evidence) Lines() []string {
+	s := strings.TrimSuffix(e.String(), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// Count is how many lines equal line exactly.
+func (e *Evidence) Count(line string) int {
+	n := 0
+	for _, l := range e.Lines() {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// Writes is how many Write calls were made.
+func (e *Evidence) Writes() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.writes
+}
+
+// ---- event store ----
+
+type stream struct {
+	fence   *eventstore.Fence
+	entries []eventstore.Envelope
+}
+
+// Events is an in-memory eventstore.Store.
+type Events struct {
+	mu      sync.Mutex
+	streams map[string]*stream
+	// appendFault, when set, is applied to the next Append: landed tells
+	// whether the events are stored before err is returned.
+	appendFault *fault
+
+	Opens, Loads, Appends atomic.Int64
+}
+
+type fault struct {
+	err    error
+	landed bool
+}
+
+// NewEvents returns an empty store.
+func NewEvents() *Events { return &Events{streams: map[string]*stream{}} }
+
+// FailNextAppend makes the next Append return err. With landed the events
+// are stored first, modelling a reply lost after the write.
+func (e *Events) FailNextAppend(err error, landed bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.appendFault = &fault{err: err, landed: landed}
+}
+
+func (e *Events) Open(_ context.Context, orderID string, generation int64) (eventstore.Fence, []eventstore.Envelope, error) {
+	e.Opens.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, ok := e.streams[orderID]
+	if !ok || len(st.entries) == 0 {
+		return eventstore.Fence{Generation: generation, Epoch: 1}, nil, nil
+	}
+	var f eventstore.Fence
+	switch {
+	case st.fence == nil || generation > st.fence.Generation:
+		f = eventstore.Fence{Generation: generation, Epoch: 1}
+	case generation == st.fence.Generation:
+		f = eventstore.Fence{Generation: generation, Epoch: st.fence.Epoch + 1}
+	default:
+		return eventstore.Fence{}, nil, fmt.Errorf("open generation %d below %d: %w", generation, st.fence.Generation, eventstore.ErrFenced)
+	}
+	st.fence = &f
+	return f, slices.Clone(st.entries), nil
+}
+
+func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope) (int64, error) {
+	e.Appends.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	flt := e.appendFault
+	e.appendFault = nil
+	if flt != nil && !flt.landed {
+		return 0, flt.err
+	}
+	st, ok := e.streams[orderID]
+	if !ok {
+		st = &stream{}
+		e.streams[orderID] = st
+	}
+	if st.fence != nil && *st.fence != fence {
+		return 0, fmt.Errorf("fence %+v is not %+v: %w", fence, *st.fence, eventstore.ErrFenced)
+	}
+	for _, env := range events {
+		if env.SourceCommandID == "" {
+			continue
+		}
+		for _, old := range st.entries {
+			if old.SourceCommandID == env.SourceCommandID {
+				return 0, fmt.Errorf("%s at version %d: %w", env.SourceCommandID, old.Version, eventstore.ErrDuplicateCommand)
+			}
+		}
+	}
+	if v := int64(len(st.entries)); v != expectedVersion {
+		return 0, fmt.Errorf("stream at %d, expected %d: %w", v, expectedVersion, eventstore.ErrVersionConflict)
+	}
+	if st.fence == nil {
+		f := fence
+		st.fence = &f
+	}
+	for _, env := range events {
+		env.Version = int64(len(st.entries)) + 1
+		env.Data = slices.Clone(env.Data)
+		st.entries = append(st.entries, env)
+	}
+	if flt != nil {
+		return 0, flt.err
+	}
+	return int64(len(st.entries)), nil
+}
+
+func (e *Events) Load(_ context.Context, orderID string) ([]eventstore.Envelope, error) {
+	e.Loads.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st, ok := e.streams[orderID]; ok {
+		return slices.Clone(st.entries), nil
+	}
+	return []eventstore.Envelope{}, nil
+}
+
+// Stream returns a copy of the order's entries.
+func (e *Events) Stream(orderID string) []eventstore.Envelope {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st, ok := e.streams[orderID]; ok {
+		return slices.Clone(st.entries)
+	}
+	return nil
+}
+
+// Types returns the order's event types in stream order.
+func (e *Events) Types(orderID string) []string {
+	var out []string
+	for _, env := range e.Stream(orderID) {
+		out = append(out, env.EventType)
+	}
+	return out
+}
+
+// Corrupt replaces the body of the order's entry at version with data.
+func (e *Events) Corrupt(orderID string, version int64, data []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.streams[orderID].entries[version-1].Data = data
+}
+
+// ---- read model ----
+
+type projection struct {
+	state   *contracts.OrderState
+	version int64
+}
+
+// ReadModel is an in-memory readmodel.Store.
+type ReadModel struct {
+	mu      sync.Mutex
+	records map[string]projection
+	putErr  error
+
+	Gets, Puts, Deletes atomic.Int64
+}
+
+// NewReadModel returns an empty store.
+func NewReadModel() *ReadModel { return &ReadModel{records: map[string]projection{}} }
+
+// FailNextPut makes the next Put return err without writing.
+func (r *ReadModel) FailNextPut(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.putErr = err
+}
+
+func (r *ReadModel) Get(_ context.Context, orderID string) (*contracts.OrderState, int64, error) {
+	r.Gets.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.records[orderID]
+	if !ok {
+		return nil, 0, fmt.Errorf("%s: %w", orderID, readmodel.ErrNotFound)
+	}
+	return proto.Clone(p.state).(*contracts.OrderState), p.version, nil
+}
+
+func (r *ReadModel) Put(_ context.Context, orderID string, version int64, state *contracts.OrderState) (bool, error) {
+	r.Puts.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.putErr; err != nil {
+		r.putErr = nil
+		return false, err
+	}
+	if p, ok := r.records[orderID]; ok && p.version > version {
+		return false, nil
+	}
+	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+	return true, nil
+}
+
+func (r *ReadModel) Delete(_ context.Context, orderID string) error {
+	r.Deletes.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.records, orderID)
+	return nil
+}
+
+// Seed stores a projection without counting a write.
+func (r *ReadModel) Seed(orderID string, version int64, state *contracts.OrderState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+}
+
+// Remove deletes a projection without counting a write.
+func (r *ReadModel) Remove(orderID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.records, orderID)
+}
+
+// Lookup returns the projection and its version without counting a read.
+func (r *ReadModel) Lookup(orderID string) (*contracts.OrderState, int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.records[orderID]
+	if !ok {
+		return nil, 0, false
+	}
+	return proto.Clone(p.state).(*contracts.OrderState), p.version, true
+}
+
+// ---- idempotency ----
+
+// Idempotency is an in-memory commerce.Idempotency.
+type Idempotency struct {
+	mu       sync.Mutex
+	mappings map[string]commerce.Mapping
+
+	ReserveCalls, MarkStartedCalls atomic.Int64
+}
+
+// NewIdempotency returns an empty mapping store.
+func NewIdempotency() *Idempotency { return &Idempotency{mappings: map[string]commerce.Mapping{}} }
+
+func (i *Idempotency) Reserve(_ context.Context, key string, candidate commerce.Mapping) (commerce.Mapping, bool, error) {
+	i.ReserveCalls.Add(1)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if m, ok := i.mappings[key]; ok {
+		return m, false, nil
+	}
+	candidate.Status = commerce.MappingPending
+	i.mappings[key] = candidate
+	return candidate, true, nil
+}
+
+func (i *Idempotency) Get(_ context.Context, key string) (commerce.Mapping, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	m, ok := i.mappings[key]
+	if !ok {
+		return commerce.Mapping{}, fmt.Errorf("key %q: %w", key, commerce.ErrNotFound)
+	}
+	return m, nil
+}
+
+func (i *Idempotency) MarkStarted(_ context.Context, key, orderID string) error {
+	i.MarkStartedCalls.Add(1)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	m, ok := i.mappings[key]
+	if !ok || m.OrderID != orderID {
+		return fmt.Errorf("key %q for order %q: %w", key, orderID, commerce.ErrNotFound)
+	}
+	m.Status = commerce.MappingStarted
+	i.mappings[key] = m
+	return nil
+}
+
+// Seed stores a mapping without counting a write.
+func (i *Idempotency) Seed(key string, m commerce.Mapping) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.mappings[key] = m
+}
+
+// Status returns the key's mapping status, "" when unmapped.
+func (i *Idempotency) Status(key string) commerce.MappingStatus {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.mappings[key].Status
+}
+
+// ---- inventory ----
+
+type reservation struct {
+	res      *contracts.ReserveInventoryRes
+	lines    []*contracts.OrderLine
+	released *contracts.ReleaseInventoryRes
+}
+
+// Inventory is an in-memory commerce.Inventory: first result per
+// ReservationId, all-or-nothing stock moves.
+type Inventory struct {
+	mu           sync.Mutex
+	stock        map[string]int64
+	reservations map[string]*reservation
+	reserveCalls map[string]int64
+	releaseCalls map[string]int64
+
+	TotalReserveCalls, TotalReleaseCalls atomic.Int64
+}
+
+// NewInventory returns an inventory with no stock.
+func NewInventory() *Inventory {
+	return &Inventory{
+		stock: map[string]int64{}, reservations: map[string]*reservation{},
+		reserveCalls: map[string]int64{}, releaseCalls: map[string]int64{},
+	}
+}
+
+func (v *Inventory) Reserve(_ context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error) {
+	v.TotalReserveCalls.Add(1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.reserveCalls[req.ReservationId]++
+	if r, ok := v.reservations[req.ReservationId]; ok {
+		return proto.Clone(r.res).(*contracts.ReserveInventoryRes), nil
+	}
+	res := &contracts.ReserveInventoryRes{Accepted: true}
+	for _, l := range req.Lines {
+		if v.stock[l.Sku] < int64(l.Quantity) {
+			res = &contracts.ReserveInventoryRes{Accepted: false, Reason: proto.String("insufficient stock for " + l.Sku)}
+			break
+		}
+	}
+	if res.Accepted {
+		for _, l := range req.Lines {
+			v.stock[l.Sku] -= int64(l.Quantity)
+		}
+	}
+	v.reservations[req.ReservationId] = &reservation{res: res, lines: req.Lines}
+	return proto.Clone(res).(*contracts.ReserveInventoryRes), nil
+}
+
+func (v *Inventory) Release(_ context.Context, req *contracts.ReleaseInventoryReq) (*contracts.ReleaseInventoryRes, error) {
+	v.TotalReleaseCalls.Add(1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.releaseCalls[req.ReservationId]++
+	r, ok := v.reservations[req.ReservationId]
+	switch {
+	case !ok:
+		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String("unknown reservation")}, nil
+	case !r.res.Accepted:
+		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String("reservation was rejected")}, nil
+	case r.released != nil:
+		return proto.Clone(r.released).(*contracts.ReleaseInventoryRes), nil
+	}
+	for _, l := range r.lines {
+		v.stock[l.Sku] += int64(l.Quantity)
+	}
+	r.released = &contracts.ReleaseInventoryRes{Released: true}
+	return proto.Clone(r.released).(*contracts.ReleaseInventoryRes), nil
+}
+
+func (v *Inventory) SetStock(_ context.Context, sku string, quantity int64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stock[sku] = quantity
+	return nil
+}
+
+func (v *Inventory) Stock(_ context.Context, sku string) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stock[sku], nil
+}
+
+func (v *Inventory) ReserveCalls(_ context.Context, reservationID string) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reserveCalls[reservationID], nil
+}
+
+func (v *Inventory) ReleaseCalls(_ context.Context, reservationID string) (int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.releaseCalls[reservationID], nil
+}
+
+// ---- payment ----
+
+// Payment is an in-memory commerce.Payment: first result per PaymentId.
+type Payment struct {
+	mu             sync.Mutex
+	methods        map[string]commerce.PaymentMethod
+	results        map[string]*contracts.AuthorizePaymentRes
+	captured       map[string]int64
+	authorizeCalls map[string]int64
+	lastMethod     map[string]string
+
+	TotalAuthorizeCalls atomic.Int64
+}
+
+// NewPayment returns a payment module with no methods.
+func NewPayment() *Payment {
+	return &Payment{
+		methods: map[string]commerce.PaymentMethod{}, results: map[string]*contracts.AuthorizePaymentRes{},
+		captured: map[string]int64{}, authorizeCalls: map[string]int64{}, lastMethod: map[string]string{},
+	}
+}
+
+func (p *Payment) Authorize(_ context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error) {
+	p.TotalAuthorizeCalls.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.authorizeCalls[req.PaymentId]++
+	p.lastMethod[req.PaymentId] = req.PaymentMethodId
+	if r, ok := p.results[req.PaymentId]; ok {
+		return proto.Clone(r).(*contracts.AuthorizePaymentRes), nil
+	}
+	m, ok := p.methods[req.PaymentMethodId]
+	var res *contracts.AuthorizePaymentRes
+	switch {
+	case !ok:
+		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String("unknown payment method")}
+	case !m.Approve:
+		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String(m.Reason)}
+	default:
+		res = &contracts.AuthorizePaymentRes{Accepted: true}
+		p.captured[req.PaymentId] = req.Amount
+	}
+	p.results[req.PaymentId] = res
+	return proto.Clone(res).(*contracts.AuthorizePaymentRes), nil
+}
+
+func (p *Payment) PutMethod(_ context.Context, m commerce.PaymentMethod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.methods[m.MethodID] = m
+	return nil
+}
+
+func (p *Payment) GetMethod(_ context.Context, methodID string) (commerce.PaymentMethod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.methods[methodID]
+	if !ok {
+		return commerce.PaymentMethod{}, fmt.Errorf("method %q: %w", methodID, commerce.ErrNotFound)
+	}
+	return m, nil
+}
+
+func (p *Payment) AuthorizeCalls(_ context.Context, paymentID string) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.authorizeCalls[paymentID], nil
+}
+
+func (p *Payment) Captured(_ context.Context, paymentID string) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.captured[paymentID], nil
+}
+
+// LastMethod is the payment method of the last Authorize for paymentID.
+func (p *Payment) LastMethod(paymentID string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastMethod[paymentID]
+}
+
+// ---- envelopes ----
+
+// Envelopes is an in-memory workflow.Envelopes: first write wins.
+type Envelopes struct {
+	mu    sync.Mutex
+	first map[string]*contracts.StartOrderWorkflowReq
+
+	Saves, LoadCalls atomic.Int64
+}
+
+// NewEnvelopes returns an empty store.
+func NewEnvelopes() *Envelopes {
+	return &Envelopes{first: map[string]*contracts.StartOrderWorkflowReq{}}
+}
+
+func (e *Envelopes) SaveFirst(_ context.Context, req *contracts.StartOrderWorkflowReq) error {
+	e.Saves.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.first[req.OrderId]; !ok {
+		e.first[req.OrderId] = proto.Clone(req).(*contracts.StartOrderWorkflowReq)
+	}
+	return nil
+}
+
+func (e *Envelopes) LoadFirst(_ context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error) {
+	e.LoadCalls.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	req, ok := e.first[orderID]
+	if !ok {
+		return nil, fmt.Errorf("first envelope of %s: %w", orderID, workflow.ErrNotFound)
+	}
+	return proto.Clone(req).(*contracts.StartOrderWorkflowReq), nil
+}
+
+// ---- fixtures ----
+
+// Fixtures is an in-memory workflow.Fixtures with the arming API of the
+// Redis fixture store, keyed the same way.
+type Fixtures struct {
+	mu    sync.Mutex
+	gates map[string]workflow.GateMode
+	skips map[string]bool
+
+	GateCalls, Takes atomic.Int64
+}
+
+// NewFixtures returns fixtures with nothing armed.
+func NewFixtures() *Fixtures {
+	return &Fixtures{gates: map[string]workflow.GateMode{}, skips: map[string]bool{}}
+}
+
+// ArmGate arms a gate for the start of idempotencyKey.
+func (f *Fixtures) ArmGate(idempotencyKey string, mode workflow.GateMode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gates[order.StartSourceCommandID(idempotencyKey)] = mode
+}
+
+// ReleaseGate removes the gate of the start of idempotencyKey.
+func (f *Fixtures) ReleaseGate(idempotencyKey string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.gates, order.StartSourceCommandID(idempotencyKey))
+}
+
+// ArmSkipTerminalProjection arms a one-time skip of the terminal
+// projection for the start of idempotencyKey.
+func (f *Fixtures) ArmSkipTerminalProjection(idempotencyKey string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skips[order.StartSourceCommandID(idempotencyKey)] = true
+}
+
+func (f *Fixtures) Gate(_ context.Context, startSourceCommandID string) (workflow.GateMode, error) {
+	f.GateCalls.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gates[startSourceCommandID], nil
+}
+
+func (f *Fixtures) TakeSkipTerminalProjection(_ context.Context, startSourceCommandID string) (bool, error) {
+	f.Takes.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	skip := f.skips[startSourceCommandID]
+	delete(f.skips, startSourceCommandID)
+	return skip, nil
+}
+
+var (
+	_ eventstore.Store     = (*Events)(nil)
+	_ readmodel.Store      = (*ReadModel)(nil)
+	_ commerce.Idempotency = (*Idempotency)(nil)
+	_ commerce.Inventory   = (*Inventory)(nil)
+	_ commerce.Payment     = (*Payment)(nil)
+	_ workflow.Envelopes   = (*Envelopes)(nil)
+	_ workflow.Fixtures    = (*Fixtures)(nil)
+)

@@ -1,0 +1,232 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+// harness runs several members in one process on the in-memory test
+// provider, against a real redis-server.
+type harness struct {
+	t      *testing.T
+	redis  *redisserver.Server
+	agent  *test.InMemAgent
+	stores *node.Stores
+	mu     sync.Mutex
+	logs   map[string]*syncBuffer
+}
+
+// syncBuffer collects one node's evidence lines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count returns how many whole lines equal line.
+func (b *syncBuffer) count(line string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := redisserver.ForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(stores.Close)
+	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*syncBuffer{}}
+	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))
+	return h
+}
+
+func (h *harness) logger(name string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
+}
+
+func (h *harness) evidence(name string) *syncBuffer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.logs[name]
+	if !ok {
+		b = &syncBuffer{}
+		h.logs[name] = b
+	}
+	return b
+}
+
+// quietFramework hides protoactor's connection errors at member shutdown.
+const quietFramework = slog.LevelError + 4
+
+type wfOpt func(*node.WorkflowConfig)
+
+func withIdle(d time.Duration) wfOpt { return func(c *node.WorkflowConfig) { c.IdleTimeout = d } }
+func withFixtures() wfOpt            { return func(c *node.WorkflowConfig) { c.Fixtures = true } }
+
+func (h *harness) startWorkflow(name string, opts ...wfOpt) *node.Workflow {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := node.WorkflowConfig{
+		Cluster: cluster.Config{
+			NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
+			RefreshTTL: 100 * time.Millisecond, Logger: h.logger(name),
+			FrameworkLogLevel: quietFramework,
+		},
+		Stores:   h.stores,
+		Evidence: io.MultiWriter(h.evidence(name), tlogWriter{h.t}),
+		Logger:   h.logger(name),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	w, err := node.StartWorkflow(ctx, cfg)
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { w.Member.Crash() })
+	return w
+}
+
+// api is a member without kinds, as CommerceApi is.
+type api struct {
+	member *cluster.Member
+	client *grain.Client
+}
+
+func (h *harness) startAPI(name string) *api {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := cluster.Start(ctx, cluster.Config{
+		NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Logger: h.logger(name),
+		FrameworkLogLevel: quietFramework,
+	})
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { m.Crash() })
+	return &api{member: m, client: grain.NewClient(m.Lookup)}
+}
+
+// waitMembers waits until the lookup sees n members hosting the kind.
+func waitMembers(t *testing.T, l *location.Lookup, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool { return len(l.Eligible(grain.KindName)) == n },
+		"expected %d workflow members", n)
+}
+
+// eventually polls cond every 10 ms until the deadline.
+func eventually(t *testing.T, within time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s: %s", within, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var orderSeq struct {
+	sync.Mutex
+	n int
+}
+
+// startReq builds a start command for a fresh order of the demo catalogue.
+func (h *harness) startReq(t *testing.T, cartID, method string) *contracts.StartOrderWorkflowReq {
+	orderSeq.Lock()
+	orderSeq.n++
+	n := orderSeq.n
+	orderSeq.Unlock()
+	ctx := ctxT(t, 5*time.Second)
+	cart, err := h.stores.Commerce.Carts().GetCart(ctx, cartID)
+	require.NoError(t, err)
+	key := fmt.Sprintf("%s-key-%d-%d", t.Name(), n, time.Now().UnixNano())
+	orderID := fmt.Sprintf("ord-%d-%d", n, time.Now().UnixNano())
+	_, _, err = h.stores.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{
+		OrderID: orderID, Status: commerce.MappingPending,
+		Fingerprint: commerce.Fingerprint(cartID, "addr-1", method),
+	})
+	require.NoError(t, err)
+	return &contracts.StartOrderWorkflowReq{
+		OrderId: orderID, CartId: cartID,
+		ShippingAddressId: "addr-1", PaymentMethodId: method, IdempotencyKey: key,
+		SourceCommandId: order.StartSourceCommandID(key), Lines: cart.Lines,
+		Amount: cart.Amount, Currency: cart.Currency,
+	}
+}
+
+// eventTypes returns the order's stream as event type names.
+func (h *harness) eventTypes(t *testing.T, orderID string) []string {
+	envs, err := h.stores.Events.Load(ctxT(t, 5*time.Second), orderID)
+	require.NoError(t, err)
+	out := make([]string, len(envs))
+	for i, e := range envs {
+		out[i] = e.EventType
+	}
+	return out
+}
+
+// waitStatus polls the read model until the order reaches status.
+func (h *harness) waitStatus(t *testing.T, orderID string, status contracts.OrderStatus) *contracts.OrderState {
+	t.Helper()
+	var last *contracts.OrderState
+	eventually(t, 15*time.Second, func() bool {
+		st, _, err := h.stores.ReadModel.Get(context.Background(), orderID)
+		if err == nil {
+			last = st
+		}
+		return err == nil && st.GetStatus() == status
+	}, "order %s to reach %s (last %v)", orderID, status, &last)
+	return last
+}
+
+var (
+	success         = []string{"OrderStartedEvent", "InventoryReservedEvent", "PaymentAuthorizedEvent", "OrderConfirmedEvent"}
+	inventoryFailed = []string{"OrderStartedEvent", "InventoryReservationFailedEvent", "OrderFailedEvent"}
+	paymentFailed   = []string{"OrderStartedEvent", "InventoryReservedEvent", "PaymentFailedEvent", "InventoryReleasedEvent", "OrderFailedEvent"}
+)

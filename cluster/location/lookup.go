@@ -1,0 +1,488 @@
+// Package location owns who hosts which grain: the Redis-backed Location
+// Store, the protoactor IdentityLookup that reads it, the activator that
+// hosts grains on a member, and the cluster context that turns a dead owner
+// into a fast, typed ErrUnavailable. It never fails over: a Ready identity
+// whose owner left the topology stays where it is until an operator acts.
+//
+// It knows nothing of orders, HTTP or the event stream; it must not import
+// actors/..., edge or eventstore.
+package location
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/google/uuid"
+)
+
+var (
+	// ErrUnavailable: the identity is Ready at an owner that has left the
+	// topology (or is leaving). Nothing is activated anywhere instead.
+	ErrUnavailable = errors.New("location: owner unavailable")
+	// ErrTimeout: no answer within the request's time.
+	ErrTimeout = errors.New("location: timeout")
+	// ErrStoreUnavailable: the Location Store could not be reached.
+	ErrStoreUnavailable = errors.New("location: store unavailable")
+	// ErrNoMember: no live member hosts the kind.
+	ErrNoMember = errors.New("location: no eligible member")
+	// ErrLockLost: the creation lock expired before the activation committed.
+	ErrLockLost = errors.New("location: creation lock lost")
+	// ErrNotOwner: the caller is not the identity's current owner.
+	ErrNotOwner = errors.New("location: not the owner")
+	// ErrMoveRolledBack: a relocation failed before the target activated
+	// and the source is the Ready owner again.
+	ErrMoveRolledBack = errors.New("location: relocation rolled back")
+	// ErrInvalidIdentity: an identity that cannot be stored.
+	ErrInvalidIdentity = errors.New("location: invalid identity")
+)
+
+// ActivatorName is the actor name of each member's activator.
+const ActivatorName = "shoppingmall-activator"
+
+// Config configures a Lookup.
+type Config struct {
+	Store *Store
+	// NodeName is this process's operator-facing name (api-a, workflow-b).
+	NodeName string
+	// CreateLockTTL bounds how long a dead creator can block an identity.
+	CreateLockTTL time.Duration
+	// ActivationTimeout bounds one activation request to a member.
+	ActivationTimeout time.Duration
+	// WaitTimeout bounds waiting for another caller's Creating or Moving.
+	WaitTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Activation is what a grain learns when it is activated.
+type Activation struct {
+	Kind       string
+	Identity   string
+	Generation int64
+	Reason     ActivationReason
+	// Lookup lets the grain release its authority or move itself.
+	Lookup *Lookup
+}
+
+// Activatable is implemented by grains that want their Activation. It is
+// called in the actor's OnInit, before Started.
+type Activatable interface {
+	SetActivation(a Activation)
+}
+
+// Lookup is a cluster.IdentityLookup backed by the Location Store.
+type Lookup struct {
+	cfg     Config
+	store   *Store
+	log     *slog.Logger
+	cluster *pcluster.Cluster
+	kinds   map[string]bool // kinds hosted here
+
+	mu        sync.Mutex
+	members   map[string]*pcluster.Member // live members by id
+	byAddress map[string]string           // address → member id
+	leaving   map[string]chan struct{}    // address → closed when it leaves
+	inflight  map[string]*resolveCall
+	ready     chan struct{}
+	readyOnce sync.Once
+	draining  atomic.Bool
+	rr        atomic.Uint64
+	activator *actor.PID
+	sub       *eventstream.Subscription
+	onJoin    []func(memberID, address string, kinds []string)
+}
+
+type resolveCall struct {
+	done chan struct{}
+	pid  *actor.PID
+	err  error
+}
+
+// New returns a Lookup; pass it to cluster.Configure.
+func New(cfg Config) *Lookup {
+	if cfg.CreateLockTTL == 0 {
+		cfg.CreateLockTTL = 5 * time.Second
+	}
+	if cfg.ActivationTimeout == 0 {
+		cfg.ActivationTimeout = 5 * time.Second
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Lookup{
+		cfg:       cfg,
+		store:     cfg.Store,
+		log:       cfg.Logger,
+		members:   map[string]*pcluster.Member{},
+		byAddress: map[string]string{},
+		leaving:   map[string]chan struct{}{},
+		inflight:  map[string]*resolveCall{},
+		ready:     make(chan struct{}),
+	}
+}
+
+// Store returns the Location Store behind the lookup.
+func (l *Lookup) Store() *Store { return l.store }
+
+// OnMemberJoined registers f for every member that joins the topology,
+// observed passively. Register before the cluster starts.
+func (l *Lookup) OnMemberJoined(f func(memberID, address string, kinds []string)) {
+	l.mu.Lock()
+	l.onJoin = append(l.onJoin, f)
+	l.mu.Unlock()
+}
+
+// Setup implements cluster.IdentityLookup. It runs inside StartMember,
+// before any member is known.
+func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
+	l.cluster = c
+	l.kinds = map[string]bool{}
+	for _, k := range kinds {
+		if k != pcluster.TopicActorKind {
+			l.kinds[k] = true
+		}
+	}
+	sys := c.ActorSystem
+	sub := sys.EventStream.Subscribe(func(ev any) {
+		switch e := ev.(type) {
+		case *pcluster.ClusterTopology:
+			// Published under the member list's lock: touch only our state.
+			l.onTopology(e)
+		case *remote.EndpointTerminatedEvent:
+			l.onEndpointTerminated(e.Address)
+		case *pcluster.ActivationTerminated:
+			if e.ClusterIdentity != nil {
+				c.PidCache.RemoveByValue(e.ClusterIdentity.Identity, e.ClusterIdentity.Kind, e.Pid)
+			}
+		}
+	})
+	l.sub = sub
+	if !isClient && len(l.kinds) > 0 {
+		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
+			return &activator{lookup: l, grains: map[string]*hosted{}}
+		}), ActivatorName)
+		if err != nil {
+			l.log.Error("activator spawn failed", slog.Any("error", err))
+		}
+		l.activator = pid
+	}
+	if l.cfg.NodeName != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := l.store.PutMemberName(ctx, sys.ID, l.cfg.NodeName); err != nil {
+			l.log.Error("publishing member name failed", slog.Any("error", err))
+		}
+	}
+}
+
+// Shutdown implements cluster.IdentityLookup.
+func (l *Lookup) Shutdown() {
+	if l.sub != nil && l.cluster != nil {
+		l.cluster.ActorSystem.EventStream.Unsubscribe(l.sub)
+	}
+}
+
+func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
+	l.mu.Lock()
+	members := map[string]*pcluster.Member{}
+	byAddr := map[string]string{}
+	for _, m := range t.Members {
+		members[m.Id] = m
+		byAddr[m.Address()] = m.Id
+	}
+	for _, m := range t.Left {
+		if ch, ok := l.leaving[m.Address()]; ok {
+			close(ch)
+			delete(l.leaving, m.Address())
+		}
+	}
+	l.members, l.byAddress = members, byAddr
+	joins := append([]func(string, string, []string){}, l.onJoin...)
+	self := l.cluster != nil && members[l.cluster.ActorSystem.ID] != nil
+	l.mu.Unlock()
+	if self {
+		l.readyOnce.Do(func() { close(l.ready) })
+	}
+	for _, m := range t.Joined {
+		for _, f := range joins {
+			f(m.Id, m.Address(), m.Kinds)
+		}
+	}
+}
+
+// onEndpointTerminated fails in-flight requests to an address as soon as
+// remoting reports the connection gone; the topology confirms later.
+func (l *Lookup) onEndpointTerminated(addr string) {
+	l.mu.Lock()
+	if ch, ok := l.leaving[addr]; ok {
+		close(ch)
+		delete(l.leaving, addr)
+	}
+	l.mu.Unlock()
+}
+
+// leaveSignal returns a channel closed when the member at addr leaves.
+func (l *Lookup) leaveSignal(addr string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch, ok := l.leaving[addr]
+	if !ok {
+		ch = make(chan struct{})
+		if _, live := l.byAddress[addr]; !live && addr != l.selfAddress() {
+			close(ch)
+			return ch
+		}
+		l.leaving[addr] = ch
+	}
+	return ch
+}
+
+func (l *Lookup) selfAddress() string {
+	if l.cluster == nil {
+		return ""
+	}
+	return l.cluster.ActorSystem.Address()
+}
+
+// WaitReady blocks until the first topology that holds this member.
+func (l *Lookup) WaitReady(ctx context.Context) error {
+	select {
+	case <-l.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for first topology", ErrTimeout)
+	}
+}
+
+// Live reports whether a member id is in the current topology.
+func (l *Lookup) Live(memberID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.members[memberID] != nil
+}
+
+// Eligible returns the live members hosting kind, sorted by id.
+func (l *Lookup) Eligible(kind string) []*pcluster.Member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*pcluster.Member
+	for _, m := range l.members {
+		if m.HasKind(kind) {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out
+}
+
+// Get implements cluster.IdentityLookup for callers that go around our
+// context; errors become nil as that interface demands.
+func (l *Lookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.WaitTimeout)
+	defer cancel()
+	pid, err := l.Resolve(ctx, ci.Kind, ci.Identity)
+	if err != nil {
+		return nil
+	}
+	return pid
+}
+
+// RemovePid implements cluster.IdentityLookup.
+func (l *Lookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID) {
+	l.Forget(ci.Kind, ci.Identity, pid)
+}
+
+// Forget drops a cached pid so the next call reads the Location Store.
+func (l *Lookup) Forget(kind, id string, pid *actor.PID) {
+	if pid == nil {
+		l.cluster.PidCache.Remove(id, kind)
+		return
+	}
+	l.cluster.PidCache.RemoveByValue(id, kind, pid)
+}
+
+// Resolve returns the pid of the identity's owner, activating it when the
+// identity is Missing. Warm calls are answered from the pid cache without a
+// Redis round trip. A Ready identity whose owner has left the topology is
+// ErrUnavailable at once; nothing is activated anywhere.
+func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
+	if pid, ok := l.cluster.PidCache.Get(id, kind); ok && pid != nil {
+		return pid, nil
+	}
+	if err := l.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := kind + "/" + id
+	l.mu.Lock()
+	if c, ok := l.inflight[key]; ok {
+		l.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.pid, c.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: resolving %s", ErrTimeout, key)
+		}
+	}
+	c := &resolveCall{done: make(chan struct{})}
+	l.inflight[key] = c
+	l.mu.Unlock()
+
+	c.pid, c.err = l.resolve(ctx, kind, id)
+	if c.err == nil {
+		l.cluster.PidCache.Set(id, kind, c.pid)
+	}
+	l.mu.Lock()
+	delete(l.inflight, key)
+	l.mu.Unlock()
+	close(c.done)
+	return c.pid, c.err
+}
+
+func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
+	backoff := 2 * time.Millisecond
+	for {
+		rec, err := l.store.Get(ctx, kind, id)
+		if err != nil {
+			return nil, err
+		}
+		switch rec.Status {
+		case Ready:
+			if !l.Live(rec.Owner) {
+				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
+			}
+			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
+		case Moving:
+			if !l.Live(rec.Owner) {
+				return nil, fmt.Errorf("%w: %s is moving from member %s, which has left", ErrUnavailable, id, rec.Owner)
+			}
+		case Missing:
+			pid, err := l.create(ctx, kind, id)
+			if pid != nil || err != nil {
+				return pid, err
+			}
+		}
+		// Creating, Moving, or lost a creation race: wait for Ready.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: waiting for %s to become Ready", ErrTimeout, id)
+		case <-t.C:
+		}
+		if backoff < 50*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// create cold-activates a Missing identity. It returns (nil, nil) when
+// another caller is creating it.
+func (l *Lookup) create(ctx context.Context, kind, id string) (*actor.PID, error) {
+	token := uuid.NewString()
+	ok, gen, _, err := l.store.BeginCreate(ctx, kind, id, token, l.cfg.CreateLockTTL)
+	if err != nil || !ok {
+		return nil, err
+	}
+	candidates := l.Eligible(kind)
+	if len(candidates) == 0 {
+		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
+		return nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
+	}
+	start := int(l.rr.Add(1))
+	var lastErr error
+	for i := range candidates {
+		m := candidates[(start+i)%len(candidates)]
+		pid, err := l.activateOn(ctx, m, kind, id, gen, ActivationReason_ACTIVATION_REASON_COLD)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		err = l.store.CommitReady(context.WithoutCancel(ctx), kind, id, token, Record{
+			Owner: m.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen,
+		})
+		if err != nil {
+			// The grain cannot own what was not recorded: stop it.
+			l.cluster.ActorSystem.Root.Stop(pid)
+			return nil, err
+		}
+		return pid, nil
+	}
+	_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
+	return nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
+}
+
+func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id string, gen int64, reason ActivationReason) (*actor.PID, error) {
+	timeout := l.cfg.ActivationTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return nil, ErrTimeout
+	}
+	res, err := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName),
+		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason}, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("activate on %s: %w", m.Id, err)
+	}
+	a, ok := res.(*Activated)
+	if !ok {
+		return nil, fmt.Errorf("activate on %s: unexpected reply %T", m.Id, res)
+	}
+	if a.Error != "" {
+		return nil, fmt.Errorf("activate on %s: %s", m.Id, a.Error)
+	}
+	return actor.NewPID(a.PidAddress, a.PidId), nil
+}
+
+// Release gives up authority for an identity owned by pid (explicit close
+// or idle passivation). With discard, the generation it took is returned.
+func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error {
+	_, err := l.store.Release(ctx, kind, id, pid.Id, discard)
+	l.cluster.PidCache.RemoveByValue(id, kind, pid)
+	return err
+}
+
+// SetDraining makes this member's activator refuse new activations, so a
+// graceful stop can move its grains away without new ones arriving.
+func (l *Lookup) SetDraining(v bool) { l.draining.Store(v) }
+
+// NodeNames returns member id → node name for live members.
+func (l *Lookup) NodeNames(ctx context.Context) (map[string]string, error) {
+	return l.store.MemberNames(ctx)
+}
+
+// MemberByNode finds the live member id published under a node name.
+func (l *Lookup) MemberByNode(ctx context.Context, node string) (*pcluster.Member, error) {
+	names, err := l.store.MemberNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, n := range names {
+		if n == node {
+			if m := l.members[id]; m != nil {
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: no live member named %s", ErrNoMember, node)
+}
+
+// Cluster returns the protoactor cluster the lookup serves.
+func (l *Lookup) Cluster() *pcluster.Cluster { return l.cluster }
+
+// Self returns this member's id.
+func (l *Lookup) Self() string { return l.cluster.ActorSystem.ID }

@@ -1,0 +1,101 @@
+package location
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+)
+
+// MoveStage names the steps of a planned relocation, for the operation
+// record kept by the caller.
+type MoveStage string
+
+const (
+	MoveStarted         MoveStage = "moving"
+	MoveTargetActivated MoveStage = "target-activated"
+	MoveCommitted       MoveStage = "committed"
+	MoveAborted         MoveStage = "aborted"
+)
+
+// MovePlan names what a relocation moves and where.
+type MovePlan struct {
+	Kind     string
+	Identity string
+	// Source is the current owner's pid; the caller is that owner, in its
+	// own turn, so the move never splits a turn.
+	Source *actor.PID
+	// TargetNode is an operator-chosen node name; empty lets the cluster
+	// pick another eligible member.
+	TargetNode  string
+	OperationID string
+	// Progress is told each stage before the next begins.
+	Progress func(stage MoveStage, target string, generation int64)
+}
+
+// Move relocates an identity to another member with the same generation:
+// Ready → Moving (callers wait) → the target activates and replays → Ready
+// at the target. A failure before the target activated rolls back to the
+// source; after it, only completion is possible (the target's activation
+// fenced the source), so the error says to repeat the operation. Repeating
+// with the same OperationID resumes.
+func (l *Lookup) Move(ctx context.Context, p MovePlan) (Record, error) {
+	report := func(s MoveStage, target string, g int64) {
+		if p.Progress != nil {
+			p.Progress(s, target, g)
+		}
+	}
+	gen, err := l.store.BeginMove(ctx, p.Kind, p.Identity, p.Source.Id, p.OperationID)
+	if err != nil {
+		return Record{}, err
+	}
+	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, "", gen)
+		return Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
+	}
+	report(MoveStarted, target.Id, gen)
+	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, gen, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, target.Id, gen)
+		return Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
+	}
+	report(MoveTargetActivated, target.Id, gen)
+	rec := Record{Status: Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen}
+	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, rec); err != nil {
+		return Record{}, fmt.Errorf("relocation of %s activated the target but did not commit; repeat operation %s: %w", p.Identity, p.OperationID, err)
+	}
+	l.cluster.PidCache.Set(p.Identity, p.Kind, pid)
+	report(MoveCommitted, target.Id, gen)
+	return rec, nil
+}
+
+func (l *Lookup) pickTarget(ctx context.Context, kind, node string) (*pcluster.Member, error) {
+	self := l.Self()
+	if node != "" {
+		m, err := l.MemberByNode(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		if m.Id == self {
+			return nil, fmt.Errorf("%w: %s already owns it", ErrNotOwner, node)
+		}
+		if !m.HasKind(kind) {
+			return nil, fmt.Errorf("%w: %s does not host %s", ErrNoMember, node, kind)
+		}
+		return m, nil
+	}
+	var others []*pcluster.Member
+	for _, m := range l.Eligible(kind) {
+		if m.Id != self {
+			others = append(others, m)
+		}
+	}
+	if len(others) == 0 {
+		return nil, fmt.Errorf("%w: no other member hosts %s", ErrNoMember, kind)
+	}
+	return others[int(l.rr.Add(1))%len(others)], nil
+}

@@ -1,0 +1,271 @@
+package location
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is an identity's authority state in the Location Store.
+type Status string
+
+const (
+	// Missing: no owner; the next command cold-activates a new generation.
+	Missing Status = ""
+	// Creating: a caller holds the creation lock and is activating.
+	Creating Status = "Creating"
+	// Ready: Owner hosts the identity at PID.
+	Ready Status = "Ready"
+	// Moving: a planned relocation is under way; callers wait for Ready.
+	Moving Status = "Moving"
+)
+
+// Record is one identity's authority as stored.
+type Record struct {
+	Status     Status
+	Owner      string // protoactor member id of the owner
+	PIDAddress string
+	PIDID      string
+	// Generation is the last activated generation. It survives release, so
+	// the next cold activation is Generation+1.
+	Generation int64
+	MoveOp     string // relocation operation id while Moving
+}
+
+// StoreConfig configures the Redis Location Store.
+type StoreConfig struct {
+	Client redis.UniversalClient
+	// KeyPrefix separates the Location Store's keyspace; default "sm:loc:".
+	// It must differ from the Relocation Store's.
+	KeyPrefix string
+}
+
+// Store is the Location Store: per identity authority, owner, pid and
+// generation, and the member id → node name mapping. Every mutation is one
+// Lua script on keys sharing the identity's hash tag, so it is atomic and
+// valid on Redis Cluster.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewStore returns a Location Store over cfg.Client.
+func NewStore(cfg StoreConfig) *Store {
+	p := cfg.KeyPrefix
+	if p == "" {
+		p = "sm:loc:"
+	}
+	return &Store{rdb: cfg.Client, prefix: p}
+}
+
+func (s *Store) recKey(kind, id string) string  { return s.prefix + kind + ":{" + id + "}" }
+func (s *Store) lockKey(kind, id string) string { return s.prefix + kind + ":{" + id + "}:lock" }
+func (s *Store) membersKey() string             { return s.prefix + "members" }
+
+func checkIdentity(id string) error {
+	if id == "" || strings.ContainsAny(id, "{}") {
+		return fmt.Errorf("%w: identity %q", ErrInvalidIdentity, id)
+	}
+	return nil
+}
+
+// translate turns a vendor error into ours, once, at the edge.
+func translate(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	return fmt.Errorf("%w: location store: %v", ErrStoreUnavailable, err)
+}
+
+// Get returns the identity's record; a never-seen identity is Missing with
+// generation 0.
+func (s *Store) Get(ctx context.Context, kind, id string) (Record, error) {
+	if err := checkIdentity(id); err != nil {
+		return Record{}, err
+	}
+	m, err := s.rdb.HGetAll(ctx, s.recKey(kind, id)).Result()
+	if err != nil {
+		return Record{}, translate(err)
+	}
+	return recordFrom(m), nil
+}
+
+func recordFrom(m map[string]string) Record {
+	g, _ := strconv.ParseInt(m["generation"], 10, 64)
+	return Record{
+		Status:     Status(m["status"]),
+		Owner:      m["owner"],
+		PIDAddress: m["pidAddress"],
+		PIDID:      m["pidId"],
+		Generation: g,
+		MoveOp:     m["moveOp"],
+	}
+}
+
+// beginCreate takes the creation lock of a Missing identity (or of one whose
+// creator died holding an expired lock). It answers the next generation when
+// acquired, otherwise the status that stopped it.
+var beginCreate = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'Ready' or st == 'Moving' then return {st, 0} end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating', 0} end
+redis.call('HSET', KEYS[1], 'status', 'Creating')
+local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
+return {'acquired', g + 1}
+`)
+
+// BeginCreate tries to become the creator of a Missing identity. acquired
+// reports success; next is then the generation to activate.
+func (s *Store) BeginCreate(ctx context.Context, kind, id, token string, ttl time.Duration) (acquired bool, next int64, st Status, err error) {
+	if err := checkIdentity(id); err != nil {
+		return false, 0, "", err
+	}
+	res, err := beginCreate.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)}, token, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return false, 0, "", translate(err)
+	}
+	tag, _ := res[0].(string)
+	n, _ := res[1].(int64)
+	if tag == "acquired" {
+		return true, n, Creating, nil
+	}
+	return false, 0, Status(tag), nil
+}
+
+var commitReady = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4], 'generation', ARGV[5])
+redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// CommitReady records the activation as Ready if token still holds the
+// creation lock. It fails with ErrLockLost otherwise.
+func (s *Store) CommitReady(ctx context.Context, kind, id, token string, rec Record) error {
+	n, err := commitReady.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)},
+		token, rec.Owner, rec.PIDAddress, rec.PIDID, rec.Generation).Int()
+	if err != nil {
+		return translate(err)
+	}
+	if n != 1 {
+		return ErrLockLost
+	}
+	return nil
+}
+
+var abortCreate = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[1], 'status') == 'Creating' then redis.call('HDEL', KEYS[1], 'status') end
+return 1
+`)
+
+// AbortCreate gives the creation lock back without using up a generation.
+func (s *Store) AbortCreate(ctx context.Context, kind, id, token string) error {
+	return translate(abortCreate.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)}, token).Err())
+}
+
+var release = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
+if ARGV[2] == '1' then
+  local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
+  if g > 0 then redis.call('HSET', KEYS[1], 'generation', g - 1) end
+end
+return 1
+`)
+
+// Release makes a Ready identity Missing if pidID is still its owner pid.
+// The generation counter is kept, so the next activation is generation+1;
+// with discard (an activation that found nothing to own) the generation it
+// took is given back, so an empty activation uses up no generation.
+func (s *Store) Release(ctx context.Context, kind, id, pidID string, discard bool) (bool, error) {
+	d := "0"
+	if discard {
+		d = "1"
+	}
+	n, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, d).Int()
+	if err != nil {
+		return false, translate(err)
+	}
+	return n == 1, nil
+}
+
+var beginMove = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'Moving' and redis.call('HGET', KEYS[1], 'moveOp') == ARGV[2] then
+  return tonumber(redis.call('HGET', KEYS[1], 'generation'))
+end
+if st ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return -1 end
+redis.call('HSET', KEYS[1], 'status', 'Moving', 'moveOp', ARGV[2])
+return tonumber(redis.call('HGET', KEYS[1], 'generation'))
+`)
+
+// BeginMove marks a Ready identity owned by pidID as Moving under opID and
+// returns its generation. Repeating it with the same opID is a no-op.
+func (s *Store) BeginMove(ctx context.Context, kind, id, pidID, opID string) (int64, error) {
+	g, err := beginMove.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, opID).Int64()
+	if err != nil {
+		return 0, translate(err)
+	}
+	if g < 0 {
+		return 0, fmt.Errorf("%w: %s is not Ready at this owner", ErrNotOwner, id)
+	}
+	return g, nil
+}
+
+var commitMove = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == 'Ready' and redis.call('HGET', KEYS[1], 'pidId') == ARGV[4] then return 1 end
+if st ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4])
+redis.call('HDEL', KEYS[1], 'moveOp')
+return 1
+`)
+
+// CommitMove makes the target the Ready owner, generation unchanged.
+// Repeating it after success is a no-op.
+func (s *Store) CommitMove(ctx context.Context, kind, id, opID string, target Record) error {
+	n, err := commitMove.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, opID, target.Owner, target.PIDAddress, target.PIDID).Int()
+	if err != nil {
+		return translate(err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: move %s of %s is not in progress", ErrNotOwner, opID, id)
+	}
+	return nil
+}
+
+var abortMove = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'Ready')
+redis.call('HDEL', KEYS[1], 'moveOp')
+return 1
+`)
+
+// AbortMove returns a Moving identity to Ready at its source owner. Only
+// valid before the target activated: after that the source is fenced and the
+// move must be completed instead.
+func (s *Store) AbortMove(ctx context.Context, kind, id, opID string) error {
+	return translate(abortMove.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, opID).Err())
+}
+
+// PutMemberName publishes member id → node name, so operators and logs can
+// speak of workflow-a while ownership stays keyed by incarnation.
+func (s *Store) PutMemberName(ctx context.Context, memberID, node string) error {
+	return translate(s.rdb.HSet(ctx, s.membersKey(), memberID, node).Err())
+}
+
+// MemberNames returns the whole member id → node name mapping.
+func (s *Store) MemberNames(ctx context.Context) (map[string]string, error) {
+	m, err := s.rdb.HGetAll(ctx, s.membersKey()).Result()
+	return m, translate(err)
+}

@@ -1,0 +1,199 @@
+// Package cluster owns joining the protoactor-go cluster
+// shoppingmall.workflow: the membership provider chosen by configuration,
+// the Redis Location Store lookup and our cluster context. Its subpackages
+// own the Location Store (location) and the Relocation Store (relocation).
+//
+// It knows nothing of orders or HTTP; it must not import actors/..., edge,
+// eventstore or readmodel.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// Name is the cluster every ShoppingMall process joins (spec: the
+// RouteMesh shoppingmall.workflow).
+const Name = "shoppingmall.workflow"
+
+// Provider names a membership provider.
+type Provider string
+
+const (
+	// ProviderAutomanaged: protoactor's automanaged provider, for a local
+	// cluster of processes that know each other's automanaged ports.
+	ProviderAutomanaged Provider = "automanaged"
+	// ProviderTest: the in-memory test agent, for several members in one
+	// process.
+	ProviderTest Provider = "test"
+	// ProviderK8s: Kubernetes, compiled in with the k8s build tag.
+	ProviderK8s Provider = "k8s"
+)
+
+// ErrConfig: the configuration cannot start a member.
+var ErrConfig = errors.New("cluster: invalid configuration")
+
+// Config configures one member.
+type Config struct {
+	// NodeName is the operator-facing name (api-a, workflow-b). Ownership
+	// is recorded by member id, which is new at every start.
+	NodeName string
+	// Host and Port are the remote (gRPC) bind address; Port 0 picks one.
+	Host string
+	Port int
+	// AdvertisedHost, if set, is the address other members dial.
+	AdvertisedHost string
+
+	Provider Provider
+	// AutomanagedPort is this member's automanaged HTTP port; Seeds are
+	// every member's host:automanagedPort.
+	AutomanagedPort int
+	Seeds           []string
+	// RefreshTTL is the automanaged/test provider refresh interval: it
+	// bounds how fast a killed member is seen to leave.
+	RefreshTTL time.Duration
+	// TestAgent is the shared in-memory agent for ProviderTest.
+	TestAgent *test.InMemAgent
+
+	// Kinds hosted here; none for an API member.
+	Kinds []*pcluster.Kind
+	// Location is the Location Store.
+	Location *location.Store
+	// RequestTimeout is the default grain call timeout.
+	RequestTimeout time.Duration
+	// OnMemberJoined observes topology passively (readiness evidence).
+	OnMemberJoined func(memberID, address string, kinds []string)
+	Logger         *slog.Logger
+	// FrameworkLogLevel filters protoactor's own logs; default Warn.
+	FrameworkLogLevel slog.Level
+}
+
+// Member is a started cluster member.
+type Member struct {
+	Cluster  *pcluster.Cluster
+	Lookup   *location.Lookup
+	System   *actor.ActorSystem
+	provider pcluster.ClusterProvider
+	cfg      Config
+}
+
+// Start joins the cluster and waits until this member sees itself in the
+// topology.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	if cfg.Location == nil || cfg.NodeName == "" {
+		return nil, fmt.Errorf("%w: NodeName and Location are required", ErrConfig)
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.RefreshTTL == 0 {
+		cfg.RefreshTTL = 500 * time.Millisecond
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FrameworkLogLevel == 0 {
+		cfg.FrameworkLogLevel = slog.LevelWarn
+	}
+	provider, err := newProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fw := cfg.Logger.Handler()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
+		return slog.New(levelHandler{min: cfg.FrameworkLogLevel, Handler: fw}).With("lib", "protoactor")
+	}))
+	lookup := location.New(location.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
+	if cfg.OnMemberJoined != nil {
+		lookup.OnMemberJoined(cfg.OnMemberJoined)
+	}
+	rc := remote.Configure(cfg.Host, cfg.Port)
+	if cfg.AdvertisedHost != "" {
+		rc = remote.Configure(cfg.Host, cfg.Port, remote.WithAdvertisedHost(cfg.AdvertisedHost))
+	}
+	pc := pcluster.Configure(Name, provider, lookup, rc,
+		pcluster.WithKinds(cfg.Kinds...),
+		pcluster.WithRequestTimeout(cfg.RequestTimeout),
+		pcluster.WithClusterContextProducer(location.ContextProducer(lookup)),
+	)
+	c := pcluster.New(system, pc)
+	c.StartMember()
+	m := &Member{Cluster: c, Lookup: lookup, System: system, provider: provider, cfg: cfg}
+	if err := lookup.WaitReady(ctx); err != nil {
+		m.Stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+func newProvider(cfg Config) (pcluster.ClusterProvider, error) {
+	switch cfg.Provider {
+	case ProviderTest:
+		if cfg.TestAgent == nil {
+			return nil, fmt.Errorf("%w: the test provider needs TestAgent", ErrConfig)
+		}
+		return test.NewTestProvider(cfg.TestAgent, test.WithTestProviderRefreshTtl(cfg.RefreshTTL)), nil
+	case ProviderAutomanaged, "":
+		if cfg.AutomanagedPort == 0 || len(cfg.Seeds) == 0 {
+			return nil, fmt.Errorf("%w: automanaged needs AutomanagedPort and Seeds", ErrConfig)
+		}
+		return automanaged.NewWithConfig(cfg.RefreshTTL, cfg.AutomanagedPort, cfg.Seeds...), nil
+	case ProviderK8s:
+		return newK8sProvider(cfg)
+	default:
+		return nil, fmt.Errorf("%w: unknown provider %q", ErrConfig, cfg.Provider)
+	}
+}
+
+// Address returns the member's remote address.
+func (m *Member) Address() string { return m.System.Address() }
+
+// ID returns the member id of this incarnation.
+func (m *Member) ID() string { return m.System.ID }
+
+// Stop leaves the cluster gracefully. Grains still hosted become
+// Unavailable (their records stay Ready): drain them first.
+func (m *Member) Stop() {
+	m.Cluster.Shutdown(true)
+}
+
+// Crash ends the member without leaving: it is deregistered from the test
+// provider and its remoting stops, as if the process had been killed. Only
+// for in-process tests.
+func (m *Member) Crash() {
+	if m.cfg.Provider == ProviderTest && m.cfg.TestAgent != nil {
+		m.cfg.TestAgent.DeregisterService(m.System.ID)
+	}
+	m.Cluster.Remote.Shutdown(false)
+}
+
+type levelHandler struct {
+	min slog.Level
+	slog.Handler
+}
+
+func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelHandler{min: h.min, Handler: h.Handler.WithAttrs(a)}
+}
+
+func (h levelHandler) WithGroup(n string) slog.Handler {
+	return levelHandler{min: h.min, Handler: h.Handler.WithGroup(n)}
+}

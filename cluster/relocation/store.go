@@ -1,0 +1,334 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultKeyPrefix is the Relocation Store's keyspace when Config leaves it
+// empty.
+const DefaultKeyPrefix = "sm:rel:"
+
+// locationDefaultPrefix is the Location Store's default keyspace, repeated
+// here rather than imported so this package stays independent of it.
+const locationDefaultPrefix = "sm:loc:"
+
+var (
+	// ErrNotFound: no envelope or operation is stored under that id.
+	ErrNotFound = errors.New("relocation: not found")
+	// ErrConflict: the write would rewrite history — a final operation
+	// changing state, or an operation id reused for another order.
+	ErrConflict = errors.New("relocation: conflict")
+	// ErrInvalidID: an order or operation id is empty or contains a brace,
+	// which would break the Redis Cluster hash tag.
+	ErrInvalidID = errors.New("relocation: invalid id")
+	// ErrInvalidArgument: a value other than an id is malformed (empty
+	// envelope, unknown state, negative generation).
+	ErrInvalidArgument = errors.New("relocation: invalid argument")
+	// ErrUnavailable: Redis failed or the context ended; the operation may
+	// be repeated.
+	ErrUnavailable = errors.New("relocation: store unavailable")
+)
+
+// OpState is the stage of a relocation operation. The strings equal the
+// Location Store's move stages so logs and records read the same, but they
+// are declared here so this store depends on nothing.
+type OpState string
+
+const (
+	OpMoving          OpState = "moving"
+	OpTargetActivated OpState = "target-activated"
+	OpCommitted       OpState = "committed"
+	OpAborted         OpState = "aborted"
+)
+
+// Final reports whether the operation has ended; a final record is frozen.
+func (s OpState) Final() bool { return s == OpCommitted || s == OpAborted }
+
+func (s OpState) valid() bool {
+	switch s {
+	case OpMoving, OpTargetActivated, OpCommitted, OpAborted:
+		return true
+	}
+	return false
+}
+
+// Operation is one planned relocation of one order.
+type Operation struct {
+	ID      string
+	OrderID string
+	// Source and Target are node names (e.g. workflow-a), never addresses,
+	// so a record stays meaningful after processes restart.
+	Source     string
+	Target     string
+	Generation int64
+	State      OpState
+	Error      string
+	// StartedAtUnixMs is fixed by the first write; later writes cannot
+	// change it, so the order of Operations is stable.
+	StartedAtUnixMs int64
+	UpdatedAtUnixMs int64
+}
+
+// Config configures the Relocation Store.
+type Config struct {
+	Client redis.UniversalClient
+	// KeyPrefix defaults to DefaultKeyPrefix. It must not lie inside the
+	// Location Store's keyspace ("sm:loc:").
+	KeyPrefix string
+}
+
+// Store is the Redis-backed Relocation Store. It is safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns a Store over cfg.Client. It panics on a nil client or on a
+// prefix inside the Location Store's keyspace: both are wiring mistakes that
+// must not reach production, and sharing keys would corrupt ownership.
+func New(cfg Config) *Store {
+	if cfg.Client == nil {
+		panic("relocation: Config.Client is nil")
+	}
+	p := cfg.KeyPrefix
+	if p == "" {
+		p = DefaultKeyPrefix
+	}
+	if strings.HasPrefix(p, locationDefaultPrefix) {
+		panic(fmt.Sprintf("relocation: key prefix %q lies inside the Location Store keyspace %q", p, locationDefaultPrefix))
+	}
+	return &Store{rdb: cfg.Client, prefix: p}
+}
+
+func (s *Store) envelopeKey(orderID string) string { return s.prefix + "envelope:{" + orderID + "}" }
+func (s *Store) opKey(orderID, opID string) string { return s.prefix + "op:{" + orderID + "}:" + opID }
+func (s *Store) opsKey(orderID string) string      { return s.prefix + "ops:{" + orderID + "}" }
+func (s *Store) opIndexKey(opID string) string     { return s.prefix + "opid:{" + opID + "}" }
+
+func checkID(what, id string) error {
+	if id == "" || strings.ContainsAny(id, "{}") {
+		return fmt.Errorf("%w: %s %q", ErrInvalidID, what, id)
+	}
+	return nil
+}
+
+// translate turns a go-redis error into ours, once, at the edge. The
+// original stays in the chain so context errors remain recognisable.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, redis.Nil) {
+		return ErrNotFound
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// SaveFirst records envelope as the order's first activation envelope unless
+// one is already stored. A later save keeps the first and is not an error:
+// every activation may offer its envelope, and the first one wins.
+func (s *Store) SaveFirst(ctx context.Context, orderID string, envelope []byte) error {
+	if err := checkID("order", orderID); err != nil {
+		return err
+	}
+	if len(envelope) == 0 {
+		return fmt.Errorf("%w: empty envelope for order %q", ErrInvalidArgument, orderID)
+	}
+	if err := s.rdb.SetNX(ctx, s.envelopeKey(orderID), envelope, 0).Err(); err != nil {
+		return translate(err)
+	}
+	return nil
+}
+
+// LoadFirst returns the order's first activation envelope, or ErrNotFound.
+func (s *Store) LoadFirst(ctx context.Context, orderID string) ([]byte, error) {
+	if err := checkID("order", orderID); err != nil {
+		return nil, err
+	}
+	b, err := s.rdb.Get(ctx, s.envelopeKey(orderID)).Bytes()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("%w: envelope of order %q", ErrNotFound, orderID)
+		}
+		return nil, translate(err)
+	}
+	return b, nil
+}
+
+// claimOpID binds an operation id to its order, first binding wins. It is
+// outside putOp because the index key lives in the operation id's slot.
+var claimOpID = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if cur == ARGV[1] then return 1 end
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+`)
+
+// putOp writes one operation record and its place in the order's list.
+// KEYS: op hash, ops zset. ARGV: id, orderId, source, target, generation,
+// state, error, startedAt, updatedAt.
+// A final record is frozen: repeating the same final state with the same
+// source, target and generation is accepted unchanged (a retried commit);
+// anything else is refused. startedAt and the list position come from the
+// first write only.
+var putOp = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'state', 'orderId', 'source', 'target', 'generation', 'startedAt')
+local started = ARGV[8]
+if cur[1] then
+  if cur[2] ~= ARGV[2] then return 'order' end
+  if cur[1] == 'committed' or cur[1] == 'aborted' then
+    if cur[1] == ARGV[6] and cur[3] == ARGV[3] and cur[4] == ARGV[4] and cur[5] == ARGV[5] then
+      return 'unchanged'
+    end
+    return 'final'
+  end
+  started = cur[6]
+end
+redis.call('HSET', KEYS[1],
+  'id', ARGV[1], 'orderId', ARGV[2], 'source', ARGV[3], 'target', ARGV[4],
+  'generation', ARGV[5], 'state', ARGV[6], 'error', ARGV[7],
+  'startedAt', started, 'updatedAt', ARGV[9])
+redis.call('ZADD', KEYS[2], 'NX', started, ARGV[1])
+return 'ok'
+`)
+
+// PutOperation creates op or updates the stored record with its fields.
+// StartedAtUnixMs is taken from the first write. It fails with ErrConflict
+// when the operation id already belongs to another order, or when the
+// stored record is final and op would change its state (or its source,
+// target or generation); repeating a final write unchanged succeeds, so a
+// retried commit is harmless.
+func (s *Store) PutOperation(ctx context.Context, op Operation) error {
+	if err := checkID("order", op.OrderID); err != nil {
+		return err
+	}
+	if err := checkID("operation", op.ID); err != nil {
+		return err
+	}
+	if !op.State.valid() {
+		return fmt.Errorf("%w: operation %q state %q", ErrInvalidArgument, op.ID, op.State)
+	}
+	if op.Generation < 0 {
+		return fmt.Errorf("%w: operation %q generation %d", ErrInvalidArgument, op.ID, op.Generation)
+	}
+	ok, err := claimOpID.Run(ctx, s.rdb, []string{s.opIndexKey(op.ID)}, op.OrderID).Int()
+	if err != nil {
+		return translate(err)
+	}
+	if ok != 1 {
+		return fmt.Errorf("%w: operation %q belongs to another order than %q", ErrConflict, op.ID, op.OrderID)
+	}
+	res, err := putOp.Run(ctx, s.rdb, []string{s.opKey(op.OrderID, op.ID), s.opsKey(op.OrderID)},
+		op.ID, op.OrderID, op.Source, op.Target, op.Generation, string(op.State), op.Error,
+		op.StartedAtUnixMs, op.UpdatedAtUnixMs).Text()
+	if err != nil {
+		return translate(err)
+	}
+	switch res {
+	case "ok", "unchanged":
+		return nil
+	case "final":
+		return fmt.Errorf("%w: operation %q of order %q is final", ErrConflict, op.ID, op.OrderID)
+	default:
+		return fmt.Errorf("%w: operation %q is recorded for another order than %q", ErrConflict, op.ID, op.OrderID)
+	}
+}
+
+// GetOperation returns the operation with that id, or ErrNotFound.
+func (s *Store) GetOperation(ctx context.Context, id string) (Operation, error) {
+	if err := checkID("operation", id); err != nil {
+		return Operation{}, err
+	}
+	orderID, err := s.rdb.Get(ctx, s.opIndexKey(id)).Result()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return Operation{}, fmt.Errorf("%w: operation %q", ErrNotFound, id)
+		}
+		return Operation{}, translate(err)
+	}
+	m, err := s.rdb.HGetAll(ctx, s.opKey(orderID, id)).Result()
+	if err != nil {
+		return Operation{}, translate(err)
+	}
+	if len(m) == 0 {
+		// The id was claimed but the record write never landed.
+		return Operation{}, fmt.Errorf("%w: operation %q", ErrNotFound, id)
+	}
+	return operationFrom(m), nil
+}
+
+// Operations returns every operation of the order, oldest first (by
+// StartedAtUnixMs, ties by id). An order without operations gives none.
+func (s *Store) Operations(ctx context.Context, orderID string) ([]Operation, error) {
+	if err := checkID("order", orderID); err != nil {
+		return nil, err
+	}
+	ids, err := s.rdb.ZRange(ctx, s.opsKey(orderID), 0, -1).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, s.opKey(orderID, id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	ops := make([]Operation, 0, len(ids))
+	for _, c := range cmds {
+		// The script writes hash and list together, so an entry without a
+		// hash cannot occur; skipping keeps a hand-edited store readable.
+		if m := c.Val(); len(m) > 0 {
+			ops = append(ops, operationFrom(m))
+		}
+	}
+	return ops, nil
+}
+
+// OpenOperation returns the order's latest operation that is not final, so
+// an interrupted relocation can be found and repeated to completion. ok is
+// false when every operation has ended or there is none.
+func (s *Store) OpenOperation(ctx context.Context, orderID string) (Operation, bool, error) {
+	ops, err := s.Operations(ctx, orderID)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	for i := len(ops) - 1; i >= 0; i-- {
+		if !ops[i].State.Final() {
+			return ops[i], true, nil
+		}
+	}
+	return Operation{}, false, nil
+}
+
+func operationFrom(m map[string]string) Operation {
+	gen, _ := strconv.ParseInt(m["generation"], 10, 64)
+	started, _ := strconv.ParseInt(m["startedAt"], 10, 64)
+	updated, _ := strconv.ParseInt(m["updatedAt"], 10, 64)
+	return Operation{
+		ID:              m["id"],
+		OrderID:         m["orderId"],
+		Source:          m["source"],
+		Target:          m["target"],
+		Generation:      gen,
+		State:           OpState(m["state"]),
+		Error:           m["error"],
+		StartedAtUnixMs: started,
+		UpdatedAtUnixMs: updated,
+	}
+}

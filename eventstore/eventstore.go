@@ -1,0 +1,86 @@
+// Package eventstore owns the OrderEventStore: one append-only stream per
+// order, its gapless version, source-command dedupe and the owner fence.
+//
+// It stores opaque event bodies and knows nothing of the order domain, the
+// actor runtime or HTTP; it must not import actors/..., cluster or edge.
+package eventstore
+
+import (
+	"context"
+	"errors"
+)
+
+var (
+	// ErrVersionConflict: the stream's version is not the expected one.
+	ErrVersionConflict = errors.New("eventstore: version conflict")
+	// ErrDuplicateCommand: an event with this sourceCommandId is already in
+	// the stream; nothing was appended and the caller returns the fold.
+	ErrDuplicateCommand = errors.New("eventstore: source command already recorded")
+	// ErrFenced: the writer's fence token is no longer the current one (a
+	// newer owner activated); nothing was appended.
+	ErrFenced = errors.New("eventstore: writer fenced off")
+	// ErrCorrupt: a stored entry cannot be decoded into an Envelope.
+	ErrCorrupt = errors.New("eventstore: corrupt entry")
+	// ErrUnavailable: the store could not be reached.
+	ErrUnavailable = errors.New("eventstore: unavailable")
+)
+
+// Envelope is one stored event: the envelope fields of spec §6.1 and the
+// event body (the contract event's JSON).
+type Envelope struct {
+	EventID         string
+	OrderID         string
+	EventType       string
+	Version         int64
+	SourceCommandID string
+	CreatedAtUnixMs int64
+	Data            []byte
+}
+
+// Fence is an owner's write token. Generation rises on every cold
+// activation, Epoch on every activation within a generation (relocation).
+// Tokens compare lexicographically (Generation, then Epoch).
+type Fence struct {
+	Generation int64
+	Epoch      int64
+}
+
+// Less reports whether f is older than o.
+func (f Fence) Less(o Fence) bool {
+	if f.Generation != o.Generation {
+		return f.Generation < o.Generation
+	}
+	return f.Epoch < o.Epoch
+}
+
+// Store is the OrderEventStore. All methods are safe for concurrent use.
+type Store interface {
+	// Open makes the caller the stream's current writer and returns the
+	// stream, in one atomic step. When the stream exists, the fence becomes
+	// (generation, previous epoch + 1) if generation equals the stored
+	// generation, or (generation, 1) if it is newer; an older generation
+	// fails with ErrFenced. When the stream does not exist Open writes
+	// nothing and returns (generation, 1) and no events: the first Append
+	// establishes the fence.
+	Open(ctx context.Context, orderID string, generation int64) (Fence, []Envelope, error)
+
+	// Append adds events after expectedVersion, atomically: either all are
+	// added with versions expectedVersion+1.. in order, or none. It fails
+	// with ErrFenced if fence is not the stored token (an absent token is
+	// established by this append), ErrVersionConflict if the stream's
+	// version differs, ErrDuplicateCommand if any non-empty
+	// SourceCommandID is already in the stream. The Version field of the
+	// given envelopes is ignored and assigned by the store. Returns the new
+	// stream version.
+	//
+	// The checks apply in that order (fence, version, source command), so
+	// a fenced writer learns it is fenced before anything else, and a
+	// writer at a stale version reloads before it is told about duplicates.
+	// Several events of one batch may share a SourceCommandID: one command
+	// can produce several events. Appending no events only runs the checks.
+	Append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope) (int64, error)
+
+	// Load returns every event of the order in version order, or an empty
+	// slice for an unknown order. An undecodable entry fails with ErrCorrupt.
+	Load(ctx context.Context, orderID string) ([]Envelope, error)
+}

@@ -1,0 +1,417 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrInvalidOrderID: the order id cannot name a stream: it is empty or
+// contains '{' or '}', which would break the per-order hash tag that keeps
+// an order's keys in one Redis Cluster slot.
+var ErrInvalidOrderID = errors.New("eventstore: invalid order id")
+
+// DefaultKeyPrefix is the key prefix used when RedisConfig.KeyPrefix is empty.
+const DefaultKeyPrefix = "sm:es:"
+
+// Stream entry field names.
+const (
+	fieldEventID         = "eventId"
+	fieldOrderID         = "orderId"
+	fieldEventType       = "eventType"
+	fieldVersion         = "version"
+	fieldSourceCommandID = "sourceCommandId"
+	fieldCreatedAt       = "createdAtUnixMs"
+	fieldData            = "data"
+)
+
+// Status codes returned by the Lua scripts as the first reply element.
+const (
+	statusOK        = 0
+	statusFenced    = 1
+	statusConflict  = 2
+	statusDuplicate = 3
+)
+
+// RedisConfig configures the Redis Streams store.
+type RedisConfig struct {
+	Client redis.UniversalClient
+	// KeyPrefix precedes every key; default DefaultKeyPrefix. It must not
+	// contain '{' or '}': the order id is the keys' hash tag.
+	KeyPrefix string
+}
+
+// Redis is the Store on Redis Streams. Per order it keeps, under the hash
+// tag {orderId}:
+//
+//	<prefix>{<orderId>}:stream  the events, one entry per version
+//	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token
+//	<prefix>{<orderId>}:cmds    hash sourceCommandId -> first version
+//
+// A stream is append-only: its length is its version.
+type Redis struct {
+	client redis.UniversalClient
+	prefix string
+	cfgErr error
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a store on cfg.Client. A configuration error (no client,
+// a prefix with braces) is returned by every call.
+func NewRedis(cfg RedisConfig) *Redis {
+	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix}
+	if r.prefix == "" {
+		r.prefix = DefaultKeyPrefix
+	}
+	switch {
+	case r.client == nil:
+		r.cfgErr = errors.New("eventstore: RedisConfig.Client is nil")
+	case strings.ContainsAny(r.prefix, "{}"):
+		r.cfgErr = fmt.Errorf("eventstore: key prefix %q must not contain '{' or '}'", r.prefix)
+	}
+	return r
+}
+
+type orderKeys struct{ stream, fence, cmds string }
+
+func (r *Redis) keys(orderID string) (orderKeys, error) {
+	if r.cfgErr != nil {
+		return orderKeys{}, r.cfgErr
+	}
+	if orderID == "" {
+		return orderKeys{}, fmt.Errorf("%w: empty", ErrInvalidOrderID)
+	}
+	if strings.ContainsAny(orderID, "{}") {
+		return orderKeys{}, fmt.Errorf("%w: %q contains '{' or '}'", ErrInvalidOrderID, orderID)
+	}
+	base := r.prefix + "{" + orderID + "}:"
+	return orderKeys{stream: base + "stream", fence: base + "fence", cmds: base + "cmds"}, nil
+}
+
+// openScript raises the fence of an existing stream and returns it with all
+// entries, so that no append can slip between the fence and the replay.
+//
+// KEYS: stream, fence. ARGV: generation.
+// Reply: {0, gen, epoch, entries} | {1, storedGen, storedEpoch}.
+var openScript = redis.NewScript(`
+local gen = tonumber(ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0, gen, 1, {}}
+end
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
+local epoch = 1
+if f[1] then
+  local sgen = tonumber(f[1])
+  local sepoch = tonumber(f[2]) or 0
+  if gen < sgen then
+    return {1, sgen, sepoch}
+  end
+  if gen == sgen then
+    epoch = sepoch + 1
+  end
+end
+redis.call('HSET', KEYS[2], 'gen', ARGV[1], 'epoch', epoch)
+return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
+`)
+
+// appendScript checks fence, expected version and source commands, in that
+// order, then adds the events; nothing is written unless every check passes.
+//
+// KEYS: stream, fence, cmds.
+// ARGV: expectedVersion, gen, epoch, orderId, then per event: eventId,
+// eventType, sourceCommandId, createdAtUnixMs, data.
+// Reply: {0, newVersion} | {1, storedGen, storedEpoch} | {2, actualVersion}
+// | {3, sourceCommandId, recordedVersion}.
+var appendScript = redis.NewScript(`
+local expected = tonumber(ARGV[1])
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
+if f[1] then
+  if tonumber(f[1]) ~= tonumber(ARGV[2]) or tonumber(f[2]) ~= tonumber(ARGV[3]) then
+    return {1, tonumber(f[1]) or -1, tonumber(f[2]) or -1}
+  end
+end
+local version = redis.call('XLEN', KEYS[1])
+if version ~= expected then
+  return {2, version}
+end
+local n = (#ARGV - 4) / 5
+for i = 0, n - 1 do
+  local cmd = ARGV[5 + i*5 + 2]
+  if cmd ~= '' then
+    local seen = redis.call('HGET', KEYS[3], cmd)
+    if seen then
+      return {3, cmd, tonumber(seen)}
+    end
+  end
+end
+if n == 0 then
+  return {0, version}
+end
+if not f[1] then
+  redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'epoch', ARGV[3])
+end
+for i = 0, n - 1 do
+  local b = 5 + i*5
+  version = version + 1
+  redis.call('XADD', KEYS[1], '*',
+    'eventId', ARGV[b],
+    'orderId', ARGV[4],
+    'eventType', ARGV[b+1],
+    'version', version,
+    'sourceCommandId', ARGV[b+2],
+    'createdAtUnixMs', ARGV[b+3],
+    'data', ARGV[b+4])
+  if ARGV[b+2] ~= '' then
+    redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
+  end
+end
+return {0, version}
+`)
+
+// Open implements Store.
+func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fence, []Envelope, error) {
+	k, err := r.keys(orderID)
+	if err != nil {
+		return Fence{}, nil, err
+	}
+	reply, err := openScript.Run(ctx, r.client, []string{k.stream, k.fence}, generation).Slice()
+	if err != nil {
+		return Fence{}, nil, translate("open "+orderID, err)
+	}
+	status, err := replyInt(reply, 0)
+	if err != nil {
+		return Fence{}, nil, fmt.Errorf("eventstore: open %s: %w", orderID, err)
+	}
+	gen, err1 := replyInt(reply, 1)
+	epoch, err2 := replyInt(reply, 2)
+	if err := errors.Join(err1, err2); err != nil {
+		return Fence{}, nil, fmt.Errorf("eventstore: open %s: %w", orderID, err)
+	}
+	switch status {
+	case statusOK:
+	case statusFenced:
+		return Fence{}, nil, fmt.Errorf("%w: open %s with generation %d: stored fence is (%d, %d)",
+			ErrFenced, orderID, generation, gen, epoch)
+	default:
+		return Fence{}, nil, fmt.Errorf("eventstore: open %s: unexpected script status %d", orderID, status)
+	}
+	if len(reply) < 4 {
+		return Fence{}, nil, fmt.Errorf("eventstore: open %s: script reply has no entries", orderID)
+	}
+	raw, ok := reply[3].([]any)
+	if !ok {
+		return Fence{}, nil, fmt.Errorf("eventstore: open %s: entries reply is %T", orderID, reply[3])
+	}
+	events := make([]Envelope, 0, len(raw))
+	for i, item := range raw {
+		id, values, err := rawEntry(item)
+		if err != nil {
+			return Fence{}, nil, fmt.Errorf("%w: order %s entry #%d: %v", ErrCorrupt, orderID, i+1, err)
+		}
+		env, err := decodeEntry(orderID, id, int64(i+1), values)
+		if err != nil {
+			return Fence{}, nil, err
+		}
+		events = append(events, env)
+	}
+	return Fence{Generation: gen, Epoch: epoch}, events, nil
+}
+
+// Append implements Store. The checks apply in the order fence, version,
+// source command.
+func (r *Redis) Append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope) (int64, error) {
+	k, err := r.keys(orderID)
+	if err != nil {
+		return 0, err
+	}
+	args := make([]any, 0, 4+5*len(events))
+	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID)
+	for i, e := range events {
+		if e.OrderID != "" && e.OrderID != orderID {
+			return 0, fmt.Errorf("%w: event #%d has orderId %q, appending to %q", ErrInvalidOrderID, i+1, e.OrderID, orderID)
+		}
+		args = append(args, e.EventID, e.EventType, e.SourceCommandID, e.CreatedAtUnixMs, e.Data)
+	}
+	reply, err := appendScript.Run(ctx, r.client, []string{k.stream, k.fence, k.cmds}, args...).Slice()
+	if err != nil {
+		return 0, translate("append "+orderID, err)
+	}
+	status, err := replyInt(reply, 0)
+	if err != nil {
+		return 0, fmt.Errorf("eventstore: append %s: %w", orderID, err)
+	}
+	switch status {
+	case statusOK:
+		v, err := replyInt(reply, 1)
+		if err != nil {
+			return 0, fmt.Errorf("eventstore: append %s: %w", orderID, err)
+		}
+		return v, nil
+	case statusFenced:
+		gen, _ := replyInt(reply, 1)
+		epoch, _ := replyInt(reply, 2)
+		return 0, fmt.Errorf("%w: append to %s with fence (%d, %d): stored fence is (%d, %d)",
+			ErrFenced, orderID, fence.Generation, fence.Epoch, gen, epoch)
+	case statusConflict:
+		actual, _ := replyInt(reply, 1)
+		return 0, fmt.Errorf("%w: append to %s: expected version %d, actual %d",
+			ErrVersionConflict, orderID, expectedVersion, actual)
+	case statusDuplicate:
+		cmd, _ := reply[1].(string)
+		v, _ := replyInt(reply, 2)
+		return 0, fmt.Errorf("%w: append to %s: sourceCommandId %q recorded at version %d",
+			ErrDuplicateCommand, orderID, cmd, v)
+	default:
+		return 0, fmt.Errorf("eventstore: append %s: unexpected script status %d", orderID, status)
+	}
+}
+
+// Load implements Store.
+func (r *Redis) Load(ctx context.Context, orderID string) ([]Envelope, error) {
+	k, err := r.keys(orderID)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := r.client.XRange(ctx, k.stream, "-", "+").Result()
+	if err != nil {
+		return nil, translate("load "+orderID, err)
+	}
+	events := make([]Envelope, 0, len(msgs))
+	for i, m := range msgs {
+		env, err := decodeEntry(orderID, m.ID, int64(i+1), m.Values)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, env)
+	}
+	return events, nil
+}
+
+// decodeEntry turns one stream entry at 1-based position pos into an
+// Envelope. Its version must equal its position: that is what makes
+// versions gapless.
+func decodeEntry(orderID, id string, pos int64, values map[string]any) (Envelope, error) {
+	corrupt := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: order %s entry %s field %s: %s", ErrCorrupt, orderID, id, field, fmt.Sprintf(format, args...))
+	}
+	str := func(field string) (string, error) {
+		v, ok := values[field]
+		if !ok {
+			return "", corrupt(field, "missing")
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", corrupt(field, "is %T, not a string", v)
+		}
+		return s, nil
+	}
+	integer := func(field string) (int64, error) {
+		s, err := str(field)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, corrupt(field, "%q is not an integer", s)
+		}
+		return n, nil
+	}
+
+	var env Envelope
+	var errs [7]error
+	env.EventID, errs[0] = str(fieldEventID)
+	env.OrderID, errs[1] = str(fieldOrderID)
+	env.EventType, errs[2] = str(fieldEventType)
+	env.Version, errs[3] = integer(fieldVersion)
+	env.SourceCommandID, errs[4] = str(fieldSourceCommandID)
+	env.CreatedAtUnixMs, errs[5] = integer(fieldCreatedAt)
+	var data string
+	data, errs[6] = str(fieldData)
+	for _, err := range errs {
+		if err != nil {
+			return Envelope{}, err
+		}
+	}
+	if env.OrderID != orderID {
+		return Envelope{}, corrupt(fieldOrderID, "%q in the stream of %q", env.OrderID, orderID)
+	}
+	if env.Version != pos {
+		return Envelope{}, corrupt(fieldVersion, "%d at position %d", env.Version, pos)
+	}
+	env.Data = []byte(data)
+	return env, nil
+}
+
+// rawEntry unpacks an XRANGE entry as a script returns it: {id, {f, v, ...}}.
+func rawEntry(item any) (string, map[string]any, error) {
+	pair, ok := item.([]any)
+	if !ok || len(pair) != 2 {
+		return "", nil, fmt.Errorf("entry is %T, not [id fields]", item)
+	}
+	id, ok := pair[0].(string)
+	if !ok {
+		return "", nil, fmt.Errorf("entry id is %T", pair[0])
+	}
+	flat, ok := pair[1].([]any)
+	if !ok || len(flat)%2 != 0 {
+		return "", nil, fmt.Errorf("entry %s fields are %T of odd length", id, pair[1])
+	}
+	values := make(map[string]any, len(flat)/2)
+	for i := 0; i < len(flat); i += 2 {
+		name, ok := flat[i].(string)
+		if !ok {
+			return "", nil, fmt.Errorf("entry %s field name is %T", id, flat[i])
+		}
+		values[name] = flat[i+1]
+	}
+	return id, values, nil
+}
+
+func replyInt(reply []any, i int) (int64, error) {
+	if i >= len(reply) {
+		return 0, fmt.Errorf("script reply has %d elements, want > %d", len(reply), i)
+	}
+	n, ok := reply[i].(int64)
+	if !ok {
+		return 0, fmt.Errorf("script reply element %d is %T, not an integer", i, reply[i])
+	}
+	return n, nil
+}
+
+// translate maps a go-redis error to this package's vocabulary: a value of
+// the wrong type at one of the order's keys is corruption; anything but a
+// server error reply means the store could not be reached.
+func translate(op string, err error) error {
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		// Something other than this store's structure sits at its key.
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, op, err)
+	}
+	if isUnavailable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("eventstore: %s: %w", op, err)
+}
+
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		// The caller gave up; the store may be fine.
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		// Network, pool, timeout or closed-client errors.
+		return true
+	}
+	// Server replies that mean "not serving now" rather than "bad request".
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,315 @@
+package eventstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/eventstoretest"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newClient(t testing.TB, srv *redisserver.Server) *redis.Client {
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestRedisContract(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	var n atomic.Int64
+	eventstoretest.RunContract(t, func(t *testing.T) eventstore.Store {
+		// Alternate between the default and a custom prefix so both are
+		// exercised.
+		i := n.Add(1)
+		if i%2 == 0 {
+			return eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+		}
+		return eventstore.NewRedis(eventstore.RedisConfig{Client: c, KeyPrefix: fmt.Sprintf("t%d:es:", i)})
+	})
+}
+
+func allKeys(t *testing.T, c *redis.Client) []string {
+	t.Helper()
+	var keys []string
+	iter := c.Scan(ctxT(t), 0, "*", 100).Iterator()
+	for iter.Next(ctxT(t)) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("SCAN: %v", err)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func TestRedisKeysCarryOrderHashTag(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+
+	for _, o := range []string{"order-1", "order:2"} {
+		f, _, err := s.Open(ctx, o, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, o, 0, f, []eventstore.Envelope{{EventID: "e", EventType: "T", SourceCommandID: "c", Data: []byte("{}")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		"sm:es:{order-1}:cmds", "sm:es:{order-1}:fence", "sm:es:{order-1}:stream",
+		"sm:es:{order:2}:cmds", "sm:es:{order:2}:fence", "sm:es:{order:2}:stream",
+	}
+	got := allKeys(t, c)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("keys = %v, want %v", got, want)
+	}
+	tag := regexp.MustCompile(`^[^{}]*\{([^{}]+)\}[^{}]*$`)
+	for _, k := range got {
+		m := tag.FindStringSubmatch(k)
+		if m == nil || !strings.HasPrefix(m[1], "order") {
+			t.Fatalf("key %q does not carry exactly one {orderId} hash tag", k)
+		}
+	}
+	if typ, _ := c.Type(ctx, "sm:es:{order-1}:stream").Result(); typ != "stream" {
+		t.Fatalf("stream key has type %q", typ)
+	}
+	fence, err := c.HGetAll(ctx, "sm:es:{order-1}:fence").Result()
+	if err != nil || fence["gen"] != "1" || fence["epoch"] != "1" {
+		t.Fatalf("fence hash = %v, %v; want gen 1 epoch 1", fence, err)
+	}
+	cmds, err := c.HGetAll(ctx, "sm:es:{order-1}:cmds").Result()
+	if err != nil || cmds["c"] != "1" {
+		t.Fatalf("cmds hash = %v, %v; want c -> 1", cmds, err)
+	}
+}
+
+func TestRedisRefusesOrderIDsThatBreakTheHashTag(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+	f := eventstore.Fence{Generation: 1, Epoch: 1}
+	ev := []eventstore.Envelope{{EventID: "e", EventType: "T"}}
+
+	for _, o := range []string{"", "a{b", "a}b", "{x}"} {
+		_, _, err := s.Open(ctx, o, 1)
+		if !errors.Is(err, eventstore.ErrInvalidOrderID) {
+			t.Fatalf("Open(%q): err = %v, want ErrInvalidOrderID", o, err)
+		}
+		_, err = s.Append(ctx, o, 0, f, ev)
+		if !errors.Is(err, eventstore.ErrInvalidOrderID) {
+			t.Fatalf("Append(%q): err = %v, want ErrInvalidOrderID", o, err)
+		}
+		_, err = s.Load(ctx, o)
+		if !errors.Is(err, eventstore.ErrInvalidOrderID) {
+			t.Fatalf("Load(%q): err = %v, want ErrInvalidOrderID", o, err)
+		}
+	}
+	// An envelope naming another order is refused too.
+	_, err := s.Append(ctx, "o1", 0, f, []eventstore.Envelope{{EventID: "e", OrderID: "o2", EventType: "T"}})
+	if !errors.Is(err, eventstore.ErrInvalidOrderID) {
+		t.Fatalf("Append of an o2 envelope to o1: err = %v, want ErrInvalidOrderID", err)
+	}
+	if keys := allKeys(t, c); len(keys) != 0 {
+		t.Fatalf("refused calls wrote keys %v", keys)
+	}
+}
+
+func TestRedisConfigErrors(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	for name, cfg := range map[string]eventstore.RedisConfig{
+		"nil client":      {},
+		"prefix with tag": {Client: c, KeyPrefix: "sm:{es}:"},
+	} {
+		s := eventstore.NewRedis(cfg)
+		if _, err := s.Load(ctxT(t), "o1"); err == nil {
+			t.Fatalf("%s: Load succeeded", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestRedisErrorsNameVersionsAndFence(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: newClient(t, srv)})
+	ctx := ctxT(t)
+	f, _, _ := s.Open(ctx, "o1", 3)
+	if _, err := s.Append(ctx, "o1", 0, f, []eventstore.Envelope{{EventID: "e1", EventType: "T", SourceCommandID: "c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		expected int64
+		fence    eventstore.Fence
+		cmd      string
+		target   error
+		text     string
+	}{
+		{0, f, "", eventstore.ErrVersionConflict, "expected version 0, actual 1"},
+		{1, eventstore.Fence{Generation: 3, Epoch: 2}, "", eventstore.ErrFenced, "fence (3, 2): stored fence is (3, 1)"},
+		{1, f, "c1", eventstore.ErrDuplicateCommand, `"c1" recorded at version 1`},
+	} {
+		_, err := s.Append(ctx, "o1", tc.expected, tc.fence, []eventstore.Envelope{{EventID: "x", EventType: "T", SourceCommandID: tc.cmd}})
+		if !errors.Is(err, tc.target) || !strings.Contains(err.Error(), tc.text) {
+			t.Fatalf("err = %v, want %v saying %q", err, tc.target, tc.text)
+		}
+	}
+	_, _, err := s.Open(ctx, "o1", 2)
+	if !errors.Is(err, eventstore.ErrFenced) || !strings.Contains(err.Error(), "generation 2: stored fence is (3, 1)") {
+		t.Fatalf("Open(gen 2): err = %v", err)
+	}
+}
+
+func TestRedisCorruptEntry(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+
+	good := func(o string, v int) map[string]any {
+		return map[string]any{
+			"eventId": "bad", "orderId": o, "eventType": "T", "version": v,
+			"sourceCommandId": "", "createdAtUnixMs": 1, "data": "{}",
+		}
+	}
+	without := func(m map[string]any, field string) map[string]any {
+		delete(m, field)
+		return m
+	}
+	with := func(m map[string]any, field string, v any) map[string]any {
+		m[field] = v
+		return m
+	}
+	for i, tc := range []struct {
+		field  string
+		values func(o string) map[string]any
+	}{
+		{"data", func(o string) map[string]any { return without(good(o, 2), "data") }},
+		{"eventType", func(o string) map[string]any { return without(good(o, 2), "eventType") }},
+		{"version", func(o string) map[string]any { return with(good(o, 2), "version", "two") }},
+		{"version", func(o string) map[string]any { return with(good(o, 3), "version", 3) }}, // a gap
+		{"createdAtUnixMs", func(o string) map[string]any { return with(good(o, 2), "createdAtUnixMs", "soon") }},
+		{"orderId", func(o string) map[string]any { return with(good(o, 2), "orderId", "someone-else") }},
+	} {
+		o := fmt.Sprintf("corrupt-%d", i)
+		f, _, err := s.Open(ctx, o, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, o, 0, f, []eventstore.Envelope{{EventID: "ok", EventType: "T", Data: []byte("{}")}}); err != nil {
+			t.Fatal(err)
+		}
+		id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: "sm:es:{" + o + "}:stream", Values: tc.values(o)}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		_, err = s.Load(ctx, o)
+		if !errors.Is(err, eventstore.ErrCorrupt) {
+			t.Fatalf("%s: Load err = %v, want ErrCorrupt", tc.field, err)
+		}
+		if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "field "+tc.field) {
+			t.Fatalf("%s: error %q does not name entry %s and the field", tc.field, err, id)
+		}
+		_, _, err = s.Open(ctx, o, 1)
+		if !errors.Is(err, eventstore.ErrCorrupt) || !strings.Contains(err.Error(), id) {
+			t.Fatalf("%s: Open err = %v, want ErrCorrupt naming %s", tc.field, err, id)
+		}
+		t.Logf("%s: %v", tc.field, err)
+	}
+}
+
+func TestRedisUnavailable(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := redis.NewClient(&redis.Options{Network: srv.Network(), Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+	if _, err := s.Load(ctx, "o1"); err != nil {
+		t.Fatalf("Load while up: %v", err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, _, err := s.Open(ctx, "o1", 1)
+	if !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("Open: err = %v, want ErrUnavailable", err)
+	}
+	_, err = s.Append(ctx, "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1}, []eventstore.Envelope{{EventID: "e"}})
+	if !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("Append: err = %v, want ErrUnavailable", err)
+	}
+	_, err = s.Load(ctx, "o1")
+	if !errors.Is(err, eventstore.ErrUnavailable) {
+		t.Fatalf("Load: err = %v, want ErrUnavailable", err)
+	}
+	t.Log(err)
+
+	// A caller's cancellation is the caller's, not an outage.
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Load(cctx, "o1"); errors.Is(err, eventstore.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Load with cancelled ctx: err = %v, want context.Canceled only", err)
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	srv := redisserver.ForTest(b)
+	c := newClient(b, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(b)
+	f, _, err := s.Open(ctx, "bench", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := []eventstore.Envelope{{EventID: "e", EventType: "InventoryReservedEvent", SourceCommandID: "",
+		CreatedAtUnixMs: 1_700_000_000_000, Data: []byte(`{"orderId":"bench","reservationId":"r-1"}`)}}
+	var v int64
+	for b.Loop() {
+		if v, err = s.Append(ctx, "bench", v, f, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+	if err := c.Set(ctx, "sm:es:{o1}:stream", "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, "o1"); !errors.Is(err, eventstore.ErrCorrupt) {
+		t.Fatalf("Load: err = %v, want ErrCorrupt", err)
+	}
+	if _, _, err := s.Open(ctx, "o1", 1); !errors.Is(err, eventstore.ErrCorrupt) {
+		t.Fatalf("Open: err = %v, want ErrCorrupt", err)
+	}
+	_, err := s.Append(ctx, "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1}, []eventstore.Envelope{{EventID: "e"}})
+	if !errors.Is(err, eventstore.ErrCorrupt) {
+		t.Fatalf("Append: err = %v, want ErrCorrupt", err)
+	}
+	t.Log(err)
+}

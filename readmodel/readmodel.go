@@ -1,0 +1,36 @@
+// Package readmodel owns the OrderReadModelStore: the derived per-order
+// lookup model, guarded by the stream version it reflects.
+//
+// It is a projection that can always be rebuilt from the event stream; it
+// must not import actors/workflow, actors/grain, cluster or edge.
+package readmodel
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+var (
+	// ErrNotFound: no projection is stored for the order.
+	ErrNotFound = errors.New("readmodel: order not found")
+	// ErrCorrupt: the stored projection cannot be decoded.
+	ErrCorrupt = errors.New("readmodel: corrupt projection")
+)
+
+// Store is the OrderReadModelStore. All methods are safe for concurrent use.
+type Store interface {
+	// Get returns the projection and the stream version it reflects, or
+	// ErrNotFound.
+	Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error)
+
+	// Put stores state as the projection of stream version version, in one
+	// atomic step, unless a projection of a newer version is stored: then
+	// it writes nothing and reports applied=false. Equal versions
+	// overwrite, so a rebuild can repair a damaged record.
+	Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (applied bool, err error)
+
+	// Delete removes the projection. Deleting an absent one is not an error.
+	Delete(ctx context.Context, orderID string) error
+}

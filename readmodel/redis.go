@@ -1,0 +1,194 @@
+package readmodel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+var (
+	// ErrInvalidOrderID: the order id cannot name a record: it is empty or
+	// contains '{' or '}', which would break the per-order hash tag.
+	ErrInvalidOrderID = errors.New("readmodel: invalid order id")
+	// ErrUnavailable: the store could not be reached.
+	ErrUnavailable = errors.New("readmodel: unavailable")
+)
+
+// DefaultKeyPrefix is the key prefix used when RedisConfig.KeyPrefix is empty.
+const DefaultKeyPrefix = "sm:rm:"
+
+const (
+	fieldVersion = "version"
+	fieldState   = "state"
+)
+
+// RedisConfig configures the Redis read model store.
+type RedisConfig struct {
+	Client redis.UniversalClient
+	// KeyPrefix precedes every key; default DefaultKeyPrefix. It must not
+	// contain '{' or '}': the order id is the key's hash tag.
+	KeyPrefix string
+}
+
+// Redis is the Store on Redis: one hash per order at <prefix>{<orderId>}
+// with the fields version (decimal) and state (OrderState in protobuf
+// binary form, which keeps int64 fields exact).
+type Redis struct {
+	client redis.UniversalClient
+	prefix string
+	cfgErr error
+}
+
+var _ Store = (*Redis)(nil)
+
+// NewRedis returns a store on cfg.Client. A configuration error (no client,
+// a prefix with braces) is returned by every call.
+func NewRedis(cfg RedisConfig) *Redis {
+	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix}
+	if r.prefix == "" {
+		r.prefix = DefaultKeyPrefix
+	}
+	switch {
+	case r.client == nil:
+		r.cfgErr = errors.New("readmodel: RedisConfig.Client is nil")
+	case strings.ContainsAny(r.prefix, "{}"):
+		r.cfgErr = fmt.Errorf("readmodel: key prefix %q must not contain '{' or '}'", r.prefix)
+	}
+	return r
+}
+
+func (r *Redis) key(orderID string) (string, error) {
+	if r.cfgErr != nil {
+		return "", r.cfgErr
+	}
+	if orderID == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidOrderID)
+	}
+	if strings.ContainsAny(orderID, "{}") {
+		return "", fmt.Errorf("%w: %q contains '{' or '}'", ErrInvalidOrderID, orderID)
+	}
+	return r.prefix + "{" + orderID + "}", nil
+}
+
+// putScript writes unless a newer version is stored. A stored version that
+// is not a number is damage, and a rebuild must be able to repair it, so it
+// does not block the write.
+//
+// KEYS: record. ARGV: version, state. Reply: 1 applied, 0 not.
+var putScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'version'))
+if cur and cur > tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
+return 1
+`)
+
+// Get implements Store.
+func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error) {
+	key, err := r.key(orderID)
+	if err != nil {
+		return nil, 0, err
+	}
+	vals, err := r.client.HMGet(ctx, key, fieldVersion, fieldState).Result()
+	if err != nil {
+		return nil, 0, translate("get "+orderID, err)
+	}
+	if len(vals) != 2 {
+		return nil, 0, fmt.Errorf("readmodel: get %s: HMGET returned %d values", orderID, len(vals))
+	}
+	if vals[0] == nil && vals[1] == nil {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, orderID)
+	}
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s (key %s): %s", ErrCorrupt, orderID, key, fmt.Sprintf(format, args...))
+	}
+	vs, ok := vals[0].(string)
+	if !ok {
+		return nil, 0, corrupt("field version missing")
+	}
+	version, err := strconv.ParseInt(vs, 10, 64)
+	if err != nil {
+		return nil, 0, corrupt("field version %q is not an integer", vs)
+	}
+	raw, ok := vals[1].(string)
+	if !ok {
+		return nil, 0, corrupt("field state missing")
+	}
+	state := &contracts.OrderState{}
+	if err := proto.Unmarshal([]byte(raw), state); err != nil {
+		return nil, 0, corrupt("field state: %v", err)
+	}
+	return state, version, nil
+}
+
+// Put implements Store.
+func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (bool, error) {
+	key, err := r.key(orderID)
+	if err != nil {
+		return false, err
+	}
+	if state == nil {
+		return false, fmt.Errorf("readmodel: put %s: nil state", orderID)
+	}
+	raw, err := proto.Marshal(state)
+	if err != nil {
+		return false, fmt.Errorf("readmodel: put %s: encode state: %w", orderID, err)
+	}
+	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw).Int64()
+	if err != nil {
+		return false, translate("put "+orderID, err)
+	}
+	return applied == 1, nil
+}
+
+// Delete implements Store.
+func (r *Redis) Delete(ctx context.Context, orderID string) error {
+	key, err := r.key(orderID)
+	if err != nil {
+		return err
+	}
+	if err := r.client.Del(ctx, key).Err(); err != nil {
+		return translate("delete "+orderID, err)
+	}
+	return nil
+}
+
+// translate maps a go-redis error to this package's vocabulary: a value of
+// the wrong type at the record's key is corruption; anything but a server
+// error reply means the store could not be reached.
+func translate(op string, err error) error {
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, op, err)
+	}
+	if isUnavailable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("readmodel: %s: %w", op, err)
+}
+
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		// The caller gave up; the store may be fine.
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		// Network, pool, timeout or closed-client errors.
+		return true
+	}
+	// Server replies that mean "not serving now" rather than "bad request".
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}

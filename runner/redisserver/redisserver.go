@@ -1,0 +1,364 @@
+// Package redisserver starts and stops a private redis-server process, by
+// PID, for tests and local runners.
+//
+// It owns only the child process it starts and the temporary directory it
+// creates; it never touches a system-wide Redis and never stops a process
+// by name. It must not import any package of this module.
+package redisserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotInstalled: the redis-server binary could not be found.
+var ErrNotInstalled = errors.New("redis-server not found: run scripts/install-redis.sh or apt-get install redis-server")
+
+const (
+	defaultBin = "redis-server"
+	// startTimeout bounds Start when the caller's context has no deadline:
+	// a healthy redis-server answers PING within milliseconds.
+	startTimeout = 15 * time.Second
+	stopTimeout  = 10 * time.Second
+	pollInterval = 10 * time.Millisecond
+	pingTimeout  = time.Second
+	socketName   = "redis.sock"
+	// maxSocketPath is below the smallest sun_path limit of the common
+	// Unix systems (104 on BSD/macOS, 108 on Linux).
+	maxSocketPath = 100
+)
+
+// Config describes the server to start. The zero value is a non-persistent
+// server on a unix socket in a fresh temporary directory.
+type Config struct {
+	// Bin is the redis-server executable; default "redis-server" looked up
+	// in PATH.
+	Bin string
+	// Dir is the server's working directory; default a fresh temporary
+	// directory that Stop removes. A given Dir is never removed.
+	Dir string
+	// Port is the TCP port on 127.0.0.1; 0 serves on a unix socket in Dir
+	// instead, which avoids port collisions between parallel test runs.
+	Port int
+	// Persist keeps data across restarts in the same Dir (RDB snapshots
+	// plus an append-only file). false writes nothing to disk.
+	Persist bool
+	// LogFile is the server's log; default Dir/redis.log.
+	LogFile string
+}
+
+// Server is a running redis-server child process.
+type Server struct {
+	cmd     *exec.Cmd
+	network string
+	addr    string
+	dir     string
+	ownsDir bool
+	logFile string
+
+	exited  chan struct{} // closed once the process has been reaped
+	waitErr error         // valid after exited is closed
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start launches redis-server and waits, bounded by ctx (or 15s when ctx has
+// no deadline), until it answers PING. A server that exits or never answers
+// is killed and reported with the tail of its log.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	bin := cfg.Bin
+	if bin == "" {
+		bin = defaultBin
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s: %v)", ErrNotInstalled, bin, err)
+	}
+
+	s := &Server{exited: make(chan struct{})}
+	s.dir = cfg.Dir
+	if s.dir == "" {
+		// A short directory name keeps the unix socket path under the
+		// sun_path limit.
+		s.dir, err = os.MkdirTemp("", "rds")
+		if err != nil {
+			return nil, fmt.Errorf("redisserver: create dir: %w", err)
+		}
+		s.ownsDir = true
+	} else if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("redisserver: create dir: %w", err)
+	}
+	if s.dir, err = filepath.Abs(s.dir); err != nil {
+		s.removeDir()
+		return nil, fmt.Errorf("redisserver: dir: %w", err)
+	}
+	s.logFile = cfg.LogFile
+	if s.logFile == "" {
+		s.logFile = filepath.Join(s.dir, "redis.log")
+	}
+
+	args := []string{"--daemonize", "no", "--dir", s.dir, "--logfile", s.logFile}
+	if cfg.Port == 0 {
+		s.network = "unix"
+		s.addr = filepath.Join(s.dir, socketName)
+		if len(s.addr) > maxSocketPath {
+			s.removeDir()
+			return nil, fmt.Errorf("redisserver: unix socket path %q is too long (max %d bytes): use a shorter Dir", s.addr, maxSocketPath)
+		}
+		args = append(args, "--port", "0", "--unixsocket", s.addr, "--unixsocketperm", "700")
+	} else {
+		s.network = "tcp"
+		s.addr = "127.0.0.1:" + strconv.Itoa(cfg.Port)
+		args = append(args, "--port", strconv.Itoa(cfg.Port), "--bind", "127.0.0.1")
+	}
+	if cfg.Persist {
+		args = append(args, "--appendonly", "yes")
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+
+	var stderr bytes.Buffer
+	s.cmd = exec.Command(path, args...)
+	s.cmd.Dir = s.dir
+	s.cmd.Stdout = &stderr
+	s.cmd.Stderr = &stderr
+	s.cmd.SysProcAttr = sysProcAttr()
+	if err := s.cmd.Start(); err != nil {
+		s.removeDir()
+		return nil, fmt.Errorf("redisserver: start %s: %w", path, err)
+	}
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+
+	if err := s.waitReady(ctx); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("redisserver: %s did not become ready: %w%s", path, err, s.diagnostics(stderr.String()))
+	}
+	return s, nil
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	// A ping in flight must not outlive a process that already exited.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("process exited (%v)", s.waitErr)
+		default:
+		}
+		lastErr := s.ping(ctx)
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("process exited (%v)", s.waitErr)
+		case <-ctx.Done():
+			select {
+			case <-s.exited: // the watcher cancelled ctx because of this
+				return fmt.Errorf("process exited (%v)", s.waitErr)
+			default:
+			}
+			return fmt.Errorf("%w (last ping: %v)", ctx.Err(), lastErr)
+		case <-tick.C:
+		}
+	}
+}
+
+// ping asks the server at addr for its process id, speaking the protocol
+// directly rather than through a go-redis client: the client logs every
+// failed dial, and a server still starting is expected to refuse a few.
+// Comparing the process id makes sure the answer comes from our child and
+// not from another server already listening on the port.
+func (s *Server) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, s.network, s.addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return err
+	}
+	rd := bufio.NewReader(conn)
+	head, err := rd.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	head = strings.TrimSpace(head)
+	// A server still loading its data answers -LOADING.
+	if !strings.HasPrefix(head, "$") {
+		return fmt.Errorf("INFO answered %q", head)
+	}
+	n, err := strconv.Atoi(head[1:])
+	if err != nil || n < 0 {
+		return fmt.Errorf("INFO answered %q", head)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(s.PID())
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if strings.HasPrefix(line, "process_id:") {
+			if line != want {
+				return fmt.Errorf("%s answers as %s, not pid %d", s.addr, line, s.PID())
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO server has no process_id")
+}
+
+// diagnostics returns the process output and the log tail, for start errors.
+func (s *Server) diagnostics(output string) string {
+	var b strings.Builder
+	if out := strings.TrimSpace(output); out != "" {
+		b.WriteString("\noutput:\n" + tail(out, 2000))
+	}
+	if log, err := os.ReadFile(s.logFile); err == nil && len(log) > 0 {
+		b.WriteString("\nlog " + s.logFile + ":\n" + tail(strings.TrimSpace(string(log)), 2000))
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+// PID is the server's process id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
+// Network is "unix" or "tcp", as go-redis Options.Network expects.
+func (s *Server) Network() string { return s.network }
+
+// Addr is the socket path or 127.0.0.1:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Dir is the server's working directory.
+func (s *Server) Dir() string { return s.dir }
+
+// URL is the server's address in the form redis.ParseURL accepts.
+func (s *Server) URL() string {
+	if s.network == "unix" {
+		return "unix://" + s.addr + "?db=0"
+	}
+	return "redis://" + s.addr + "/0"
+}
+
+// Client returns a new client for this server; the caller closes it.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Network: s.network, Addr: s.addr})
+}
+
+// Stop sends SIGTERM to the server's PID, waits (bounded) for it to exit,
+// then sends SIGKILL, and removes the directory Start created. It is safe to
+// call more than once; later calls return the first result.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	return s.stopErr
+}
+
+func (s *Server) stop() error {
+	var errs []error
+	select {
+	case <-s.exited:
+	default:
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("redisserver: SIGTERM pid %d: %w", s.PID(), err))
+		}
+		select {
+		case <-s.exited:
+		case <-time.After(stopTimeout):
+			if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				errs = append(errs, fmt.Errorf("redisserver: SIGKILL pid %d: %w", s.PID(), err))
+			}
+			select {
+			case <-s.exited:
+			case <-time.After(stopTimeout):
+				errs = append(errs, fmt.Errorf("redisserver: pid %d did not exit after SIGKILL", s.PID()))
+			}
+		}
+	}
+	if err := s.removeDir(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) removeDir() error {
+	if !s.ownsDir {
+		return nil
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("redisserver: remove %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Exited is closed once the server process has exited for any reason.
+func (s *Server) Exited() <-chan struct{} { return s.exited }
+
+// ForTest starts a non-persistent server on a unix socket in a short
+// temporary directory and stops it when the test ends. A missing binary
+// fails the test: store tests must run against a real server.
+func ForTest(t testing.TB) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	s, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop redis-server pid=%d: %v", s.PID(), err)
+		}
+	})
+	t.Logf("redis-server pid=%d addr=%s", s.PID(), s.Addr())
+	return s
+}
