@@ -1,0 +1,38 @@
+# ShoppingMall-Go. `make cluster-up` runs the system, `make test` runs the tests.
+SHELL := /bin/bash
+GO ?= go
+# Packages that start several protoactor members in one process run without
+# -race: protoactor's remote.Start writes grpc's global logger at every
+# member start (a race inside the library, not ours).
+MULTI_MEMBER := ./cluster/clustertest/... ./edge/edgetest/...
+RUN_DIR ?= $(CURDIR)/.run
+
+.PHONY: test fmt-check vet unit multi-member redis proto build cluster-up cluster-down seed smoke bench
+
+test: redis fmt-check vet unit multi-member
+
+redis:
+	@bash scripts/install-redis.sh
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi; echo "gofmt: clean"
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest)
+
+multi-member:
+	$(GO) test -count=1 $(MULTI_MEMBER)
+
+# Regenerates the committed contract code (needs protoc and protoc-gen-go).
+proto:
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc -I . --go_out=. --go_opt=module=github.com/shoppingmall-go/shoppingmall \
+		actors/contracts/shoppingmall.proto actors/contracts/operations.proto cluster/location/location.proto
+
+build:
+	mkdir -p $(RUN_DIR)/bin
+	$(GO) build -o $(RUN_DIR)/bin/commerce-api ./edge/cmd/commerce-api
+	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
