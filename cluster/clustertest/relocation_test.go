@@ -1,0 +1,220 @@
+package clustertest
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+)
+
+// parkedOrder starts an order whose continuation holds at
+// InventoryReserved, and returns it with its owner's workflow.
+func (h *harness) parkedOrder(t *testing.T, a *api, ws map[string]*node.Workflow) (*contracts.StartOrderWorkflowReq, string) {
+	t.Helper()
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	require.NoError(t, h.stores.Fixtures.ArmGate(ctxT(t, 5*time.Second), req.IdempotencyKey, workflow.GateHold))
+	_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_InventoryReserved)
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	for name, w := range ws {
+		if w.Member.ID() == rec.Owner {
+			return req, name
+		}
+	}
+	t.Fatalf("owner %s of %s is none of the workflows", rec.Owner, req.OrderId)
+	return nil, ""
+}
+
+func other(name string) string {
+	if name == "workflow-a" {
+		return "workflow-b"
+	}
+	return "workflow-a"
+}
+
+func TestPlannedRelocationKeepsGenerationAndResumesAtPayment(t *testing.T) {
+	h := newHarness(t)
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures()),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures()),
+	}
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+	target := other(source)
+	before, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+
+	// Messages sent while the order moves are answered, never dropped and
+	// never Unavailable.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var answered, failed atomic.Int64
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := a.client.RebuildOrderProjection(ctxT(t, 10*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: req.OrderId})
+				if err != nil {
+					failed.Add(1)
+					t.Logf("mid-move request failed: %v", err)
+				} else {
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	res, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: target, OperationId: "op-" + req.OrderId})
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return answered.Load() > 20 }, "requests after the move are answered")
+	close(stop)
+	wg.Wait()
+	require.Zero(t, failed.Load(), "no request sent during the move may fail")
+
+	require.Equal(t, before.Generation, res.Generation)
+	require.Equal(t, source, res.SourceNode)
+	require.Equal(t, target, res.TargetNode)
+	after, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, after.Status)
+	require.Equal(t, ws[target].Member.ID(), after.Owner)
+	require.Equal(t, before.Generation, after.Generation, "relocation keeps the generation")
+	require.Zero(t, hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId), "the source stopped")
+	require.Equal(t, 1, hostedOf{ws[target].Member.Lookup}.hostedCountOf(req.OrderId))
+
+	op, err := h.stores.Relocation.GetOperation(ctxT(t, 5*time.Second), "op-"+req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, relocation.OpCommitted, op.State)
+	require.Equal(t, source, op.Source)
+	require.Equal(t, target, op.Target)
+
+	replayed := fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, before.Generation)
+	require.Equal(t, 1, h.evidence(target).count(replayed))
+	require.Zero(t, h.evidence(source).count(replayed))
+
+	// Payment has not run yet: it starts at the target once the gate opens.
+	ctx := ctxT(t, 10*time.Second)
+	calls, err := h.stores.Commerce.Payment().AuthorizeCalls(ctx, order.PaymentID(req.OrderId))
+	require.NoError(t, err)
+	require.Zero(t, calls)
+	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctx, req.IdempotencyKey))
+	_, err = a.client.ResumeOrder(ctx, &contracts.ResumeOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err)
+	st := h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+
+	require.Equal(t, success, h.eventTypes(t, req.OrderId), "same event order as the plain success path")
+	require.Equal(t, order.ReservationID(req.OrderId), st.GetReservationId(), "the existing ReservationId is kept")
+	reserves, err := h.stores.Commerce.Inventory().ReserveCalls(ctx, order.ReservationID(req.OrderId))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, reserves, "ReserveInventory ran once")
+	calls, err = h.stores.Commerce.Payment().AuthorizeCalls(ctx, order.PaymentID(req.OrderId))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls)
+	repeated := "shoppingmall-order external-effect-repeated order=" + req.OrderId
+	require.Zero(t, h.evidence(source).count(repeated)+h.evidence(target).count(repeated))
+}
+
+func TestRelocationOfDeadOwnerIsRefused(t *testing.T) {
+	h := newHarness(t)
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures()),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures()),
+	}
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+	ws[source].Member.Crash()
+	waitMembers(t, a.member.Lookup, 1)
+	began := time.Now()
+	_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId})
+	require.ErrorIs(t, err, location.ErrUnavailable, "relocating a dead owner's order is not crash failover")
+	require.Less(t, time.Since(began), time.Second)
+	require.Zero(t, hostedOf{ws[other(source)].Member.Lookup}.hostedCountOf(req.OrderId))
+}
+
+// A relocation that fails before the target activates rolls back to the
+// source; repeating it completes the move.
+func TestInterruptedRelocationRollsBackAndRepeatCompletes(t *testing.T) {
+	h := newHarness(t)
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures()),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures()),
+	}
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+	target := other(source)
+
+	ws[target].Member.Lookup.SetDraining(true) // the target refuses to activate
+	_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: target, OperationId: "op-1"})
+	require.ErrorIs(t, err, grain.ErrFailedPrecondition)
+	op, err := h.stores.Relocation.GetOperation(ctxT(t, 5*time.Second), "op-1")
+	require.NoError(t, err)
+	require.Equal(t, relocation.OpAborted, op.State, "the interrupted operation is visible")
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.Equal(t, ws[source].Member.ID(), rec.Owner, "rolled back to the source, never half-owned")
+
+	ws[target].Member.Lookup.SetDraining(false)
+	res, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: target, OperationId: "op-2"})
+	require.NoError(t, err)
+	require.Equal(t, rec.Generation, res.Generation)
+	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctxT(t, 5*time.Second), req.IdempotencyKey))
+	_, err = a.client.ResumeOrder(ctxT(t, 10*time.Second), &contracts.ResumeOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+}
+
+// A graceful stop hands every live order to the remaining member.
+func TestGracefulDrainKeepsOrdersReachable(t *testing.T) {
+	h := newHarness(t)
+	wa, wb := h.startWorkflow("workflow-a"), h.startWorkflow("workflow-b")
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	var onA []string
+	for i := 0; i < 8; i++ {
+		req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+		_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
+		require.NoError(t, err)
+		h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+		require.NoError(t, err)
+		if rec.Owner == wa.Member.ID() {
+			onA = append(onA, req.OrderId)
+		}
+	}
+	require.NotEmpty(t, onA)
+	require.NoError(t, wa.Drain(ctxT(t, 30*time.Second)))
+	waitMembers(t, a.member.Lookup, 1)
+	for _, id := range onA {
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, id)
+		require.NoError(t, err)
+		require.Equal(t, wb.Member.ID(), rec.Owner, "order %s handed to workflow-b", id)
+		require.EqualValues(t, 1, rec.Generation)
+		c, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
+		require.NoError(t, err, "order %s must stay reachable after a graceful stop", id)
+		require.Equal(t, contracts.OrderStatus_Confirmed, c.GetState().GetStatus())
+	}
+}
