@@ -1,0 +1,58 @@
+package clustertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+)
+
+// TestRoundTripsPerOrder counts every Redis command that the grain call
+// path and the workflow make for one order from start to Confirmed (the
+// edge adds its cart read and idempotency reservation: 2 more). The bound
+// guards against a regression; the figure is reported in the log.
+func TestRoundTripsPerOrder(t *testing.T) {
+	h := newHarness(t)
+	counter := &commandCounter{}
+	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{Hook: counter})
+	require.NoError(t, err)
+	t.Cleanup(stores.Close)
+	ctx := ctxT(t, 30*time.Second)
+	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
+		Cluster: cluster.Config{NodeName: "workflow-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+			RefreshTTL: 100 * time.Millisecond, Logger: h.logger("workflow-a"), FrameworkLogLevel: quietFramework},
+		Stores: stores, Logger: h.logger("workflow-a"),
+	})
+	require.NoError(t, err)
+	t.Cleanup(w.Member.Crash)
+	m, err := cluster.Start(ctx, cluster.Config{NodeName: "api-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: stores.Location, Logger: h.logger("api-a"), FrameworkLogLevel: quietFramework})
+	require.NoError(t, err)
+	t.Cleanup(m.Crash)
+	waitMembers(t, m.Lookup, 1)
+	client := grain.NewClient(m.Lookup)
+
+	// Warm the scripts so NOSCRIPT fallbacks are not counted.
+	warm := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	_, _, err = client.StartOrderWorkflow(ctx, warm)
+	require.NoError(t, err)
+	h.waitStatus(t, warm.OrderId, contracts.OrderStatus_Confirmed)
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	before := counter.n.Load()
+	_, _, err = client.StartOrderWorkflow(ctx, req)
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	eventually(t, 5*time.Second, func() bool {
+		return counter.n.Load()-before >= 1
+	}, "commands counted")
+	n := counter.n.Load() - before
+	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+2 at the edge)", n)
+	require.LessOrEqual(t, n, int64(20))
+}
