@@ -353,27 +353,23 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
 	backoff := 2 * time.Millisecond
 	for {
-		rec, err := l.store.Get(ctx, kind, id)
+		token := uuid.NewString()
+		acquired, gen, rec, err := l.store.BeginCreate(ctx, kind, id, token, l.cfg.CreateLockTTL)
 		if err != nil {
 			return nil, err
 		}
-		switch rec.Status {
-		case Ready:
+		switch {
+		case acquired:
+			return l.create(ctx, kind, id, token, gen)
+		case rec.Status == Ready:
 			if !l.Live(rec.Owner) {
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
 			}
 			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
-		case Moving:
-			if !l.Live(rec.Owner) {
-				return nil, fmt.Errorf("%w: %s is moving from member %s, which has left", ErrUnavailable, id, rec.Owner)
-			}
-		case Missing:
-			pid, err := l.create(ctx, kind, id)
-			if pid != nil || err != nil {
-				return pid, err
-			}
+		case rec.Status == Moving && !l.Live(rec.Owner):
+			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left", ErrUnavailable, id, rec.Owner)
 		}
-		// Creating, Moving, or lost a creation race: wait for Ready.
+		// Creating or Moving: wait for Ready.
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -387,14 +383,9 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 	}
 }
 
-// create cold-activates a Missing identity. It returns (nil, nil) when
-// another caller is creating it.
-func (l *Lookup) create(ctx context.Context, kind, id string) (*actor.PID, error) {
-	token := uuid.NewString()
-	ok, gen, _, err := l.store.BeginCreate(ctx, kind, id, token, l.cfg.CreateLockTTL)
-	if err != nil || !ok {
-		return nil, err
-	}
+// create cold-activates an identity whose creation lock token holds, on
+// the next eligible member round-robin, and records it Ready.
+func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64) (*actor.PID, error) {
 	candidates := l.Eligible(kind)
 	if len(candidates) == 0 {
 		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)

@@ -110,34 +110,47 @@ func recordFrom(m map[string]string) Record {
 	}
 }
 
-// beginCreate takes the creation lock of a Missing identity (or of one whose
-// creator died holding an expired lock). It answers the next generation when
-// acquired, otherwise the status that stopped it.
+// beginCreate answers a Ready or Moving record as it stands, or takes the
+// creation lock of a Missing identity (or of one whose creator died holding
+// an expired lock) and answers the next generation: one round trip either
+// way, so a cold call costs no separate read.
 var beginCreate = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
-if st == 'Ready' or st == 'Moving' then return {st, 0} end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating', 0} end
+if st == 'Ready' or st == 'Moving' then
+  return {st, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('HGET', KEYS[1], 'pidAddress') or '',
+          redis.call('HGET', KEYS[1], 'pidId') or '', redis.call('HGET', KEYS[1], 'generation') or '0',
+          redis.call('HGET', KEYS[1], 'moveOp') or ''}
+end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating'} end
 redis.call('HSET', KEYS[1], 'status', 'Creating')
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
-return {'acquired', g + 1}
+return {'acquired', tostring(g + 1)}
 `)
 
 // BeginCreate tries to become the creator of a Missing identity. acquired
-// reports success; next is then the generation to activate.
-func (s *Store) BeginCreate(ctx context.Context, kind, id, token string, ttl time.Duration) (acquired bool, next int64, st Status, err error) {
+// reports success; next is then the generation to activate. Otherwise rec
+// is the identity's record (Ready or Moving with its owner), or Creating
+// while another caller holds the lock.
+func (s *Store) BeginCreate(ctx context.Context, kind, id, token string, ttl time.Duration) (acquired bool, next int64, rec Record, err error) {
 	if err := checkIdentity(id); err != nil {
-		return false, 0, "", err
+		return false, 0, Record{}, err
 	}
-	res, err := beginCreate.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)}, token, ttl.Milliseconds()).Slice()
+	res, err := beginCreate.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)}, token, ttl.Milliseconds()).StringSlice()
 	if err != nil {
-		return false, 0, "", translate(err)
+		return false, 0, Record{}, translate(err)
 	}
-	tag, _ := res[0].(string)
-	n, _ := res[1].(int64)
-	if tag == "acquired" {
-		return true, n, Creating, nil
+	switch res[0] {
+	case "acquired":
+		n, _ := strconv.ParseInt(res[1], 10, 64)
+		return true, n, Record{Status: Creating}, nil
+	case "Creating":
+		return false, 0, Record{Status: Creating}, nil
 	}
-	return false, 0, Status(tag), nil
+	if len(res) < 6 {
+		return false, 0, Record{}, fmt.Errorf("%w: location record of %s: short reply", ErrStoreUnavailable, id)
+	}
+	g, _ := strconv.ParseInt(res[4], 10, 64)
+	return false, 0, Record{Status: Status(res[0]), Owner: res[1], PIDAddress: res[2], PIDID: res[3], Generation: g, MoveOp: res[5]}, nil
 }
 
 var commitReady = redis.NewScript(`

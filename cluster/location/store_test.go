@@ -43,6 +43,10 @@ func TestMissingIdentityStartsAtGenerationOne(t *testing.T) {
 	rec, err = s.Get(ctx(t), kind, "o1")
 	require.NoError(t, err)
 	require.Equal(t, Record{Status: Ready, Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: 1}, rec)
+	ok, _, got, err := s.BeginCreate(ctx(t), kind, "o1", "tok2", time.Second)
+	require.NoError(t, err)
+	require.False(t, ok, "a Ready identity is never created again")
+	require.Equal(t, rec, got, "BeginCreate answers the Ready record in the same round trip")
 }
 
 // Of many concurrent creators exactly one takes the lock.
@@ -55,7 +59,7 @@ func TestConcurrentBeginCreateHasOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			ok, next, st, err := s.BeginCreate(context.Background(), kind, "race", fmt.Sprint("tok", i), 5*time.Second)
+			ok, next, rec, err := s.BeginCreate(context.Background(), kind, "race", fmt.Sprint("tok", i), 5*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
@@ -67,8 +71,8 @@ func TestConcurrentBeginCreateHasOneWinner(t *testing.T) {
 				if next != 1 {
 					t.Errorf("winner got generation %d", next)
 				}
-			} else if st != Creating {
-				t.Errorf("loser saw %q", st)
+			} else if rec.Status != Creating {
+				t.Errorf("loser saw %q", rec.Status)
 			}
 		}(i)
 	}
