@@ -1,0 +1,225 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// Idempotency is the IdempotencyKey → OrderId mapping of the
+// CommerceStateStore.
+type Idempotency interface {
+	// Reserve maps key to candidate (pending) unless the key is already
+	// mapped, atomically, and returns the mapping in force and whether this
+	// call created it. Of concurrent reservers exactly one wins and every
+	// caller gets the winner's mapping.
+	Reserve(ctx context.Context, key string, candidate commerce.Mapping) (commerce.Mapping, bool, error)
+}
+
+// Carts reads cart snapshots.
+type Carts interface {
+	// GetCart returns the snapshot, or an error wrapping commerce.ErrNotFound.
+	GetCart(ctx context.Context, cartID string) (commerce.Cart, error)
+}
+
+// ReadModel reads the OrderReadModelStore.
+type ReadModel interface {
+	// Get returns the projection and the stream version it reflects, or an
+	// error wrapping readmodel.ErrNotFound. It has no side effect.
+	Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error)
+}
+
+// Orders sends the public order commands to an order's grain by its
+// OrderId; the cluster finds the owner. Errors wrap workflow.ErrNotFound,
+// workflow.ErrInvalidArgument, workflow.ErrConflict,
+// location.ErrUnavailable, location.ErrTimeout or grain.ErrInternal.
+type Orders interface {
+	// StartOrderWorkflow records the start (or finds it recorded) and
+	// reports whether this very call recorded OrderStartedEvent.
+	StartOrderWorkflow(ctx context.Context, req *contracts.StartOrderWorkflowReq) (*contracts.StartOrderWorkflowRes, bool, error)
+	// ContinueOrderWorkflow performs the next possible step.
+	ContinueOrderWorkflow(ctx context.Context, req *contracts.ContinueOrderWorkflowReq) (*contracts.ContinueOrderWorkflowRes, error)
+	// RebuildOrderProjection rewrites the read model from the stream alone.
+	RebuildOrderProjection(ctx context.Context, req *contracts.RebuildOrderProjectionReq) (*contracts.RebuildOrderProjectionRes, error)
+}
+
+// Operator sends operator and runner commands to an order's grain by its
+// OrderId. Errors are those of Orders, plus grain.ErrFailedPrecondition.
+type Operator interface {
+	// RelocateOrder moves a live order to another workflow member keeping
+	// its generation.
+	RelocateOrder(ctx context.Context, req *contracts.RelocateOrderReq) (*contracts.RelocateOrderRes, error)
+	// CloseOrder releases the order's authority; the next command activates
+	// generation + 1.
+	CloseOrder(ctx context.Context, req *contracts.CloseOrderReq) (*contracts.CloseOrderRes, error)
+	// ResumeOrder wakes a continuation parked at an interrupt gate.
+	ResumeOrder(ctx context.Context, req *contracts.ResumeOrderReq) (*contracts.ResumeOrderRes, error)
+}
+
+// Topology is what this process's cluster member currently sees.
+type Topology interface {
+	// WorkflowMembers returns how many live members host the order
+	// workflow kind. It must not block.
+	WorkflowMembers() int
+}
+
+// MemberNames reads the Location Store's member id → node name mapping.
+type MemberNames interface {
+	// MemberNames returns the whole mapping; a member publishes its name
+	// before it joins the topology.
+	MemberNames(ctx context.Context) (map[string]string, error)
+}
+
+// Fixtures arms the runner's interrupt points, keyed by the idempotency key
+// whose start they affect.
+type Fixtures interface {
+	// ArmGate arms mode for the start of idempotencyKey.
+	ArmGate(ctx context.Context, idempotencyKey string, mode workflow.GateMode) error
+	// ReleaseGate removes the gate; releasing an absent gate is no error.
+	ReleaseGate(ctx context.Context, idempotencyKey string) error
+	// ArmSkipTerminalProjection makes the terminal event of that order be
+	// recorded without its projection, once.
+	ArmSkipTerminalProjection(ctx context.Context, idempotencyKey string) error
+}
+
+// EventStream reads an order's event stream.
+type EventStream interface {
+	// Load returns every event in version order; none for an unknown order.
+	Load(ctx context.Context, orderID string) ([]eventstore.Envelope, error)
+}
+
+// Authority reads the Location Store.
+type Authority interface {
+	// Get returns the order's authority record; Missing with generation 0
+	// for a never-activated identity.
+	Get(ctx context.Context, kind, id string) (location.Record, error)
+	MemberNames
+}
+
+// Relocations reads the Relocation Store's operation records.
+type Relocations interface {
+	// Operations returns the order's relocation operations, oldest first.
+	Operations(ctx context.Context, orderID string) ([]relocation.Operation, error)
+}
+
+// FirstEnvelopes reads each order's first activation envelope.
+type FirstEnvelopes interface {
+	// LoadFirst returns the StartOrderWorkflowReq that first activated the
+	// order, or an error wrapping workflow.ErrNotFound.
+	LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error)
+}
+
+// Projections deletes read-model records.
+type Projections interface {
+	// Delete removes the projection; deleting an absent one is no error.
+	Delete(ctx context.Context, orderID string) error
+}
+
+// Inventory is the part of the seeded inventory module the evidence hooks
+// observe and repeat.
+type Inventory interface {
+	// Reserve returns the first result for the reservation id.
+	Reserve(ctx context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error)
+	// Stock returns a SKU's available quantity.
+	Stock(ctx context.Context, sku string) (int64, error)
+	// ReserveCalls and ReleaseCalls count calls per reservation id.
+	ReserveCalls(ctx context.Context, reservationID string) (int64, error)
+	ReleaseCalls(ctx context.Context, reservationID string) (int64, error)
+}
+
+// Payment is the part of the seeded payment module the evidence hooks
+// observe and repeat.
+type Payment interface {
+	// Authorize returns the first result for the payment id.
+	Authorize(ctx context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error)
+	// AuthorizeCalls counts calls per payment id.
+	AuthorizeCalls(ctx context.Context, paymentID string) (int64, error)
+	// Captured returns the amount authorized under the payment id.
+	Captured(ctx context.Context, paymentID string) (int64, error)
+}
+
+// SelfCheck holds what the runner-only /self-check/ hooks need. Every
+// field is required; Config.Operator must be set too.
+type SelfCheck struct {
+	Fixtures    Fixtures
+	Events      EventStream
+	Authority   Authority
+	Relocations Relocations
+	Envelopes   FirstEnvelopes
+	Projections Projections
+	Inventory   Inventory
+	Payment     Payment
+}
+
+// Config configures a Server. Fields without "optional" are required.
+type Config struct {
+	// NodeID is this process's node name (api-a), used in evidence lines.
+	NodeID      string
+	Idempotency Idempotency
+	Carts       Carts
+	ReadModel   ReadModel
+	Orders      Orders
+	Topology    Topology
+	// Operator is required when Admin or SelfCheck is enabled.
+	Operator Operator
+	// Admin enables /admin/ (otherwise 404).
+	Admin bool
+	// SelfCheck, if set, enables /self-check/ (otherwise 404).
+	SelfCheck *SelfCheck
+	// RequestTimeout bounds each request's work; optional, default 10 s.
+	RequestTimeout time.Duration
+	// Evidence receives raw evidence lines, one Write per line; optional,
+	// default discarded. Shared with a RouteObserver, it must accept
+	// concurrent writes (os.Stdout does).
+	Evidence io.Writer
+	// Logger receives structured logs; optional, default slog.Default().
+	Logger *slog.Logger
+	// NewID returns fresh ids (candidate OrderIds, sourceCommandIds);
+	// optional, default random UUIDs.
+	NewID func() string
+}
+
+// ErrConfig: the configuration cannot build a Server.
+var ErrConfig = errors.New("edge: invalid configuration")
+
+func (c *Config) check() error {
+	var missing []string
+	need := func(ok bool, name string) {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	need(c.NodeID != "", "NodeID")
+	need(c.Idempotency != nil, "Idempotency")
+	need(c.Carts != nil, "Carts")
+	need(c.ReadModel != nil, "ReadModel")
+	need(c.Orders != nil, "Orders")
+	need(c.Topology != nil, "Topology")
+	if c.Admin || c.SelfCheck != nil {
+		need(c.Operator != nil, "Operator")
+	}
+	if s := c.SelfCheck; s != nil {
+		need(s.Fixtures != nil, "SelfCheck.Fixtures")
+		need(s.Events != nil, "SelfCheck.Events")
+		need(s.Authority != nil, "SelfCheck.Authority")
+		need(s.Relocations != nil, "SelfCheck.Relocations")
+		need(s.Envelopes != nil, "SelfCheck.Envelopes")
+		need(s.Projections != nil, "SelfCheck.Projections")
+		need(s.Inventory != nil, "SelfCheck.Inventory")
+		need(s.Payment != nil, "SelfCheck.Payment")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %v", ErrConfig, missing)
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+// Package edge owns CommerceApi, the stateless HTTP edge of the sample
+// (spec §4, §6.2, §7.1, §7.3, §7.4): input validation, the idempotency
+// mapping of StartOrderReq, order commands sent to the order's grain by its
+// OrderId, read-model lookups, the readiness evidence of §10.1, and — only
+// when enabled — the runner's /self-check/ hooks and the operator's /admin/
+// endpoints.
+//
+// It never changes an order's event stream or projection itself; the
+// grain does. Every store and the grain client are reached through the
+// consumer-side interfaces declared in this package (Idempotency, Carts,
+// ReadModel, Orders, Operator, Topology, MemberNames and the SelfCheck
+// dependencies). It imports the store packages only for their value types
+// and sentinel errors: it must not construct a store, open a Redis client
+// or import another store implementation; edge/edgenode does the wiring.
+//
+// Bodies are the contract messages' JSON written and read by
+// actors/contracts (never encoding/json on generated types). Routing is
+// gin in release mode; handlers are plain http.HandlerFuncs reading the
+// path value, so the framework stays at the edge of the edge.
+package edge

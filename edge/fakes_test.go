@@ -1,0 +1,335 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+)
+
+// Small in-memory fakes of edge's consumer interfaces. They exist only for
+// the pure edge tests; store behaviour is tested against a real Redis in
+// the store packages and end to end in edgetest.
+
+type fakeIdempotency struct {
+	mu    sync.Mutex
+	m     map[string]commerce.Mapping
+	err   error
+	calls int
+}
+
+func (f *fakeIdempotency) Reserve(_ context.Context, key string, c commerce.Mapping) (commerce.Mapping, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return commerce.Mapping{}, false, f.err
+	}
+	if m, ok := f.m[key]; ok {
+		return m, false, nil
+	}
+	c.Status = commerce.MappingPending
+	f.m[key] = c
+	return c, true, nil
+}
+
+func (f *fakeIdempotency) set(key string, m commerce.Mapping) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[key] = m
+}
+
+func (f *fakeIdempotency) get(key string) (commerce.Mapping, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.m[key]
+	return m, ok
+}
+
+type fakeCarts struct {
+	carts map[string]commerce.Cart
+	err   error
+}
+
+func (f *fakeCarts) GetCart(_ context.Context, id string) (commerce.Cart, error) {
+	if f.err != nil {
+		return commerce.Cart{}, f.err
+	}
+	c, ok := f.carts[id]
+	if !ok {
+		return commerce.Cart{}, fmt.Errorf("%w: cart %s", commerce.ErrNotFound, id)
+	}
+	return c, nil
+}
+
+type fakeReadModel struct {
+	mu  sync.Mutex
+	m   map[string]*contracts.OrderState
+	err error
+}
+
+func (f *fakeReadModel) Get(_ context.Context, id string) (*contracts.OrderState, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, 0, f.err
+	}
+	st, ok := f.m[id]
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %s", readmodel.ErrNotFound, id)
+	}
+	return st, 1, nil
+}
+
+func (f *fakeReadModel) put(st *contracts.OrderState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[st.OrderId] = st
+}
+
+// fakeOrders records every grain call. start decides each start's answer;
+// by default the first start of an order records it.
+type fakeOrders struct {
+	mu        sync.Mutex
+	starts    []*contracts.StartOrderWorkflowReq
+	continues []*contracts.ContinueOrderWorkflowReq
+	rebuilds  []*contracts.RebuildOrderProjectionReq
+	relocates []*contracts.RelocateOrderReq
+	closes    []*contracts.CloseOrderReq
+	resumes   []*contracts.ResumeOrderReq
+	started   map[string]bool
+	err       error
+	// check, if set, is called with every start before it is recorded.
+	check func(*contracts.StartOrderWorkflowReq)
+}
+
+func created(id string) *contracts.OrderState {
+	return &contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 1}
+}
+
+func (f *fakeOrders) StartOrderWorkflow(_ context.Context, req *contracts.StartOrderWorkflowReq) (*contracts.StartOrderWorkflowRes, bool, error) {
+	if f.check != nil {
+		f.check(req)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts = append(f.starts, req)
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	recorded := !f.started[req.OrderId]
+	f.started[req.OrderId] = true
+	return &contracts.StartOrderWorkflowRes{State: created(req.OrderId)}, recorded, nil
+}
+
+func (f *fakeOrders) ContinueOrderWorkflow(_ context.Context, req *contracts.ContinueOrderWorkflowReq) (*contracts.ContinueOrderWorkflowRes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.continues = append(f.continues, req)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &contracts.ContinueOrderWorkflowRes{State: created(req.OrderId)}, nil
+}
+
+func (f *fakeOrders) RebuildOrderProjection(_ context.Context, req *contracts.RebuildOrderProjectionReq) (*contracts.RebuildOrderProjectionRes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rebuilds = append(f.rebuilds, req)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &contracts.RebuildOrderProjectionRes{State: created(req.OrderId)}, nil
+}
+
+func (f *fakeOrders) RelocateOrder(_ context.Context, req *contracts.RelocateOrderReq) (*contracts.RelocateOrderRes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.relocates = append(f.relocates, req)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &contracts.RelocateOrderRes{OrderId: req.OrderId, OperationId: "op-1", SourceNode: "workflow-a",
+		TargetNode: "workflow-b", Generation: 1}, nil
+}
+
+func (f *fakeOrders) CloseOrder(_ context.Context, req *contracts.CloseOrderReq) (*contracts.CloseOrderRes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closes = append(f.closes, req)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &contracts.CloseOrderRes{OrderId: req.OrderId, Generation: 1}, nil
+}
+
+func (f *fakeOrders) ResumeOrder(_ context.Context, req *contracts.ResumeOrderReq) (*contracts.ResumeOrderRes, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumes = append(f.resumes, req)
+	return &contracts.ResumeOrderRes{State: created(req.OrderId)}, f.err
+}
+
+// calls is the number of grain calls of any kind.
+func (f *fakeOrders) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.starts) + len(f.continues) + len(f.rebuilds) + len(f.relocates) + len(f.closes) + len(f.resumes)
+}
+
+type fakeTopology struct{ n atomic.Int64 }
+
+func (f *fakeTopology) WorkflowMembers() int { return int(f.n.Load()) }
+
+// syncBuffer is a concurrency-safe evidence/log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) count(line string) int {
+	n := 0
+	for _, l := range strings.Split(b.String(), "\n") {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+const (
+	cartOK    = "cart-1"
+	cartOther = "cart-2"
+)
+
+type env struct {
+	t        testing.TB
+	srv      *Server
+	idem     *fakeIdempotency
+	carts    *fakeCarts
+	rm       *fakeReadModel
+	orders   *fakeOrders
+	topo     *fakeTopology
+	evidence *syncBuffer
+	logs     *syncBuffer
+}
+
+type envOpt func(*Config)
+
+func withAdmin() envOpt { return func(c *Config) { c.Admin = true } }
+
+func newEnv(t testing.TB, opts ...envOpt) *env {
+	t.Helper()
+	e := &env{
+		t:    t,
+		idem: &fakeIdempotency{m: map[string]commerce.Mapping{}},
+		carts: &fakeCarts{carts: map[string]commerce.Cart{
+			cartOK: {CartID: cartOK, Lines: []*contracts.OrderLine{{Sku: "sku-a", Quantity: 2}, {Sku: "sku-b", Quantity: 1}},
+				Amount: 4870, Currency: "EUR"},
+			cartOther: {CartID: cartOther, Lines: []*contracts.OrderLine{{Sku: "sku-c", Quantity: 1}}, Amount: 100, Currency: "EUR"},
+		}},
+		rm:       &fakeReadModel{m: map[string]*contracts.OrderState{}},
+		orders:   &fakeOrders{started: map[string]bool{}},
+		topo:     &fakeTopology{},
+		evidence: &syncBuffer{},
+		logs:     &syncBuffer{},
+	}
+	var seq atomic.Int64
+	cfg := Config{
+		NodeID: "api-t", Idempotency: e.idem, Carts: e.carts, ReadModel: e.rm, Orders: e.orders,
+		Topology: e.topo, Operator: e.orders, Evidence: e.evidence,
+		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		NewID:  func() string { return fmt.Sprintf("id-%d", seq.Add(1)) },
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	e.srv = srv
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log("server log:\n" + e.logs.String())
+		}
+	})
+	return e
+}
+
+func (e *env) do(method, path, body string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	return serve(e.srv, method, path, body)
+}
+
+func serve(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
+	var r *http.Request
+	if body == "" {
+		r = httptest.NewRequest(method, path, nil)
+	} else {
+		r = httptest.NewRequest(method, path, strings.NewReader(body))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func startBody(cart, addr, method, key string) string {
+	q := func(s string) string {
+		b, err := json.Marshal(s)
+		if err != nil {
+			panic(err)
+		}
+		return string(b)
+	}
+	return fmt.Sprintf(`{"cartId":%s,"shippingAddressId":%s,"paymentMethodId":%s,"idempotencyKey":%s}`, q(cart), q(addr), q(method), q(key))
+}
+
+// decodeError reads an error reply and checks its shape.
+func decodeError(t *testing.T, w *httptest.ResponseRecorder) apiError {
+	t.Helper()
+	var b errorBody
+	dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&b), "error body %q", w.Body.String())
+	require.NotEmpty(t, b.Error.Code)
+	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	return b.Error
+}
+
+func decodeMessage[T any, P interface {
+	*T
+	proto.Message
+}](t *testing.T, w *httptest.ResponseRecorder) P {
+	t.Helper()
+	m := P(new(T))
+	require.NoError(t, contracts.UnmarshalJSON(w.Body.Bytes(), m), "body %q", w.Body.String())
+	return m
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,73 @@
+package edge
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+// acceptableID is an independent restatement of the id rules, so the fuzz
+// target does not trust checkID to judge itself.
+func acceptableID(s string) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > MaxIDLen || strings.TrimSpace(s) == "" {
+		return false
+	}
+	for _, r := range s {
+		if r == '{' || r == '}' || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzStartOrderDecode drives POST /orders' decode and validation with
+// arbitrary bodies: it must never panic, and only a request whose every
+// field is acceptable may reach the grain.
+func FuzzStartOrderDecode(f *testing.F) {
+	for _, s := range []string{
+		startBody(cartOK, "addr-1", "pm-1", "key-1"),
+		startBody(cartOK, "a", "p", "k") + "{}",
+		`{"cartId":"cart-1","shippingAddressId":"a","paymentMethodId":"p","idempotencyKey":"k","x":1}`,
+		`{"cartId":"cart-1","cartId":"cart-1"}`,
+		`{"cartId":null,"shippingAddressId":"a","paymentMethodId":"p","idempotencyKey":"k"}`,
+		`{"cartId":"cart-1","shippingAddressId":"\u0000","paymentMethodId":"p","idempotencyKey":"k"}`,
+		`{"cartId":"cart-1","shippingAddressId":"a","paymentMethodId":"p","idempotencyKey":"{k}"}`,
+		`{"cartId":"\ud800","shippingAddressId":"a","paymentMethodId":"p","idempotencyKey":"k"}`,
+		"\xff\xfe", `[]`, `null`, `""`, `{`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	e := newEnv(f)
+	e.srv.log = discardLogger()
+	e.orders.check = func(req *contracts.StartOrderWorkflowReq) {
+		for _, v := range []string{req.CartId, req.ShippingAddressId, req.PaymentMethodId, req.IdempotencyKey} {
+			if !acceptableID(v) {
+				panic("invalid input reached the grain: " + v)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeStartOrder(body)
+		if err == nil {
+			for _, v := range []string{req.CartId, req.ShippingAddressId, req.PaymentMethodId, req.IdempotencyKey} {
+				if !acceptableID(v) {
+					t.Fatalf("decode accepted field %q of %q", v, body)
+				}
+			}
+		} else if status, _ := httpError(err); status != http.StatusBadRequest {
+			t.Fatalf("decode error %v maps to %d, want 400", err, status)
+		}
+		before := e.orders.calls()
+		w := serve(e.srv, "POST", "/orders", string(body))
+		if w.Code >= 500 {
+			t.Fatalf("body %q: status %d: %s", body, w.Code, w.Body.String())
+		}
+		if err != nil && e.orders.calls() != before {
+			t.Fatalf("body %q failed validation but reached the grain", body)
+		}
+	})
+}

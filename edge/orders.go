@@ -1,0 +1,198 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"google.golang.org/protobuf/proto"
+)
+
+// startOrder is POST /orders (spec §7.1, §7.3). It answers once the
+// Created boundary is confirmed and never waits for the continuation:
+//
+//  1. validate the request and load the cart (an unknown cart is 400 cartId);
+//  2. reserve the idempotency key with a fresh candidate OrderId — the first
+//     reservation wins, every other request uses the winner's OrderId;
+//  3. a key mapped for a different cart, address or method is 422;
+//  4. a started mapping is a replay: 200 with the current read model;
+//  5. otherwise (pending, or started without a projection yet) the grain
+//     records the start or finds it recorded: 201 if this call recorded
+//     it, else 200.
+func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	req, err := decodeStartOrder(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+
+	cart, err := s.cfg.Carts.GetCart(ctx, req.CartId)
+	if errors.Is(err, commerce.ErrNotFound) {
+		s.fail(w, r, invalidField("cartId", "no such cart"))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("load cart: %w", err))
+		return
+	}
+	if err := checkCart(cart); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
+	m, _, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, commerce.Mapping{
+		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
+	})
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("reserve idempotency key: %w", err))
+		return
+	}
+	if m.Fingerprint != fp {
+		s.fail(w, r, ErrIdempotencyKeyReused)
+		return
+	}
+	if m.Status == commerce.MappingStarted {
+		st, _, err := s.cfg.ReadModel.Get(ctx, m.OrderID)
+		switch {
+		case err == nil:
+			s.writeMessage(w, r, http.StatusOK, &contracts.StartOrderRes{OrderId: m.OrderID, State: st})
+			return
+		case !errors.Is(err, readmodel.ErrNotFound):
+			s.fail(w, r, fmt.Errorf("read order %s: %w", m.OrderID, err))
+			return
+		}
+		// Started but without a projection (deleted, or a crash between
+		// the two): the grain's repeated start repairs it like a pending one.
+	}
+	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
+		OrderId:           m.OrderID,
+		CartId:            req.CartId,
+		ShippingAddressId: req.ShippingAddressId,
+		PaymentMethodId:   req.PaymentMethodId,
+		IdempotencyKey:    req.IdempotencyKey,
+		SourceCommandId:   order.StartSourceCommandID(req.IdempotencyKey),
+		Lines:             cart.Lines,
+		Amount:            cart.Amount,
+		Currency:          cart.Currency,
+	})
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("start order %s: %w", m.OrderID, err))
+		return
+	}
+	status := http.StatusOK
+	if recorded {
+		status = http.StatusCreated
+	}
+	s.writeMessage(w, r, status, &contracts.StartOrderRes{OrderId: m.OrderID, State: res.GetState()})
+}
+
+// newOrderID returns a candidate OrderId; it becomes the order's id only
+// if its reservation wins.
+func (s *Server) newOrderID() string { return "ord-" + s.cfg.NewID() }
+
+// getOrder is GET /orders/{orderId}: the read model only, no grain call,
+// no side effect (spec §7.4).
+func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
+	id, err := pathOrderID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	st, _, err := s.cfg.ReadModel.Get(ctx, id)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("read order %s: %w", id, err))
+		return
+	}
+	s.writeMessage(w, r, http.StatusOK, &contracts.GetOrderStateRes{State: st})
+}
+
+// continueOrder is POST /orders/{orderId}/continue.
+func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
+	req := &contracts.ContinueOrderWorkflowReq{}
+	id, ok := s.orderCommand(w, r, req, &req.OrderId, &req.SourceCommandId, "continue-")
+	if !ok {
+		return
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.cfg.Orders.ContinueOrderWorkflow(ctx, req)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("continue order %s: %w", id, err))
+		return
+	}
+	s.writeMessage(w, r, http.StatusOK, res)
+}
+
+// rebuildProjection is POST /orders/{orderId}/rebuild-projection.
+func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
+	req := &contracts.RebuildOrderProjectionReq{}
+	id, ok := s.orderCommand(w, r, req, &req.OrderId, &req.SourceCommandId, "rebuild-")
+	if !ok {
+		return
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	res, err := s.cfg.Orders.RebuildOrderProjection(ctx, req)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("rebuild projection of order %s: %w", id, err))
+		return
+	}
+	s.writeMessage(w, r, http.StatusOK, res)
+}
+
+// orderCommand decodes a continue/rebuild body (empty means {}), fills the
+// orderId from the path — a different one in the body is 400 — and an
+// empty sourceCommandId with a fresh one. It answers the failure itself.
+func (s *Server) orderCommand(w http.ResponseWriter, r *http.Request, req proto.Message, orderID, sourceCommandID *string, prefix string) (string, bool) {
+	id, err := pathOrderID(r)
+	if err == nil {
+		err = s.decodeForOrder(w, r, req, orderID, id)
+	}
+	if err == nil {
+		if *sourceCommandID == "" {
+			*sourceCommandID = prefix + s.cfg.NewID()
+		}
+		err = checkID("sourceCommandId", *sourceCommandID)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return "", false
+	}
+	return id, true
+}
+
+// decodeForOrder decodes an optional contract body addressed to the path's
+// order and sets its orderId field to it.
+func (s *Server) decodeForOrder(w http.ResponseWriter, r *http.Request, req proto.Message, orderID *string, pathID string) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if err := decodeContract(body, req, true); err != nil {
+		return err
+	}
+	if *orderID != "" && *orderID != pathID {
+		return invalidField("orderId", "differs from the order in the path")
+	}
+	*orderID = pathID
+	return nil
+}
+
+// pathOrderID returns the validated {orderId} of the route.
+func pathOrderID(r *http.Request) (string, error) {
+	id := r.PathValue("orderId")
+	return id, checkID("orderId", id)
+}

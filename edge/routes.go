@@ -1,0 +1,143 @@
+package edge
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+)
+
+// RouteObserverConfig configures a RouteObserver.
+type RouteObserverConfig struct {
+	// NodeID is this API process's node name.
+	NodeID string
+	// Names resolves a member id to its node name.
+	Names MemberNames
+	// Evidence receives the readiness lines; default discarded.
+	Evidence io.Writer
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// ResolveTimeout bounds the wait for a joined member's published name;
+	// default one minute.
+	ResolveTimeout time.Duration
+}
+
+// RouteObserver turns passively observed topology into the object-route
+// readiness evidence of spec §10.1: once a member hosting the order
+// workflow kind has joined, it prints
+// `shoppingmall-ready kind=object-route node=<NodeId> target=<WorkflowNodeId>`,
+// once per workflow node name for the life of the process (a restarted
+// workflow-a is the same route). It sends no request of its own.
+type RouteObserver struct {
+	cfg      RouteObserverConfig
+	evidence *lineWriter
+	log      *slog.Logger
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	printed map[string]bool // node names announced
+	pending map[string]bool // member ids being resolved
+}
+
+// NewRouteObserver returns an observer; register MemberJoined with the
+// cluster before it starts.
+func NewRouteObserver(cfg RouteObserverConfig) *RouteObserver {
+	if cfg.Evidence == nil {
+		cfg.Evidence = io.Discard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ResolveTimeout <= 0 {
+		cfg.ResolveTimeout = time.Minute
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &RouteObserver{cfg: cfg, evidence: newLineWriter(cfg.Evidence), log: cfg.Logger,
+		ctx: ctx, cancel: cancel, printed: map[string]bool{}, pending: map[string]bool{}}
+}
+
+// MemberJoined is the cluster's join callback. The cluster calls it while
+// holding its member-list lock, so it only starts the name lookup and
+// returns.
+func (o *RouteObserver) MemberJoined(memberID, address string, kinds []string) {
+	if !slices.Contains(kinds, grain.KindName) {
+		return
+	}
+	o.mu.Lock()
+	if o.pending[memberID] || o.ctx.Err() != nil {
+		o.mu.Unlock()
+		return
+	}
+	o.pending[memberID] = true
+	o.wg.Add(1)
+	o.mu.Unlock()
+	go o.resolve(memberID)
+}
+
+// resolve waits (bounded, with backoff) for the member's published node
+// name and announces the route.
+func (o *RouteObserver) resolve(memberID string) {
+	defer o.wg.Done()
+	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ResolveTimeout)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		names, err := o.cfg.Names.MemberNames(ctx)
+		if name := names[memberID]; err == nil && name != "" {
+			o.announce(name)
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if o.ctx.Err() == nil {
+				o.log.Warn("no node name published for a workflow member", slog.String("member", memberID), slog.Any("error", err))
+			}
+			o.mu.Lock()
+			delete(o.pending, memberID)
+			o.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		if backoff < time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (o *RouteObserver) announce(name string) {
+	o.mu.Lock()
+	first := !o.printed[name]
+	o.printed[name] = true
+	o.mu.Unlock()
+	if first {
+		o.evidence.line("shoppingmall-ready kind=object-route node=" + o.cfg.NodeID + " target=" + name)
+	}
+}
+
+// Targets returns the workflow node names announced so far, sorted.
+func (o *RouteObserver) Targets() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.printed))
+	for n := range o.printed {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close stops pending lookups and waits for them.
+func (o *RouteObserver) Close() {
+	o.mu.Lock()
+	o.cancel()
+	o.mu.Unlock()
+	o.wg.Wait()
+}

@@ -1,0 +1,233 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+// DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
+const DefaultRequestTimeout = 10 * time.Second
+
+// Server is the CommerceApi HTTP edge. It is an http.Handler; Serve runs
+// it on a listener. Safe for concurrent use.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	evidence  *lineWriter
+	engine    *gin.Engine
+	http      *http.Server
+	listening atomic.Bool
+	served    atomic.Bool
+}
+
+// New builds a Server from cfg.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Evidence == nil {
+		cfg.Evidence = io.Discard
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = uuid.NewString
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), engine: gin.New()}
+	s.routes()
+	s.http = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.RequestTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxBody,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+func (s *Server) routes() {
+	e := s.engine
+	// Trailing-slash and method redirects would answer routes the contract
+	// does not have; unknown routes are a JSON 404 instead.
+	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
+	e.GET("/healthz", handle(s.healthz))
+	e.GET("/readyz", handle(s.readyz))
+	e.POST("/orders", handle(s.startOrder))
+	e.GET("/orders/:orderId", handle(s.getOrder))
+	e.POST("/orders/:orderId/continue", handle(s.continueOrder))
+	e.POST("/orders/:orderId/rebuild-projection", handle(s.rebuildProjection))
+	if s.cfg.Admin {
+		e.POST("/admin/orders/:orderId/relocate", handle(s.adminRelocate))
+		e.POST("/admin/orders/:orderId/close", handle(s.adminClose))
+	}
+	if s.cfg.SelfCheck != nil {
+		e.POST("/self-check/pending-mapping", handle(s.pendingMapping))
+		e.POST("/self-check/gates", handle(s.armGate))
+		e.POST("/self-check/gates/release", handle(s.releaseGate))
+		e.POST("/self-check/skip-terminal-projection", handle(s.skipTerminalProjection))
+		e.DELETE("/self-check/orders/:orderId/projection", handle(s.deleteProjection))
+		e.GET("/self-check/orders/:orderId/evidence", handle(s.orderEvidence))
+		e.POST("/self-check/orders/:orderId/repeat-effects", handle(s.repeatEffects))
+	}
+	// Everything else, including disabled hooks, is a JSON 404.
+	e.NoRoute(func(c *gin.Context) {
+		s.fail(c.Writer, c.Request, fmt.Errorf("%w: %s %s", errNoRoute, c.Request.Method, c.Request.URL.Path))
+	})
+}
+
+// handle adapts a plain handler to gin; the path parameter travels as the
+// request's path value so handlers stay framework-free.
+func handle(h http.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		for _, p := range c.Params {
+			c.Request.SetPathValue(p.Key, p.Value)
+		}
+		h(c.Writer, c.Request)
+	}
+}
+
+// ServeHTTP implements http.Handler. A panic in a handler is answered
+// 500 INTERNAL and logged, never shown.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panicked", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			s.writeError(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
+		}
+	}()
+	s.engine.ServeHTTP(w, r)
+}
+
+// Serve answers HTTP on ln until Shutdown. Once the listener accepts it
+// prints `shoppingmall-ready kind=http node=<NodeId>` to the evidence
+// writer, once. It returns http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if !s.served.CompareAndSwap(false, true) {
+		return errors.New("edge: Serve called twice")
+	}
+	// The listener is bound: the kernel accepts connections from here on
+	// and they queue until Serve takes them.
+	s.listening.Store(true)
+	s.evidence.line("shoppingmall-ready kind=http node=" + s.cfg.NodeID)
+	s.log.Info("http edge listening", slog.String("addr", ln.Addr().String()))
+	return s.http.Serve(ln)
+}
+
+// Shutdown stops accepting, waits for requests in flight until ctx ends,
+// then closes.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.listening.Store(false)
+	return s.http.Shutdown(ctx)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	switch n := s.cfg.Topology.WorkflowMembers(); {
+	case !s.listening.Load():
+		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "the HTTP listener is not up"})
+	case n == 0:
+		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "no order workflow member is in the topology"})
+	default:
+		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "workflowMembers": n})
+	}
+}
+
+// requestContext bounds a request's work by the configured timeout.
+func (s *Server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+}
+
+// fail answers err through httpError and logs what the client does not
+// see: 5xx at warn/error with the full error, client errors at debug.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := httpError(err)
+	attrs := []any{slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.String("code", body.Code), slog.Any("error", err)}
+	switch {
+	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
+		s.log.Error("request failed", attrs...)
+	case status >= 500:
+		s.log.Warn("request failed", attrs...)
+	default:
+		s.log.Debug("request refused", attrs...)
+	}
+	s.writeError(w, status, body)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, status int, e apiError) {
+	s.writeJSON(w, status, errorBody{Error: e})
+}
+
+// writeJSON writes the hooks' own (non-contract) bodies.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encoding a reply failed", slog.Any("error", err))
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
+	}
+	s.writeBody(w, status, b)
+}
+
+// writeMessage writes a contract message with the contract codec.
+func (s *Server) writeMessage(w http.ResponseWriter, r *http.Request, status int, m proto.Message) {
+	b, err := contracts.MarshalJSON(m)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err))
+		return
+	}
+	s.writeBody(w, status, b)
+}
+
+func (s *Server) writeBody(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// lineWriter writes whole evidence lines, one Write per line, so lines
+// from concurrent requests never interleave.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{w: w} }
+
+func (l *lineWriter) line(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = io.WriteString(l.w, s+"\n")
+}

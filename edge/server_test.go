@@ -1,0 +1,201 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// eventually polls cond every 5 ms until the deadline.
+func eventually(t *testing.T, within time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNewRejectsIncompleteConfig(t *testing.T) {
+	_, err := New(Config{})
+	require.ErrorIs(t, err, ErrConfig)
+	e := newEnv(t)
+	cfg := e.srv.cfg
+	cfg.Operator = nil
+	cfg.Admin = true
+	_, err = New(cfg)
+	require.ErrorIs(t, err, ErrConfig, "admin needs an Operator")
+	cfg.Admin, cfg.Operator = false, e.orders
+	cfg.SelfCheck = &SelfCheck{}
+	_, err = New(cfg)
+	require.ErrorIs(t, err, ErrConfig, "self-check needs its stores")
+}
+
+func TestHealthzAndReadyz(t *testing.T) {
+	e := newEnv(t)
+	require.Equal(t, http.StatusOK, e.do("GET", "/healthz", "").Code)
+	e.topo.n.Store(2)
+	w := e.do("GET", "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, "not ready before the listener is up")
+	require.Equal(t, CodeUnavailable, decodeError(t, w).Code)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, e.srv.Shutdown(ctx))
+		require.ErrorIs(t, <-done, http.ErrServerClosed)
+	})
+	url := "http://" + ln.Addr().String()
+	get := func(p string) int {
+		res, err := http.Get(url + p)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get("/readyz"))
+	e.topo.n.Store(0)
+	require.Equal(t, http.StatusServiceUnavailable, get("/readyz"), "no workflow member: not ready")
+	e.topo.n.Store(1)
+	require.Equal(t, http.StatusOK, get("/readyz"))
+
+	line := "shoppingmall-ready kind=http node=api-t"
+	require.Equal(t, 1, e.evidence.count(line))
+	require.Error(t, e.srv.Serve(ln), "a second Serve is refused")
+	require.Equal(t, 1, e.evidence.count(line), "the ready line is printed once")
+}
+
+func TestSelfCheckAndAdminAre404WhenDisabled(t *testing.T) {
+	e := newEnv(t)
+	routes := []struct{ method, path string }{
+		{"POST", "/self-check/pending-mapping"},
+		{"POST", "/self-check/gates"},
+		{"POST", "/self-check/gates/release"},
+		{"POST", "/self-check/skip-terminal-projection"},
+		{"DELETE", "/self-check/orders/ord-1/projection"},
+		{"GET", "/self-check/orders/ord-1/evidence"},
+		{"POST", "/self-check/orders/ord-1/repeat-effects"},
+		{"POST", "/admin/orders/ord-1/relocate"},
+		{"POST", "/admin/orders/ord-1/close"},
+	}
+	for _, r := range routes {
+		w := e.do(r.method, r.path, `{"idempotencyKey":"k","mode":"stop"}`)
+		require.Equal(t, http.StatusNotFound, w.Code, r.path)
+		require.Equal(t, CodeNotFound, decodeError(t, w).Code)
+	}
+	require.Zero(t, e.orders.calls())
+	require.Zero(t, e.evidence.count("shoppingmall-evidence order=ord-1 events=0"))
+}
+
+func TestAdminRoutes(t *testing.T) {
+	e := newEnv(t, withAdmin())
+	w := e.do("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"workflow-b"}`)
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	res := decodeMessage[contracts.RelocateOrderRes](t, w)
+	require.Equal(t, "ord-1", res.OrderId)
+	require.Equal(t, "workflow-b", e.orders.relocates[0].TargetNode)
+	require.Equal(t, "ord-1", e.orders.relocates[0].OrderId)
+
+	require.Equal(t, http.StatusOK, e.do("POST", "/admin/orders/ord-1/relocate", "").Code, "an empty body relocates anywhere")
+	require.Equal(t, "", e.orders.relocates[1].TargetNode)
+
+	w = e.do("POST", "/admin/orders/ord-1/relocate", `{"orderId":"ord-2"}`)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "orderId", decodeError(t, w).Field)
+	w = e.do("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"work{flow}"}`)
+	require.Equal(t, "targetNode", decodeError(t, w).Field)
+
+	w = e.do("POST", "/admin/orders/ord-1/close", "")
+	require.Equal(t, http.StatusOK, w.Code)
+	require.EqualValues(t, 1, decodeMessage[contracts.CloseOrderRes](t, w).Generation)
+
+	for err, status := range map[error]int{
+		fmt.Errorf("%w: owner left", location.ErrUnavailable):          http.StatusServiceUnavailable,
+		fmt.Errorf("%w: no other member", grain.ErrFailedPrecondition): http.StatusConflict,
+	} {
+		e.orders.err = err
+		w = e.do("POST", "/admin/orders/ord-1/relocate", "")
+		require.Equal(t, status, w.Code)
+	}
+}
+
+// fakeNames publishes member names after a number of lookups, as a member
+// that joins slightly before its name is readable would.
+type fakeNames struct {
+	mu      sync.Mutex
+	names   map[string]string
+	lookups int
+	hideFor int
+}
+
+func (f *fakeNames) MemberNames(context.Context) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	if f.lookups <= f.hideFor {
+		return nil, errors.New("not yet")
+	}
+	out := map[string]string{}
+	for k, v := range f.names {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
+	names := &fakeNames{names: map[string]string{"m-a": "workflow-a", "m-b": "workflow-b", "m-a2": "workflow-a", "m-api": "api-b"}, hideFor: 3}
+	ev := &syncBuffer{}
+	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev})
+	t.Cleanup(o.Close)
+	wf := []string{grain.KindName}
+	o.MemberJoined("m-api", "127.0.0.1:1", nil)
+	o.MemberJoined("m-a", "127.0.0.1:2", wf)
+	o.MemberJoined("m-a", "127.0.0.1:2", wf)
+	o.MemberJoined("m-b", "127.0.0.1:3", append([]string{"other"}, wf...))
+	eventually(t, 5*time.Second, func() bool { return len(o.Targets()) == 2 }, "both routes announced")
+	// workflow-a restarted: a new member id under the same name.
+	o.MemberJoined("m-a2", "127.0.0.1:2", wf)
+	eventually(t, 5*time.Second, func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.pending["m-a2"]
+	}, "restart observed")
+	o.Close()
+	require.Equal(t, []string{"workflow-a", "workflow-b"}, o.Targets())
+	require.Equal(t, 1, ev.count("shoppingmall-ready kind=object-route node=api-a target=workflow-a"))
+	require.Equal(t, 1, ev.count("shoppingmall-ready kind=object-route node=api-a target=workflow-b"))
+	require.NotContains(t, ev.String(), "api-b", "members without the workflow kind are no route")
+}
+
+func TestRouteObserverGivesUpOnUnnamedMember(t *testing.T) {
+	names := &fakeNames{names: map[string]string{}}
+	ev := &syncBuffer{}
+	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev,
+		ResolveTimeout: 50 * time.Millisecond, Logger: discardLogger()})
+	o.MemberJoined("m-x", "127.0.0.1:2", []string{grain.KindName})
+	eventually(t, 5*time.Second, func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return !o.pending["m-x"]
+	}, "lookup bounded")
+	o.Close()
+	require.Empty(t, ev.String())
+}
