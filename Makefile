@@ -41,3 +41,34 @@ build:
 	mkdir -p $(RUN_DIR)/bin
 	$(GO) build -o $(RUN_DIR)/bin/commerce-api ./edge/cmd/commerce-api
 	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
+
+# Local cluster in the background under $(RUN_DIR) (state in cluster.json).
+# CLUSTER_FLAGS may add -admin, -self-check, -fixtures.
+CLUSTERCTL = $(GO) run ./runner/cluster/cmd/clusterctl
+
+cluster-up: redis
+	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) $(CLUSTER_FLAGS)
+
+cluster-down:
+	@$(CLUSTERCTL) down -run-dir $(RUN_DIR)
+
+# Adds carts, stock and payment methods (commerce.LoadSeed JSON) to the
+# running cluster's Redis.
+seed:
+	@if [ -z "$(SEED)" ]; then echo "usage: make seed SEED=file.json" >&2; exit 2; fi
+	@$(CLUSTERCTL) seed -run-dir $(RUN_DIR) -file $(SEED)
+
+# Spec §10 end to end: prints shoppingmall=completed and
+# shoppingmall-placement=completed, or fails.
+smoke: redis
+	GO=$(GO) bash scripts/smoke.sh -run-dir $(RUN_DIR)/smoke
+
+# Benchmarks, never part of `make test`. First the warm grain call through
+# our Location Store lookup next to protoactor's disthash (ratio printed),
+# then the whole cluster under load (runner/bench; results and plot in
+# $(RUN_DIR)/bench). BENCH_FLAGS may add -concurrency, -duration, -orders.
+bench: redis
+	@mkdir -p $(RUN_DIR)
+	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2000x ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
+	@awk '/WarmCall\/location/ {l=$$3} /WarmCall\/disthash/ {d=$$3} END { if (l && d) printf "warm call: location %d ns/op, disthash %d ns/op, location/disthash = %.2f\n", l, d, l/d; else { print "warm call: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
+	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(BENCH_FLAGS)

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+func numCPU() int { return runtime.NumCPU() }
+
+type replayStats struct {
+	Method  string  `json:"method"`
+	Samples int     `json:"samples"`
+	Events  float64 `json:"eventsPerStream"`
+	Ms      pct     `json:"ms"`
+}
+
+// replayRead times reading back terminal orders' streams the way an
+// activation's replay reads them (eventstore Load: the stream's entries,
+// decoded). It is the Redis and decode part of a warm replay only; it
+// does not open the fence and runs from this process, not a workflow
+// member.
+func replayRead(ctx context.Context, rdb *redis.Client, res loadResult, n int) replayStats {
+	st := replayStats{Method: "eventstore Load (XRANGE + decode) of terminal orders' streams from the runner, sequential; " +
+		"read part of a replay only, fence not raised"}
+	es := eventstore.NewRedis(eventstore.RedisConfig{Client: rdb})
+	var ds []time.Duration
+	events := 0
+	for _, r := range res.Results {
+		if len(ds) >= n {
+			break
+		}
+		if !r.terminal() || r.OrderID == "" {
+			continue
+		}
+		t0 := time.Now()
+		envs, err := es.Load(ctx, r.OrderID)
+		if err != nil {
+			continue
+		}
+		ds = append(ds, time.Since(t0))
+		events += len(envs)
+	}
+	st.Samples = len(ds)
+	if len(ds) > 0 {
+		st.Events = float64(events) / float64(len(ds))
+	}
+	st.Ms = percentiles(ds)
+	return st
+}
+
+func printReport(w io.Writer, r *report) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "=== ShoppingMall bench ===")
+	fmt.Fprintf(w, "run %s  concurrency %d  mix %d%% success / %d%% inventory failure / %d%% payment failure  poll %.0f ms  cpus %d (everything on this machine)\n",
+		r.RunID, r.Config.Concurrency, r.Config.MixSuccessPct, r.Config.MixInventoryPct, r.Config.MixPaymentPct, r.Config.PollMs, r.Config.CPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, f string, a ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, a...)...) }
+	p := func(x pct) string {
+		return fmt.Sprintf("p50 %.2f  p95 %.2f  p99 %.2f  max %.2f ms (n=%d)", x.P50, x.P95, x.P99, x.Max, x.N)
+	}
+	row("orders terminal", "%d in %.1f s (confirmed %d, failed %d; errors %d; unexpected outcome %d)",
+		r.Orders.Terminal, r.Throughput.ElapsedSec, r.Orders.Confirmed, r.Orders.Failed, r.Orders.Errors, r.Orders.Unexpected)
+	row("throughput", "%.1f orders/s reaching a terminal status", r.Throughput.OrdersPerSec)
+	row("StartOrder (POST /orders)", "%s", p(r.StartOrderMs))
+	row("start -> terminal", "%s", p(r.StartToTerminalMs))
+	for _, path := range []string{pathSuccess, pathInventory, pathPayment} {
+		if x, ok := r.ByPathE2EMs[path]; ok {
+			row("  "+path, "%s", p(x))
+		}
+	}
+	row("GET polls", "%.2f per order (%d)", r.Polls.PerOrder, r.Polls.Total)
+	cr := r.ClientRoundTrips
+	row("Redis round trips/order", "%.2f client-side total = workflow %.2f + API StartOrder %.2f + API GET polls %.2f (%.2f per poll)",
+		cr.PerOrder, cr.WorkflowPerOrder, cr.APIStartPerOrder, cr.APIPollPerOrder, cr.APIPerPoll)
+	for _, n := range sortedKeys(cr.ByNode) {
+		row("  "+n, "%s", fmtCounts(cr.ByNode[n]))
+	}
+	row("Redis commands/order", "%.2f server-side (commandstats, incl. inside scripts); Redis time %.0f us/order",
+		r.RedisCommands.PerOrder, r.RedisCommands.UsecPerOrder)
+	row("  by name", "%s", fmtCounts(r.RedisCommands.ByName))
+	var cpu []string
+	total := 0.0
+	for _, n := range sortedKeys(r.CPUPerOrderMs) {
+		if n == runnerCPU {
+			continue
+		}
+		cpu = append(cpu, fmt.Sprintf("%s %.3f", n, r.CPUPerOrderMs[n]))
+		total += r.CPUPerOrderMs[n]
+	}
+	row("CPU ms/order", "%s; total %.3f (load generator itself %.3f)", strings.Join(cpu, ", "), total, r.CPUPerOrderMs[runnerCPU])
+	row("cold activation (proxy)", "%s = StartOrder latency (every order is a fresh activation)", p(r.Activation.Ms))
+	row("replay read", "%s, %.1f events/stream (eventstore Load from the runner)", p(r.Replay.Ms), r.Replay.Events)
+	if r.Ceiling.Orders > 0 {
+		row("ceiling (Redis alone)", "%.1f orders/s for the same mix at concurrency %d (%.2f round trips, %.2f commands per order)",
+			r.Ceiling.OrdersPerSec, r.Ceiling.Concurrency, r.Ceiling.RoundTripsPerOrder, r.Ceiling.CommandsPerOrder)
+		row("measured / ceiling", "%.3f", r.Ceiling.MeasuredOverCeiling)
+		if len(r.Ceiling.Substituted) > 0 {
+			row("  substituted by GET", "%s", strings.Join(r.Ceiling.Substituted, ", "))
+		}
+	}
+	tw.Flush()
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	fmt.Fprintln(w)
+}
+
+func fmtCounts(m map[string]float64) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func createFile(path string) (*os.File, error) { return os.Create(path) }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+// seedIDs names this run's catalogue: its own carts, SKUs and methods, so
+// a run never shares stock with another.
+type seedIDs struct {
+	CartOK, CartNoStock         string
+	MethodOK, MethodDeclined    string
+	SKUShirt, SKUMug, SKUNoneOf string
+}
+
+// ampleStock outlasts any run: a success takes 3 units.
+const ampleStock = 1_000_000_000
+
+func seed(ctx context.Context, rdb *redis.Client, run string) (seedIDs, error) {
+	ids := seedIDs{
+		CartOK: "cart-" + run + "-ok", CartNoStock: "cart-" + run + "-nostock",
+		MethodOK: "pm-" + run + "-ok", MethodDeclined: "pm-" + run + "-declined",
+		SKUShirt: "sku-" + run + "-shirt", SKUMug: "sku-" + run + "-mug", SKUNoneOf: "sku-" + run + "-soldout",
+	}
+	s := commerce.Seed{
+		Carts: []commerce.Cart{
+			{CartID: ids.CartOK, Lines: []*contracts.OrderLine{{Sku: ids.SKUShirt, Quantity: 2}, {Sku: ids.SKUMug, Quantity: 1}},
+				Amount: 2*1990 + 890, Currency: "EUR"},
+			{CartID: ids.CartNoStock, Lines: []*contracts.OrderLine{{Sku: ids.SKUNoneOf, Quantity: 1}},
+				Amount: 4990, Currency: "EUR"},
+		},
+		Stock: map[string]int64{ids.SKUShirt: ampleStock, ids.SKUMug: ampleStock, ids.SKUNoneOf: 0},
+		Methods: []commerce.PaymentMethod{
+			{MethodID: ids.MethodOK, Approve: true},
+			{MethodID: ids.MethodDeclined, Approve: false, Reason: "card declined"},
+		},
+	}
+	return ids, commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, s)
+}

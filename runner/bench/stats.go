@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+)
+
+// runnerCPU names this process (load generator) in the CPU figures.
+const runnerCPU = "bench-runner"
+
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct {
+	Calls int64
+	Usec  int64
+}
+
+// snap is everything read before and after the measured load.
+type snap struct {
+	At time.Time
+	// Stats are the processes' own dumps (client-side round trips).
+	Stats map[string]node.ProcessStats
+	// CPU is utime+stime from /proc/<pid>/stat, by node and "redis".
+	CPU      map[string]float64
+	Cmdstats map[string]cmdStat
+	Missing  []string
+}
+
+func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]int, redisPID int, statsPath func(string) string) (snap, error) {
+	s := snap{At: time.Now(), Stats: map[string]node.ProcessStats{}, CPU: map[string]float64{}}
+	for _, name := range sortedKeys(procs) {
+		pid := procs[name]
+		st, err := signalDump(ctx, pid, statsPath(name))
+		if err != nil {
+			s.Missing = append(s.Missing, fmt.Sprintf("%s stats: %v", name, err))
+		} else {
+			s.Stats[name] = st
+		}
+		cpu, err := node.CPUSeconds(pid)
+		if err != nil {
+			s.Missing = append(s.Missing, fmt.Sprintf("%s cpu: %v", name, err))
+		} else {
+			s.CPU[name] = cpu
+		}
+	}
+	if cpu, err := node.CPUSeconds(redisPID); err == nil {
+		s.CPU["redis-server"] = cpu
+	}
+	// The load generator shares the machine: its cost is shown, apart.
+	if cpu, err := node.CPUSeconds(0); err == nil {
+		s.CPU[runnerCPU] = cpu
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return s, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	s.Cmdstats = parseCommandstats(info)
+	return s, nil
+}
+
+// parseCommandstats reads lines like
+// cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=0
+// Subcommands keep Redis' own names (client|setinfo).
+func parseCommandstats(info string) map[string]cmdStat {
+	out := map[string]cmdStat{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.Calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.Usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return out
+}
+
+// percentiles in milliseconds.
+type pct struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+	N   int     `json:"n"`
+}
+
+func percentiles(ds []time.Duration) pct {
+	if len(ds) == 0 {
+		return pct{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) float64 {
+		i := int(q*float64(len(s))+0.5) - 1
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(s) {
+			i = len(s) - 1
+		}
+		return ms(s[i])
+	}
+	return pct{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: ms(s[len(s)-1]), N: len(s)}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Commands that are the bench's own or the clients' connection set-up,
+// never part of an order.
+var notOrderCommands = map[string]bool{
+	"info": true, "hello": true, "client|setinfo": true, "client|setname": true, "auth": true, "select": true,
+	"config|get": true, "config|set": true, "script|load": true, "ping": true,
+}
+
+var scriptCommands = map[string]bool{"evalsha": true, "eval": true, "evalsha_ro": true, "eval_ro": true, "fcall": true}
+
+// The client counters that are not command names (node.RoundTrips).
+var counterKeys = map[string]bool{
+	node.RoundTripsTotal: true, node.RoundTripsCommands: true, node.RoundTripsPipelines: true, node.RoundTripsConnSetup: true,
+}
+
+// pollCommand is what the API sends for GET /orders/{id}: the read model
+// is read with one HMGET (readmodel.Redis.Get). Starting an order never
+// reads the read model on the API side, so every API HMGET is a poll's.
+const pollCommand = "hmget"
+
+type report struct {
+	RunID  string `json:"runId"`
+	RunDir string `json:"runDir"`
+	Config struct {
+		Concurrency      int     `json:"concurrency"`
+		DurationSec      float64 `json:"durationSec,omitempty"`
+		Orders           int     `json:"orders,omitempty"`
+		WarmupOrders     int     `json:"warmupOrders"`
+		PollMs           float64 `json:"pollMs"`
+		MixSuccessPct    int     `json:"mixSuccessPct"`
+		MixInventoryPct  int     `json:"mixInventoryFailurePct"`
+		MixPaymentPct    int     `json:"mixPaymentFailurePct"`
+		CPUs             int     `json:"cpus"`
+		RedisServerLocal bool    `json:"redisServerLocal"`
+	} `json:"config"`
+	Orders struct {
+		Finished  int            `json:"finished"`
+		Terminal  int            `json:"terminal"`
+		Confirmed int            `json:"confirmed"`
+		Failed    int            `json:"failed"`
+		Errors    int            `json:"errors"`
+		ByPath    map[string]int `json:"byPath"`
+		// Unexpected counts terminal orders whose status is not the one
+		// their path must end in.
+		Unexpected int    `json:"unexpected"`
+		FirstError string `json:"firstError,omitempty"`
+	} `json:"orders"`
+	Throughput struct {
+		OrdersPerSec float64 `json:"ordersPerSec"`
+		ElapsedSec   float64 `json:"elapsedSec"`
+		PerSecond    []int   `json:"terminalPerSecond"`
+	} `json:"throughput"`
+	StartOrderMs      pct            `json:"startOrderMs"`
+	StartToTerminalMs pct            `json:"startToTerminalMs"`
+	ByPathE2EMs       map[string]pct `json:"startToTerminalMsByPath"`
+	Polls             struct {
+		Total    int64   `json:"total"`
+		PerOrder float64 `json:"perOrder"`
+	} `json:"polls"`
+	ClientRoundTrips struct {
+		Source string `json:"source"`
+		// All processes, all round trips, per terminal order.
+		PerOrder float64 `json:"perOrder"`
+		// Workflow processes.
+		WorkflowPerOrder float64 `json:"workflowPerOrder"`
+		// API processes without the poll reads: the StartOrder path.
+		APIStartPerOrder float64 `json:"apiStartPerOrder"`
+		// API poll reads (GET /orders/{id}).
+		APIPollPerOrder float64 `json:"apiPollPerOrder"`
+		APIPerPoll      float64 `json:"apiPerPoll"`
+		// ByNode: per order, by command name (and the counters).
+		ByNode map[string]map[string]float64 `json:"byNode"`
+	} `json:"clientRoundTrips"`
+	RedisCommands struct {
+		Source   string             `json:"source"`
+		PerOrder float64            `json:"perOrder"`
+		ByName   map[string]float64 `json:"byName"`
+		// UsecPerOrder is Redis' own time in those commands.
+		UsecPerOrder float64 `json:"usecPerOrder"`
+	} `json:"redisCommands"`
+	CPUPerOrderMs map[string]float64 `json:"cpuMsPerOrder"`
+	CPUSeconds    map[string]float64 `json:"cpuSeconds"`
+	Activation    struct {
+		Method string `json:"method"`
+		Ms     pct    `json:"ms"`
+	} `json:"coldActivation"`
+	Replay  replayStats  `json:"replayRead"`
+	Mix     ceilingMix   `json:"ceilingMix"`
+	Ceiling ceilingStats `json:"ceiling"`
+	Notes   []string     `json:"notes,omitempty"`
+}
+
+func buildReport(o options, res loadResult, before, after snap) *report {
+	r := &report{}
+	r.Config.Concurrency = o.concurrency
+	if o.orders > 0 {
+		r.Config.Orders = o.orders
+	} else {
+		r.Config.DurationSec = o.duration.Seconds()
+	}
+	r.Config.WarmupOrders = o.warmup
+	r.Config.PollMs = ms(o.poll)
+	r.Config.MixSuccessPct = 100 - o.inventoryPct - o.paymentPct
+	r.Config.MixInventoryPct = o.inventoryPct
+	r.Config.MixPaymentPct = o.paymentPct
+	r.Config.CPUs = numCPU()
+	r.Config.RedisServerLocal = true
+	r.Notes = append(r.Notes, before.Missing...)
+	r.Notes = append(r.Notes, after.Missing...)
+
+	r.Orders.ByPath = map[string]int{}
+	var starts, e2e []time.Duration
+	byPath := map[string][]time.Duration{}
+	for _, x := range res.Results {
+		r.Orders.Finished++
+		r.Orders.ByPath[x.Path]++
+		if x.Err != "" {
+			r.Orders.Errors++
+			if r.Orders.FirstError == "" {
+				r.Orders.FirstError = x.Err
+			}
+			continue
+		}
+		starts = append(starts, x.StartLat)
+		if !x.terminal() {
+			continue
+		}
+		r.Orders.Terminal++
+		if x.Status == "Confirmed" {
+			r.Orders.Confirmed++
+		} else {
+			r.Orders.Failed++
+		}
+		if (x.Path == pathSuccess) != (x.Status == "Confirmed") {
+			r.Orders.Unexpected++
+		}
+		e2e = append(e2e, x.E2E)
+		byPath[x.Path] = append(byPath[x.Path], x.E2E)
+	}
+	r.Throughput.ElapsedSec = res.Elapsed.Seconds()
+	if res.Elapsed > 0 {
+		r.Throughput.OrdersPerSec = float64(r.Orders.Terminal) / res.Elapsed.Seconds()
+	}
+	r.Throughput.PerSecond = perSecond(res)
+	r.StartOrderMs = percentiles(starts)
+	r.StartToTerminalMs = percentiles(e2e)
+	r.ByPathE2EMs = map[string]pct{}
+	for p, ds := range byPath {
+		r.ByPathE2EMs[p] = percentiles(ds)
+	}
+	r.Polls.Total = res.Polls
+	orders := float64(r.Orders.Terminal)
+	if orders == 0 {
+		return r
+	}
+	r.Polls.PerOrder = float64(res.Polls) / orders
+
+	// Client-side round trips from the processes' dumps.
+	r.ClientRoundTrips.Source = "each process's go-redis hook (node.RoundTrips), SIGUSR1 dumps before and after the measured load"
+	r.ClientRoundTrips.ByNode = map[string]map[string]float64{}
+	clientByName := map[string]int64{} // summed over processes, command names only
+	for name, a := range after.Stats {
+		b, ok := before.Stats[name]
+		if !ok {
+			continue
+		}
+		d := map[string]float64{}
+		for k, v := range a.RedisRoundTrips {
+			dv := v - b.RedisRoundTrips[k]
+			if dv == 0 {
+				continue
+			}
+			d[k] = float64(dv) / orders
+			if !counterKeys[k] {
+				clientByName[k] += dv
+			}
+		}
+		r.ClientRoundTrips.ByNode[name] = d
+		total := float64(a.RedisRoundTrips[node.RoundTripsTotal]-b.RedisRoundTrips[node.RoundTripsTotal]) / orders
+		r.ClientRoundTrips.PerOrder += total
+		if strings.HasPrefix(name, "api") {
+			poll := float64(a.RedisRoundTrips[pollCommand]-b.RedisRoundTrips[pollCommand]) / orders
+			r.ClientRoundTrips.APIPollPerOrder += poll
+			r.ClientRoundTrips.APIStartPerOrder += total - poll
+		} else {
+			r.ClientRoundTrips.WorkflowPerOrder += total
+		}
+	}
+	if res.Polls > 0 {
+		r.ClientRoundTrips.APIPerPoll = r.ClientRoundTrips.APIPollPerOrder * orders / float64(res.Polls)
+	}
+
+	// Server-side commands from INFO commandstats.
+	r.RedisCommands.Source = "INFO commandstats delta (includes commands run inside Lua scripts; excludes INFO, connection set-up and PING)"
+	r.RedisCommands.ByName = map[string]float64{}
+	serverByName := map[string]int64{}
+	var usec int64
+	for name, a := range after.Cmdstats {
+		d := a.Calls - before.Cmdstats[name].Calls
+		if d <= 0 || notOrderCommands[name] {
+			continue
+		}
+		serverByName[name] = d
+		usec += a.Usec - before.Cmdstats[name].Usec
+		r.RedisCommands.ByName[name] = float64(d) / orders
+		r.RedisCommands.PerOrder += float64(d) / orders
+	}
+	r.RedisCommands.UsecPerOrder = float64(usec) / orders
+
+	r.CPUPerOrderMs = map[string]float64{}
+	r.CPUSeconds = map[string]float64{}
+	for name, a := range after.CPU {
+		if b, ok := before.CPU[name]; ok {
+			r.CPUSeconds[name] = a - b
+			r.CPUPerOrderMs[name] = (a - b) * 1000 / orders
+		}
+	}
+
+	r.Activation.Method = "proxy: every order is fresh, so each POST /orders pays one cold activation " +
+		"(Location Store create lock, activation on a workflow member, stream open and replay of an empty stream, " +
+		"first append and projection) plus the HTTP and idempotency work; the figure is StartOrder latency"
+	r.Activation.Ms = r.StartOrderMs
+
+	r.Mix = deriveMix(serverByName, clientByName, orders, len(after.Stats) > 0)
+	return r
+}
+
+func perSecond(res loadResult) []int {
+	secs := int(res.Elapsed/time.Second) + 1
+	out := make([]int, secs)
+	for _, x := range res.Results {
+		if !x.terminal() {
+			continue
+		}
+		i := int((x.Start + x.E2E) / time.Second)
+		if i >= 0 && i < secs {
+			out[i]++
+		}
+	}
+	return out
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,14 @@
+// Package client is the ShoppingMall client of spec §8 and §9:
+// Client/Scenario (Scenario: start, polling, duplicate, failure, rebuild
+// and resume assertions, in that order) over the public order API of
+// CommerceApi (API), configured by the Fixtures file the smoke runner
+// writes. Client/Program is cmd/shoppingmall-client.
+//
+// It speaks only the public HTTP order API: POST /orders, GET
+// /orders/{id}, continue and rebuild-projection. It never calls
+// /self-check/* or /admin/*, never reads a store, and never learns where an
+// order lives. It must not import edge, cluster, eventstore, readmodel,
+// actors/commerce, actors/workflow, actors/grain or runner/...: its only
+// project import is actors/contracts, whose typed codec it uses for every
+// body.
+package client

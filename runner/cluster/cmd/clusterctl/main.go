@@ -1,0 +1,414 @@
+// Command clusterctl runs a local ShoppingMall cluster in the background:
+//
+//	clusterctl up     [-run-dir .run] [-admin] [-self-check] [-fixtures]
+//	clusterctl down   [-run-dir .run]
+//	clusterctl seed   [-run-dir .run] -file seed.json
+//	clusterctl status [-run-dir .run]
+//
+// up builds commerce-api, order-workflow and clusterctl into <run dir>/bin,
+// then starts a detached supervisor (clusterctl serve) that starts Redis and
+// the four nodes through runner/cluster, waits for their readiness lines,
+// applies the demo seed and records every PID in <run dir>/cluster.json.
+// The supervisor keeps running after up returns; down asks it to stop the
+// processes it started (by PID) and then makes sure none of the recorded
+// PIDs is left.
+//
+// It must not import edge or the framework package cluster; it writes to a
+// store only to seed actors/commerce.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+)
+
+const usage = `usage: clusterctl up|down|seed|status [flags]
+  up      build, start the cluster in the background, apply the demo seed
+  down    stop every process the running cluster started
+  seed    -file seed.json: add carts, stock and payment methods to its Redis
+  status  print the running cluster's endpoints`
+
+const (
+	// upPoll bounds how long up waits for the supervisor to report the
+	// cluster ready: the readiness budget itself (30 s) plus Redis start,
+	// process start and seeding.
+	upPollInterval = 100 * time.Millisecond
+	upPollAttempts = 900
+	// downGrace bounds the supervisor's own orderly stop: two APIs in
+	// parallel, then two draining workflows, then Redis.
+	downGrace = 150 * time.Second
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "up":
+		err = up(args)
+	case "serve":
+		err = serve(args)
+	case "down":
+		err = down(args)
+	case "seed":
+		err = seed(args)
+	case "status":
+		err = status(args)
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clusterctl "+cmd+": "+err.Error())
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	runDir    string
+	goBin     string
+	admin     bool
+	selfCheck bool
+	fixtures  bool
+	file      string
+}
+
+func parse(name string, args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&o.runDir, "run-dir", ".run", "run directory (logs, PIDs, state, binaries)")
+	fs.StringVar(&o.goBin, "go", "go", "go command used to build the binaries")
+	fs.BoolVar(&o.admin, "admin", false, "start the APIs with -admin (relocate/close operations)")
+	fs.BoolVar(&o.selfCheck, "self-check", false, "start the APIs with -self-check (runner hooks)")
+	fs.BoolVar(&o.fixtures, "fixtures", false, "start the workflows with -fixtures")
+	fs.StringVar(&o.file, "file", "", "seed file (commerce.LoadSeed JSON)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	abs, err := filepath.Abs(o.runDir)
+	if err != nil {
+		return o, err
+	}
+	o.runDir = abs
+	return o, nil
+}
+
+func statePath(runDir string) string { return filepath.Join(runDir, "cluster.json") }
+
+// running returns the state of a cluster whose supervisor still runs.
+// A state left by a supervisor that died is cleaned up: whatever of its
+// recorded processes still runs is stopped by PID and the file removed.
+func running(runDir string) (cluster.State, bool, error) {
+	st, err := cluster.ReadState(statePath(runDir))
+	if errors.Is(err, cluster.ErrNoState) {
+		return cluster.State{}, false, nil
+	}
+	if err != nil {
+		return cluster.State{}, false, err
+	}
+	if cluster.Alive(st.Supervisor.PID, st.Supervisor.StartTime) {
+		return st, true, nil
+	}
+	fmt.Printf("found a stale %s (supervisor pid %d is gone): cleaning up\n", statePath(runDir), st.Supervisor.PID)
+	if err := stopRecorded(st); err != nil {
+		return cluster.State{}, false, err
+	}
+	if err := os.Remove(statePath(runDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return cluster.State{}, false, err
+	}
+	return cluster.State{}, false, nil
+}
+
+func stopRecorded(st cluster.State) error {
+	var errs []error
+	for _, p := range st.Processes() {
+		if cluster.Alive(p.PID, p.StartTime) {
+			fmt.Printf("stopping leftover %s pid %d\n", p.Name, p.PID)
+		}
+		if err := cluster.StopPID(p.PID, p.StartTime, 20*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func up(args []string) error {
+	o, err := parse("up", args)
+	if err != nil {
+		return err
+	}
+	if st, ok, err := running(o.runDir); err != nil {
+		return err
+	} else if ok {
+		fmt.Printf("a cluster is already running from %s (supervisor pid %d); not starting another\n", o.runDir, st.Supervisor.PID)
+		printSummary(os.Stdout, st)
+		return nil
+	}
+	bin := filepath.Join(o.runDir, "bin")
+	for _, b := range []struct{ out, pkg string }{
+		{"commerce-api", "./edge/cmd/commerce-api"},
+		{"order-workflow", "./actors/cmd/order-workflow"},
+		{"clusterctl", "./runner/cluster/cmd/clusterctl"},
+	} {
+		fmt.Printf("building %s\n", b.pkg)
+		c := exec.Command(o.goBin, "build", "-o", filepath.Join(bin, b.out), b.pkg)
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("build %s: %w", b.pkg, err)
+		}
+	}
+
+	logPath := filepath.Join(o.runDir, "clusterctl.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	sargs := []string{"serve", "-run-dir", o.runDir}
+	if o.admin {
+		sargs = append(sargs, "-admin")
+	}
+	if o.selfCheck {
+		sargs = append(sargs, "-self-check")
+	}
+	if o.fixtures {
+		sargs = append(sargs, "-fixtures")
+	}
+	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
+	sup.Stdout, sup.Stderr = logf, logf
+	sup.SysProcAttr = cluster.DetachedProcAttr()
+	err = sup.Start()
+	logf.Close()
+	if err != nil {
+		return fmt.Errorf("start supervisor: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sup.Wait() }()
+	fmt.Printf("supervisor pid %d started; waiting for readiness (log %s)\n", sup.Process.Pid, logPath)
+
+	for range upPollAttempts {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the supervisor exited (%v) before the cluster was ready; %s:\n%s", err, logPath, cluster.Tail(logPath, 30))
+		case <-time.After(upPollInterval):
+		}
+		st, err := cluster.ReadState(statePath(o.runDir))
+		if err == nil && st.Supervisor.PID == sup.Process.Pid {
+			fmt.Println()
+			printSummary(os.Stdout, st)
+			return nil
+		}
+	}
+	_ = cluster.StopPID(sup.Process.Pid, 0, downGrace)
+	return fmt.Errorf("the cluster was not ready in time; %s:\n%s", logPath, cluster.Tail(logPath, 30))
+}
+
+// serve is the detached supervisor: it owns the cluster's processes until
+// it is told to stop.
+func serve(args []string) error {
+	o, err := parse("serve", args)
+	if err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) {
+		fmt.Printf(time.Now().Format(time.RFC3339)+" "+format+"\n", a...)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	bin := filepath.Join(o.runDir, "bin")
+	c, err := cluster.Start(ctx, cluster.Config{
+		RunDir:       o.runDir,
+		APIBin:       filepath.Join(bin, "commerce-api"),
+		WorkflowBin:  filepath.Join(bin, "order-workflow"),
+		RedisPersist: true,
+		SelfCheck:    o.selfCheck,
+		Admin:        o.admin,
+		Fixtures:     o.fixtures,
+		Env:          cluster.ChildEnv(os.Environ()),
+		Logf:         logf,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		logf("stopping")
+		if err := c.Stop(); err != nil {
+			logf("stop: %v", err)
+		}
+		os.Remove(statePath(o.runDir))
+		logf("stopped")
+	}()
+	if err := applySeed(ctx, c.RedisURL(), commerce.DemoSeed()); err != nil {
+		return fmt.Errorf("demo seed: %w", err)
+	}
+	logf("demo seed applied")
+	st := c.State()
+	st.Supervisor = cluster.SelfProcess("supervisor")
+	if err := cluster.WriteState(statePath(o.runDir), st); err != nil {
+		return err
+	}
+	logf("ready; state in %s", statePath(o.runDir))
+	<-ctx.Done()
+	return nil
+}
+
+func applySeed(ctx context.Context, url string, s commerce.Seed) error {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return commerce.NewRedis(commerce.RedisConfig{Client: rc}).ApplySeed(ctx, s)
+}
+
+func down(args []string) error {
+	o, err := parse("down", args)
+	if err != nil {
+		return err
+	}
+	st, err := cluster.ReadState(statePath(o.runDir))
+	if errors.Is(err, cluster.ErrNoState) {
+		fmt.Printf("no cluster is running from %s\n", o.runDir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cluster.Alive(st.Supervisor.PID, st.Supervisor.StartTime) {
+		fmt.Printf("stopping the supervisor pid %d (it stops the processes it started)\n", st.Supervisor.PID)
+		if err := cluster.StopPID(st.Supervisor.PID, st.Supervisor.StartTime, downGrace); err != nil {
+			fmt.Fprintf(os.Stderr, "supervisor: %v\n", err)
+		}
+	}
+	// Whatever the supervisor could not stop is stopped here, by the PIDs
+	// the state file recorded and nothing else.
+	if err := stopRecorded(st); err != nil {
+		return err
+	}
+	var left []string
+	for _, p := range st.Processes() {
+		if cluster.Alive(p.PID, p.StartTime) {
+			left = append(left, fmt.Sprintf("%s pid %d", p.Name, p.PID))
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("still running: %s", strings.Join(left, ", "))
+	}
+	if err := os.Remove(statePath(o.runDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var pids []string
+	for _, p := range st.Processes() {
+		pids = append(pids, fmt.Sprintf("%s=%d", p.Name, p.PID))
+	}
+	fmt.Printf("cluster stopped (%s); logs stay in %s\n", strings.Join(pids, " "), o.runDir)
+	return nil
+}
+
+func seed(args []string) error {
+	o, err := parse("seed", args)
+	if err != nil {
+		return err
+	}
+	if o.file == "" {
+		return errors.New("-file is required (make seed SEED=file.json)")
+	}
+	st, ok, err := running(o.runDir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("no cluster is running from %s: run make cluster-up first", o.runDir)
+	}
+	f, err := os.Open(o.file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	s, err := commerce.LoadSeed(f)
+	if err != nil {
+		return err
+	}
+	if err := applySeed(context.Background(), st.Redis.URL, s); err != nil {
+		return err
+	}
+	fmt.Printf("seeded %d carts, %d SKUs, %d payment methods from %s into %s\n", len(s.Carts), len(s.Stock), len(s.Methods), o.file, st.Redis.URL)
+	return nil
+}
+
+func status(args []string) error {
+	o, err := parse("status", args)
+	if err != nil {
+		return err
+	}
+	st, ok, err := running(o.runDir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		fmt.Printf("no cluster is running from %s\n", o.runDir)
+		return nil
+	}
+	printSummary(os.Stdout, st)
+	return nil
+}
+
+func printSummary(w io.Writer, st cluster.State) {
+	fmt.Fprintf(w, "ShoppingMall cluster (run dir %s, supervisor pid %d)\n", st.RunDir, st.Supervisor.PID)
+	var api string
+	for _, n := range st.Nodes {
+		if n.Role == cluster.RoleAPI {
+			if api == "" {
+				api = n.URL
+			}
+			fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", n.Name, n.URL, n.PID, n.Log)
+		} else {
+			fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", n.Name, "(no HTTP)", n.PID, n.Log)
+		}
+	}
+	fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	fmt.Fprintf(w, "\nDemo data (commerce.DemoSeed):\n")
+	fmt.Fprintf(w, "  carts            %s (ample stock), %s (sold out)\n", commerce.DemoCartOK, commerce.DemoCartNoStock)
+	fmt.Fprintf(w, "  payment methods  %s (approves), %s (declines: %q)\n", commerce.DemoMethodOK, commerce.DemoMethodDeclined, commerce.DemoDeclineReason)
+	fmt.Fprintf(w, "  shipping address any string, e.g. addr-demo-1\n")
+	key := "demo-" + randomHex(4)
+	body := fmt.Sprintf(`{"cartId":"%s","shippingAddressId":"addr-demo-1","paymentMethodId":"%s","idempotencyKey":"%s"}`,
+		commerce.DemoCartOK, commerce.DemoMethodOK, key)
+	fmt.Fprintf(w, "\nTry it (POST /orders, then GET the order):\n")
+	fmt.Fprintf(w, "  ORDER=$(curl -s -X POST %s/orders -H 'Content-Type: application/json' -d '%s' | sed -E 's/.*\"orderId\":\"([^\"]+)\".*/\\1/'); echo \"$ORDER\"\n", api, body)
+	fmt.Fprintf(w, "  curl -s %s/orders/$ORDER\n", api)
+	fmt.Fprintf(w, "\nAdd data: make seed SEED=file.json    Stop: make cluster-down\n")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Sprintf("%x", time.Now().UnixNano())
+	}
+	return hex.EncodeToString(b)
+}
