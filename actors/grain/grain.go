@@ -172,7 +172,14 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	c, cancel := g.turnCtx()
 	defer cancel()
 	res, err := run(c)
-	if err != nil {
+	switch {
+	case errors.Is(err, workflow.ErrFenced):
+		// A newer owner exists: nothing this command did was recorded, and
+		// the caller resends it to whoever owns the order now.
+		ctx.Respond(&location.Retry{Reason: "owner fenced off by a newer one"})
+		g.afterFailure(ctx, err)
+		return
+	case err != nil:
 		ctx.Respond(toWire(err))
 		g.afterFailure(ctx, err)
 		return
@@ -262,13 +269,15 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 }
 
 // leave stops the grain after the messages already queued, which are
-// answered Retry. release gives authority back (discarding the generation
-// when the activation owned nothing); a fenced grain is no owner and
-// releases nothing.
+// answered Retry. With discard (an activation that owned nothing) it gives
+// its authority and generation back. A fenced grain releases the authority
+// only if the record still names its pid (a relocation that rolled back
+// after the target had fenced it): the next command then activates a new
+// generation instead of calling a grain that can no longer write.
 func (g *orderGrain) leave(ctx actor.Context, fenced, discard bool) {
-	if !fenced && discard {
+	if fenced || discard {
 		c, cancel := g.turnCtx()
-		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), true); err != nil {
+		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), discard && !fenced); err != nil {
 			g.cfg.Logger.Warn("release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		}
 		cancel()

@@ -212,7 +212,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup), log: cfg.Logger}, nil
+	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), log: cfg.Logger}, nil
 }
 
 // Drain is the graceful stop: this member stops accepting activations,

@@ -218,3 +218,96 @@ func TestGracefulDrainKeepsOrdersReachable(t *testing.T) {
 		require.Equal(t, contracts.OrderStatus_Confirmed, c.GetState().GetStatus())
 	}
 }
+
+// A relocation interrupted after it began (the owner marked Moving, the
+// operation recorded, nothing activated) is completed by repeating it with
+// its operation id: callers waiting meanwhile are answered by the target.
+func TestInterruptedRelocationIsCompletedByRepeating(t *testing.T) {
+	h := newHarness(t)
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures()),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures()),
+	}
+	a := h.startAPI("api-a")
+	a.client = grain.NewClient(a.member.Lookup, grain.WithRelocations(h.stores.Relocation))
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+	target := other(source)
+	ctx := ctxT(t, 20*time.Second)
+	rec, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+
+	// The source began the move and was interrupted before the target
+	// activated.
+	_, err = h.stores.Location.BeginMove(ctx, grain.KindName, req.OrderId, rec.PIDID, "op-int")
+	require.NoError(t, err)
+	require.NoError(t, h.stores.Relocation.PutOperation(ctx, relocation.Operation{
+		ID: "op-int", OrderID: req.OrderId, Source: source, Target: target, Generation: rec.Generation,
+		State: relocation.OpMoving, StartedAtUnixMs: 1, UpdatedAtUnixMs: 1,
+	}))
+	open, found, err := h.stores.Relocation.OpenOperation(ctx, req.OrderId)
+	require.NoError(t, err)
+	require.True(t, found, "the interrupted operation is visible")
+	require.Equal(t, "op-int", open.ID)
+
+	// A command sent while the order is Moving waits for the new owner.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := a.client.RebuildOrderProjection(ctxT(t, 20*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: req.OrderId})
+		waiting <- err
+	}()
+
+	res, err := a.client.RelocateOrder(ctx, &contracts.RelocateOrderReq{OrderId: req.OrderId, OperationId: "op-int"})
+	require.NoError(t, err)
+	require.Equal(t, target, res.TargetNode)
+	require.Equal(t, rec.Generation, res.Generation)
+	require.NoError(t, <-waiting, "the command sent mid-move is answered by the target")
+
+	after, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, after.Status)
+	require.Equal(t, ws[target].Member.ID(), after.Owner)
+	require.Equal(t, rec.Generation, after.Generation)
+	op, err := h.stores.Relocation.GetOperation(ctx, "op-int")
+	require.NoError(t, err)
+	require.Equal(t, relocation.OpCommitted, op.State)
+	eventually(t, 5*time.Second, func() bool { return hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId) == 0 },
+		"the fenced source stops")
+	require.Equal(t, 1, h.evidence(target).count(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)))
+
+	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctx, req.IdempotencyKey))
+	_, err = a.client.ResumeOrder(ctx, &contracts.ResumeOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+	reserves, err := h.stores.Commerce.Inventory().ReserveCalls(ctx, order.ReservationID(req.OrderId))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, reserves)
+}
+
+// With no other eligible member, a graceful stop closes its orders
+// instead: authority released, generation kept, the next command
+// activates generation + 1 once a member is back.
+func TestGracefulDrainWithoutPeerClosesOrders(t *testing.T) {
+	h := newHarness(t)
+	w := h.startWorkflow("workflow-a")
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.NoError(t, w.Drain(ctxT(t, 30*time.Second)))
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Missing, rec.Status, "closed, not left Ready at a member that is gone")
+	require.EqualValues(t, 1, rec.Generation)
+	h.startWorkflow("workflow-b")
+	waitMembers(t, a.member.Lookup, 1)
+	c, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: req.OrderId})
+	require.NoError(t, err)
+	require.Equal(t, contracts.OrderStatus_Confirmed, c.GetState().GetStatus())
+	rec, err = h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rec.Generation)
+}

@@ -50,7 +50,7 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode)
+	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, l.Self())
 	if err != nil {
 		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
 		report(MoveAborted, "", gen)
@@ -73,8 +73,10 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (Record, error) {
 	return rec, nil
 }
 
-func (l *Lookup) pickTarget(ctx context.Context, kind, node string) (*pcluster.Member, error) {
-	self := l.Self()
+// pickTarget finds the named member, or another eligible member than
+// exclude (the current owner).
+func (l *Lookup) pickTarget(ctx context.Context, kind, node, exclude string) (*pcluster.Member, error) {
+	self := exclude
 	if node != "" {
 		m, err := l.MemberByNode(ctx, node)
 		if err != nil {
@@ -98,4 +100,49 @@ func (l *Lookup) pickTarget(ctx context.Context, kind, node string) (*pcluster.M
 		return nil, fmt.Errorf("%w: no other member hosts %s", ErrNoMember, kind)
 	}
 	return others[int(l.rr.Add(1))%len(others)], nil
+}
+
+// CompleteMove finishes a relocation that was interrupted after it began
+// (its operation id is still the record's moveOp): it activates the target
+// with the same generation — an activator hands back a target that already
+// activated — commits it, and stops the source, which the target's fence
+// has cut off from the stream. If the target cannot be activated the move
+// rolls back to the source. Repeating a committed move is a no-op.
+func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (Record, error) {
+	report := func(s MoveStage, target string, g int64) {
+		if p.Progress != nil {
+			p.Progress(s, target, g)
+		}
+	}
+	rec, err := l.store.Get(ctx, p.Kind, p.Identity)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.Status != Moving || rec.MoveOp != p.OperationID {
+		return Record{}, fmt.Errorf("%w: relocation %s of %s is not in progress", ErrNotOwner, p.OperationID, p.Identity)
+	}
+	source := actor.NewPID(rec.PIDAddress, rec.PIDID)
+	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, rec.Owner)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, "", rec.Generation)
+		return Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
+	}
+	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, rec.Generation, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, target.Id, rec.Generation)
+		return Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
+	}
+	report(MoveTargetActivated, target.Id, rec.Generation)
+	done := Record{Status: Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: rec.Generation}
+	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, done); err != nil {
+		return Record{}, err
+	}
+	l.cluster.PidCache.RemoveByValue(p.Identity, p.Kind, source)
+	if l.Live(rec.Owner) {
+		l.cluster.ActorSystem.Root.Poison(source)
+	}
+	report(MoveCommitted, target.Id, rec.Generation)
+	return done, nil
 }

@@ -84,7 +84,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		routes.Close()
 		return nil, err
 	}
-	client := grain.NewClient(m.Lookup)
+	client := grain.NewClient(m.Lookup, grain.WithRelocations(st.Relocation))
 	ecfg := edge.Config{
 		NodeID:         cfg.Cluster.NodeName,
 		Idempotency:    st.Commerce.Idempotency(),
