@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
-	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
 )
 
@@ -44,99 +44,22 @@ func main() {
 }
 
 type options struct {
-	statsFile                                                  string
-	node, httpAddr                                             string
-	redis, redisEvents, redisReadModel, redisCommerce          string
-	redisLocation, redisRelocation                             string
-	provider, bind, advertisedHost, seeds, logFormat, logLevel string
-	port, automanagedPort                                      int
-	selfCheck, admin                                           bool
-	requestTimeout, refresh, shutdownTimeout                   time.Duration
+	procflags.Common
+	httpAddr                        string
+	selfCheck, admin                bool
+	requestTimeout, shutdownTimeout time.Duration
 }
 
 func parse(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("commerce-api", flag.ContinueOnError)
-	fs.StringVar(&o.node, "node", "api-a", "node name (api-a, api-b)")
+	o.Register(fs, "api-a", 6331)
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8081", "HTTP listen address")
-	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6390/0", "default Redis URL for every store")
-	fs.StringVar(&o.redisEvents, "redis-events", "", "OrderEventStore Redis URL (default -redis)")
-	fs.StringVar(&o.redisReadModel, "redis-readmodel", "", "OrderReadModelStore Redis URL (default -redis)")
-	fs.StringVar(&o.redisCommerce, "redis-commerce", "", "CommerceStateStore Redis URL (default -redis)")
-	fs.StringVar(&o.redisLocation, "redis-location", "", "Location Store Redis URL (default -redis)")
-	fs.StringVar(&o.redisRelocation, "redis-relocation", "", "Relocation Store Redis URL (default -redis)")
-	fs.StringVar(&o.provider, "provider", "automanaged", "membership provider: automanaged or k8s (built with -tags k8s)")
-	fs.StringVar(&o.bind, "bind", "127.0.0.1", "cluster remote bind host")
-	fs.StringVar(&o.advertisedHost, "advertised-host", "", "cluster address other members dial (default bind:port)")
-	fs.IntVar(&o.port, "port", 0, "cluster remote port (0 picks one)")
-	fs.IntVar(&o.automanagedPort, "automanaged-port", 6331, "this member's automanaged port")
-	fs.StringVar(&o.seeds, "seeds", "127.0.0.1:6331,127.0.0.1:6332,127.0.0.1:6333,127.0.0.1:6334", "every member's host:automanaged-port")
-	fs.DurationVar(&o.refresh, "refresh", 500*time.Millisecond, "membership refresh interval")
 	fs.BoolVar(&o.selfCheck, "self-check", false, "enable the runner-only /self-check/ hooks")
 	fs.BoolVar(&o.admin, "admin", false, "enable /admin/ operations")
-	fs.StringVar(&o.statsFile, "stats-file", "", "write Redis round trips and CPU seconds as JSON to this file on SIGUSR1 and at exit ({node} = node name)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "bound of one HTTP request")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound of a graceful stop")
-	fs.StringVar(&o.logFormat, "log-format", "json", "log format on stderr: json or text")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if err := envDefaults(fs); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if o.provider == string(cluster.ProviderTest) {
-		return o, errors.New("-provider test works only inside one process; use automanaged")
-	}
-	return o, nil
-}
-
-// envDefaults sets every flag not given on the command line from
-// SHOPPINGMALL_<NAME>, if present.
-func envDefaults(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
-			return
-		}
-		key := "SHOPPINGMALL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(key); ok {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
-}
-
-func newLogger(format, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("-log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("-log-format %q: want json or text", format)
-}
-
-func splitSeeds(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return o, o.Parse(fs, args)
 }
 
 func run(args []string) error {
@@ -144,25 +67,21 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(o.logFormat, o.logLevel)
+	log, err := o.Logger()
 	if err != nil {
 		return err
 	}
-	log = log.With("node", o.node)
 	slog.SetDefault(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	stats := node.StartStats(o.statsFile, o.node, log)
+	stats := node.StartStats(o.StatsFile, o.Node, log)
 	defer stats.Close()
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stores, err := node.OpenStores(startCtx, node.RedisURLs{
-		Default: o.redis, Events: o.redisEvents, ReadModel: o.redisReadModel, Commerce: o.redisCommerce,
-		Location: o.redisLocation, Relocation: o.redisRelocation,
-	}, node.StoreOptions{Hook: stats.Hook()})
+	stores, err := node.OpenStores(startCtx, o.Redis, node.StoreOptions{Hook: stats.Hook()})
 	if err != nil {
 		return err
 	}
@@ -175,11 +94,7 @@ func run(args []string) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	api, err := edgenode.Start(startCtx, edgenode.Config{
-		Cluster: cluster.Config{
-			NodeName: o.node, Host: o.bind, Port: o.port, AdvertisedHost: o.advertisedHost,
-			Provider: cluster.Provider(o.provider), AutomanagedPort: o.automanagedPort,
-			Seeds: splitSeeds(o.seeds), RefreshTTL: o.refresh, Logger: log,
-		},
+		Cluster:        o.Cluster(log),
 		Stores:         stores,
 		RequestTimeout: o.requestTimeout,
 		SelfCheck:      o.selfCheck,
@@ -234,7 +149,7 @@ func admin(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if err := envDefaults(fs); err != nil || *orderID == "" || fs.NArg() > 0 {
+	if err := procflags.EnvDefaults(fs); err != nil || *orderID == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "commerce-api admin: -order is required", err)
 		return 2
 	}

@@ -1,0 +1,131 @@
+// Package procflags binds the flags every ShoppingMall process shares —
+// node name, store Redis URLs, cluster membership, logging, stats — and
+// their SHOPPINGMALL_<FLAG> environment defaults. Only mains import it: it
+// reads the flag set and environment a main hands it, and no library
+// package may depend on it.
+package procflags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+)
+
+// Common holds the shared flags' values after Parse.
+type Common struct {
+	Node            string
+	Redis           node.RedisURLs
+	Provider        string
+	Bind            string
+	AdvertisedHost  string
+	Port            int
+	AutomanagedPort int
+	Seeds           string
+	Refresh         time.Duration
+	StatsFile       string
+	LogFormat       string
+	LogLevel        string
+}
+
+// Register adds the shared flags to fs with this process kind's defaults.
+func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanagedPort int) {
+	fs.StringVar(&c.Node, "node", defaultNode, "node name (api-a, api-b, workflow-a, workflow-b)")
+	fs.StringVar(&c.Redis.Default, "redis", "redis://127.0.0.1:6390/0", "default Redis URL for every store")
+	fs.StringVar(&c.Redis.Events, "redis-events", "", "OrderEventStore Redis URL (default -redis)")
+	fs.StringVar(&c.Redis.ReadModel, "redis-readmodel", "", "OrderReadModelStore Redis URL (default -redis)")
+	fs.StringVar(&c.Redis.Commerce, "redis-commerce", "", "CommerceStateStore Redis URL (default -redis)")
+	fs.StringVar(&c.Redis.Location, "redis-location", "", "Location Store Redis URL (default -redis)")
+	fs.StringVar(&c.Redis.Relocation, "redis-relocation", "", "Relocation Store Redis URL (default -redis)")
+	fs.StringVar(&c.Provider, "provider", string(cluster.ProviderAutomanaged), "membership provider: automanaged or k8s (built with -tags k8s)")
+	fs.StringVar(&c.Bind, "bind", "127.0.0.1", "cluster remote bind host")
+	fs.StringVar(&c.AdvertisedHost, "advertised-host", "", "cluster address other members dial (default bind:port)")
+	fs.IntVar(&c.Port, "port", 0, "cluster remote port (0 picks one)")
+	fs.IntVar(&c.AutomanagedPort, "automanaged-port", defaultAutomanagedPort, "this member's automanaged port")
+	fs.StringVar(&c.Seeds, "seeds", "127.0.0.1:6331,127.0.0.1:6332,127.0.0.1:6333,127.0.0.1:6334", "every member's host:automanaged-port")
+	fs.DurationVar(&c.Refresh, "refresh", 500*time.Millisecond, "membership refresh interval (bounds how fast a killed member is seen to leave)")
+	fs.StringVar(&c.StatsFile, "stats-file", "", "write Redis round trips and CPU seconds as JSON to this file on SIGUSR1 and at exit ({node} = node name)")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// Parse parses args, then fills every flag not given on the command line
+// from SHOPPINGMALL_<FLAG> (upper case, '-' as '_'): the command line wins.
+func (c *Common) Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envDefaults(fs, os.LookupEnv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.Provider == string(cluster.ProviderTest) {
+		return errors.New("-provider test works only inside one process; use automanaged")
+	}
+	return nil
+}
+
+func envDefaults(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		key := "SHOPPINGMALL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(key); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Logger returns the process's slog logger on stderr, tagged with the
+// node name. Evidence lines never go through it.
+func (c *Common) Logger() (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
+	switch c.LogFormat {
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, opts)
+	default:
+		return nil, fmt.Errorf("-log-format %q: want json or text", c.LogFormat)
+	}
+	return slog.New(h).With("node", c.Node), nil
+}
+
+// Cluster returns the membership part of the process's configuration.
+func (c *Common) Cluster(log *slog.Logger) cluster.Config {
+	var seeds []string
+	for _, p := range strings.Split(c.Seeds, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			seeds = append(seeds, p)
+		}
+	}
+	return cluster.Config{
+		NodeName: c.Node, Host: c.Bind, Port: c.Port, AdvertisedHost: c.AdvertisedHost,
+		Provider: cluster.Provider(c.Provider), AutomanagedPort: c.AutomanagedPort,
+		Seeds: seeds, RefreshTTL: c.Refresh, Logger: log,
+	}
+}
+
+// EnvDefaults fills every flag of fs not given on the command line from
+// SHOPPINGMALL_<FLAG>, for flag sets beyond Common (e.g. subcommands).
+func EnvDefaults(fs *flag.FlagSet) error { return envDefaults(fs, os.LookupEnv) }

@@ -1,0 +1,46 @@
+package procflags
+
+import (
+	"flag"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCommandLineWinsOverEnvironment(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, "api-a", 6331)
+	require.NoError(t, fs.Parse([]string{"-node", "api-b"}))
+	env := map[string]string{
+		"SHOPPINGMALL_NODE": "ignored", "SHOPPINGMALL_REDIS_EVENTS": "redis://x:1/0",
+		"SHOPPINGMALL_REFRESH": "250ms", "SHOPPINGMALL_SEEDS": "h:1, h:2,,",
+	}
+	require.NoError(t, envDefaults(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+	require.Equal(t, "api-b", c.Node)
+	require.Equal(t, "redis://x:1/0", c.Redis.Events)
+	require.Equal(t, 250*time.Millisecond, c.Refresh)
+	require.Equal(t, []string{"h:1", "h:2"}, c.Cluster(nil).Seeds)
+}
+
+func TestBadEnvironmentValueIsAnError(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.Register(fs, "workflow-a", 6333)
+	require.NoError(t, fs.Parse(nil))
+	err := envDefaults(fs, func(k string) (string, bool) { return "soon", k == "SHOPPINGMALL_REFRESH" })
+	require.ErrorContains(t, err, "SHOPPINGMALL_REFRESH")
+}
+
+func TestTestProviderRefusedAcrossProcesses(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.Register(fs, "workflow-a", 6333)
+	require.Error(t, c.Parse(fs, []string{"-provider", "test"}))
+	c.LogFormat = "yaml"
+	_, err := c.Logger()
+	require.Error(t, err)
+}
