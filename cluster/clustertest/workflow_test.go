@@ -1,7 +1,3 @@
-// Package clustertest runs several protoactor members in one process
-// against a real redis-server. It lives apart because protoactor's
-// remote.Start writes grpc's global logger at every member start, which
-// the race detector reports; the Makefile runs this package without -race.
 package clustertest
 
 import (

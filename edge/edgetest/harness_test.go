@@ -1,9 +1,3 @@
-// Package edgetest proves CommerceApi over real HTTP against a real
-// redis-server and real protoactor members: two OrderWorkflow members and
-// two API members run in one process on the in-memory test provider. It
-// lives apart because protoactor's remote.Start writes grpc's global
-// logger at every member start, which the race detector reports; the
-// Makefile runs this package without -race.
 package edgetest
 
 import (
