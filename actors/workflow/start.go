@@ -159,13 +159,21 @@ func validCurrency(c string) bool {
 }
 
 // append records ev as the next event under the owner's fence and, on
-// success, folds it in (one round trip). A lost race comes back as the
-// store's ErrDuplicateCommand or ErrVersionConflict; a fenced owner as
-// ErrFenced; an unknown outcome marks the fold stale.
+// success, folds it in (one round trip). The event is folded before it is
+// written, so the stream never holds an event the domain cannot replay. A
+// lost race comes back as the store's ErrDuplicateCommand or
+// ErrVersionConflict; a fenced owner as ErrFenced; an unknown outcome marks
+// the fold stale.
 func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64) error {
 	eventType, data, err := EncodeEvent(ev)
 	if err != nil {
 		return err
+	}
+	next, err := order.Apply(o.state, ev, now)
+	if err != nil {
+		// The domain produced this event from this fold; refusing it is a
+		// domain bug, caught before anything is recorded.
+		return fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, eventType, err)
 	}
 	env := eventstore.Envelope{
 		EventID: ev.ID(), OrderID: o.id, EventType: eventType,
@@ -181,13 +189,6 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 	default:
 		o.stale = true
 		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
-	}
-	next, err := order.Apply(o.state, ev, now)
-	if err != nil {
-		// The domain produced this event from this fold; refusing it now
-		// is a domain bug, and the stream already holds the event.
-		o.stale = true
-		return fmt.Errorf("fold own %s of order %s: %w", eventType, o.id, err)
 	}
 	if next.Version != version {
 		o.stale = true
