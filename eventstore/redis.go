@@ -121,10 +121,12 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 
 // appendScript checks fence, expected version and source commands, in that
 // order, then adds the events; nothing is written unless every check passes.
+// With a fourth key it also writes that projection record in the same step,
+// unless a newer version is stored there (the read model's own guard).
 //
-// KEYS: stream, fence, cmds.
-// ARGV: expectedVersion, gen, epoch, orderId, then per event: eventId,
-// eventType, sourceCommandId, createdAtUnixMs, data.
+// KEYS: stream, fence, cmds[, projection].
+// ARGV: expectedVersion, gen, epoch, orderId, projVersion, projState, then
+// per event: eventId, eventType, sourceCommandId, createdAtUnixMs, data.
 // Reply: {0, newVersion} | {1, storedGen, storedEpoch} | {2, actualVersion}
 // | {3, sourceCommandId, recordedVersion}.
 var appendScript = redis.NewScript(`
@@ -139,9 +141,9 @@ local version = redis.call('XLEN', KEYS[1])
 if version ~= expected then
   return {2, version}
 end
-local n = (#ARGV - 4) / 5
+local n = (#ARGV - 6) / 5
 for i = 0, n - 1 do
-  local cmd = ARGV[5 + i*5 + 2]
+  local cmd = ARGV[7 + i*5 + 2]
   if cmd ~= '' then
     local seen = redis.call('HGET', KEYS[3], cmd)
     if seen then
@@ -156,7 +158,7 @@ if not f[1] then
   redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'epoch', ARGV[3])
 end
 for i = 0, n - 1 do
-  local b = 5 + i*5
+  local b = 7 + i*5
   version = version + 1
   redis.call('XADD', KEYS[1], '*',
     'eventId', ARGV[b],
@@ -168,6 +170,12 @@ for i = 0, n - 1 do
     'data', ARGV[b+4])
   if ARGV[b+2] ~= '' then
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
+  end
+end
+if KEYS[4] then
+  local cur = tonumber(redis.call('HGET', KEYS[4], 'version'))
+  if not cur or cur <= tonumber(ARGV[5]) then
+    redis.call('HSET', KEYS[4], 'version', ARGV[5], 'state', ARGV[6])
   end
 end
 return {0, version}
@@ -225,19 +233,54 @@ func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fen
 // Append implements Store. The checks apply in the order fence, version,
 // source command.
 func (r *Redis) Append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope) (int64, error) {
+	return r.append(ctx, orderID, expectedVersion, fence, events, nil)
+}
+
+// Projection is a read-model record written in the same atomic step as an
+// append: a hash with fields "version" and "state", written unless a newer
+// version is stored — the guard of readmodel's own Put. Its key must carry
+// the order's hash tag, so the step stays one script on one slot.
+type Projection struct {
+	Key     string
+	Version int64
+	State   []byte
+}
+
+// AppendProjected is Append that also writes proj, the projection of the
+// fold the events lead to, in the same script: one round trip records an
+// event and its read model. proj.Version must be the stream's new version.
+// Nothing is written when a check fails.
+func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
+	if want := expectedVersion + int64(len(events)); proj.Version != want {
+		return 0, fmt.Errorf("eventstore: append %s: projection of version %d, the append leads to %d", orderID, proj.Version, want)
+	}
+	if !strings.Contains(proj.Key, "{"+orderID+"}") {
+		return 0, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
+	}
+	return r.append(ctx, orderID, expectedVersion, fence, events, &proj)
+}
+
+func (r *Redis) append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj *Projection) (int64, error) {
 	k, err := r.keys(orderID)
 	if err != nil {
 		return 0, err
 	}
-	args := make([]any, 0, 4+5*len(events))
+	keys := []string{k.stream, k.fence, k.cmds}
+	args := make([]any, 0, 6+5*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID)
+	if proj != nil {
+		keys = append(keys, proj.Key)
+		args = append(args, proj.Version, proj.State)
+	} else {
+		args = append(args, "", "")
+	}
 	for i, e := range events {
 		if e.OrderID != "" && e.OrderID != orderID {
 			return 0, fmt.Errorf("%w: event #%d has orderId %q, appending to %q", ErrInvalidOrderID, i+1, e.OrderID, orderID)
 		}
 		args = append(args, e.EventID, e.EventType, e.SourceCommandID, e.CreatedAtUnixMs, e.Data)
 	}
-	reply, err := appendScript.Run(ctx, r.client, []string{k.stream, k.fence, k.cmds}, args...).Slice()
+	reply, err := appendScript.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil {
 		return 0, translate("append "+orderID, err)
 	}

@@ -313,3 +313,33 @@ func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A projected append refuses a projection that cannot share the script's
+// slot or that describes another version, before anything is written.
+func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+	ev := []eventstore.Envelope{{EventID: "e1", OrderID: "o1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+	f := eventstore.Fence{Generation: 1, Epoch: 1}
+	_, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", Version: 1, State: []byte("s")})
+	if !errors.Is(err, eventstore.ErrInvalidOrderID) {
+		t.Fatalf("projection key without the hash tag: got %v", err)
+	}
+	_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", Version: 2, State: []byte("s")})
+	if err == nil {
+		t.Fatal("projection of the wrong version accepted")
+	}
+	if keys := allKeys(t, c); len(keys) != 0 {
+		t.Fatalf("refused appends wrote %v", keys)
+	}
+	v, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", Version: 1, State: []byte("s")})
+	if err != nil || v != 1 {
+		t.Fatalf("projected append: %d %v", v, err)
+	}
+	got, err := c.HGetAll(ctx, "rm:{o1}").Result()
+	if err != nil || got["version"] != "1" || got["state"] != "s" {
+		t.Fatalf("projection record %v %v", got, err)
+	}
+}

@@ -131,22 +131,31 @@ func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState,
 
 // Put implements Store.
 func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (bool, error) {
-	key, err := r.key(orderID)
+	key, raw, err := r.Record(orderID, state)
 	if err != nil {
 		return false, err
-	}
-	if state == nil {
-		return false, fmt.Errorf("readmodel: put %s: nil state", orderID)
-	}
-	raw, err := proto.Marshal(state)
-	if err != nil {
-		return false, fmt.Errorf("readmodel: put %s: encode state: %w", orderID, err)
 	}
 	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw).Int64()
 	if err != nil {
 		return false, translate("put "+orderID, err)
 	}
 	return applied == 1, nil
+}
+
+// Record returns the key and the encoded state of the order's projection
+// record, for a writer that stores it in another atomic step (the event
+// store's projected append) with the same layout and version guard as Put.
+func (r *Redis) Record(orderID string, state *contracts.OrderState) (key string, encoded []byte, err error) {
+	if key, err = r.key(orderID); err != nil {
+		return "", nil, err
+	}
+	if state == nil {
+		return "", nil, fmt.Errorf("readmodel: record %s: nil state", orderID)
+	}
+	if encoded, err = proto.Marshal(state); err != nil {
+		return "", nil, fmt.Errorf("readmodel: record %s: encode state: %w", orderID, err)
+	}
+	return key, encoded, nil
 }
 
 // Delete implements Store.

@@ -48,7 +48,11 @@ type Stores struct {
 	Location   *location.Store
 	Relocation *relocation.Store
 	Fixtures   *fixture.Store
-	clients    map[string]*redis.Client
+	// ProjectedAppend records an event and its projection in one round
+	// trip; nil when the event store and the read model live on
+	// different Redis deployments.
+	ProjectedAppend workflow.ProjectedAppender
+	clients         map[string]*redis.Client
 }
 
 // StoreOptions tune store clients.
@@ -99,8 +103,12 @@ func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores,
 		s.Close()
 		return nil, err
 	}
-	s.Events = eventstore.NewRedis(eventstore.RedisConfig{Client: ev})
-	s.ReadModel = readmodel.NewRedis(readmodel.RedisConfig{Client: rm})
+	events := eventstore.NewRedis(eventstore.RedisConfig{Client: ev})
+	projections := readmodel.NewRedis(readmodel.RedisConfig{Client: rm})
+	s.Events, s.ReadModel = events, projections
+	if ev == rm {
+		s.ProjectedAppend = projectedAppender{events: events, projections: projections}
+	}
 	s.Commerce = commerce.NewRedis(commerce.RedisConfig{Client: cs})
 	s.Location = location.NewStore(location.StoreConfig{Client: loc})
 	s.Relocation = relocation.New(relocation.Config{Client: rel})
@@ -113,6 +121,24 @@ func (s *Stores) Close() {
 	for _, c := range s.clients {
 		_ = c.Close()
 	}
+}
+
+// projectedAppender writes the read model's record inside the event
+// store's append script; both share one Redis and the order's hash tag.
+type projectedAppender struct {
+	events      *eventstore.Redis
+	projections *readmodel.Redis
+}
+
+// AppendProjected implements workflow.ProjectedAppender.
+func (p projectedAppender) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
+	key, encoded, err := p.projections.Record(orderID, state)
+	if err != nil {
+		return 0, err
+	}
+	return p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
+		Key: key, Version: expectedVersion + int64(len(events)), State: encoded,
+	})
 }
 
 // Envelopes adapts the Relocation Store's opaque first-activation
@@ -189,6 +215,9 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	}
 	if cfg.Fixtures {
 		wcfg.Fixtures = cfg.Stores.Fixtures
+	}
+	if cfg.Stores.ProjectedAppend != nil {
+		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
 	}
 	svc, err := workflow.New(wcfg)
 	if err != nil {

@@ -56,7 +56,13 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return nil, false, fmt.Errorf("start order %s: %w", o.id, err)
 	}
 	now := s.cfg.Now()
-	if err := s.append(ctx, o, ev, req.SourceCommandId, now); err != nil {
+	err = s.append(ctx, o, ev, req.SourceCommandId, now, true)
+	if errors.Is(err, errRecordedNotProjected) {
+		o.start = req
+		s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
+		return view(o.state), true, err
+	}
+	if err != nil {
 		if isAppendRace(err) {
 			// Someone recorded a start first; the stream decides whether it
 			// was this command.
@@ -76,9 +82,6 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	// The event is recorded; whatever follows fails or not, this node
 	// started the order.
 	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
-	if err := s.project(ctx, o.state); err != nil {
-		return view(o.state), true, err
-	}
 	// The mapping turns started only after the projection exists (spec §4).
 	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
 		return view(o.state), true, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
@@ -159,12 +162,15 @@ func validCurrency(c string) bool {
 }
 
 // append records ev as the next event under the owner's fence and, on
-// success, folds it in (one round trip). The event is folded before it is
-// written, so the stream never holds an event the domain cannot replay. A
-// lost race comes back as the store's ErrDuplicateCommand or
-// ErrVersionConflict; a fenced owner as ErrFenced; an unknown outcome marks
-// the fold stale.
-func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64) error {
+// success, folds it in. With project it also writes the projection of the
+// new fold, in the same round trip when a ProjectedAppender is wired, else
+// right after. The event is folded before it is written, so the stream
+// never holds an event the domain cannot replay. A lost race comes back as
+// the store's ErrDuplicateCommand or ErrVersionConflict; a fenced owner as
+// ErrFenced; an unknown outcome marks the fold stale. An error after the
+// event was recorded (the separate projection write) leaves the fold at the
+// new version.
+func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64, project bool) error {
 	eventType, data, err := EncodeEvent(ev)
 	if err != nil {
 		return err
@@ -179,7 +185,14 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 		EventID: ev.ID(), OrderID: o.id, EventType: eventType,
 		SourceCommandID: sourceCommandID, CreatedAtUnixMs: now, Data: data,
 	}
-	version, err := s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, []eventstore.Envelope{env})
+	envs := []eventstore.Envelope{env}
+	var version int64
+	projected := project && s.cfg.ProjectedAppend != nil
+	if projected {
+		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
+	} else {
+		version, err = s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, envs)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, eventstore.ErrFenced):
@@ -195,5 +208,14 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
 	}
 	o.state = next
+	if project && !projected {
+		if err := s.project(ctx, o.state); err != nil {
+			return fmt.Errorf("%w: %w", errRecordedNotProjected, err)
+		}
+	}
 	return nil
 }
+
+// errRecordedNotProjected: the event is recorded and folded; only the
+// separate projection write after it failed (a later write repairs it).
+var errRecordedNotProjected = errors.New("workflow: event recorded, projection not written")

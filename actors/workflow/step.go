@@ -100,7 +100,21 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 		return false, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
 
-	if err := s.append(ctx, o, ev, order.StepSourceCommandID(o.id, step), now); err != nil {
+	// A runner fixture may ask for the terminal event without its
+	// projection (spec §9.2-3); it is taken before the append so the
+	// projection can travel with the event otherwise.
+	project := true
+	if (step == order.StepConfirm || step == order.StepFail) && s.cfg.Fixtures != nil {
+		skip, err := s.cfg.Fixtures.TakeSkipTerminalProjection(ctx, o.state.StartSourceCommandID)
+		if err != nil {
+			return false, fmt.Errorf("order %s terminal projection fixture: %w", o.id, err)
+		}
+		if skip {
+			s.log.Info("terminal projection skipped by fixture", "order", o.id, "version", o.state.Version+1)
+			project = false
+		}
+	}
+	if err := s.append(ctx, o, ev, order.StepSourceCommandID(o.id, step), now, project); err != nil {
 		if isAppendRace(err) {
 			// Under fencing no other writer exists, so the stream can only
 			// be ahead by an earlier attempt of this very step.
@@ -110,21 +124,10 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 			s.log.Info("step already recorded; fold reloaded", "order", o.id, "step", step.String(), "version", o.state.Version)
 			return false, nil
 		}
+		if errors.Is(err, errRecordedNotProjected) {
+			return true, err
+		}
 		return false, err
-	}
-
-	if o.state.Status.Terminal() && s.cfg.Fixtures != nil {
-		skip, err := s.cfg.Fixtures.TakeSkipTerminalProjection(ctx, o.state.StartSourceCommandID)
-		if err != nil {
-			return true, fmt.Errorf("order %s terminal projection fixture: %w", o.id, err)
-		}
-		if skip {
-			s.log.Info("terminal projection skipped by fixture", "order", o.id, "version", o.state.Version)
-			return true, nil
-		}
-	}
-	if err := s.project(ctx, o.state); err != nil {
-		return true, err
 	}
 	return true, nil
 }

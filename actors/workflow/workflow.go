@@ -99,6 +99,15 @@ type Fixtures interface {
 	TakeSkipTerminalProjection(ctx context.Context, startSourceCommandID string) (bool, error)
 }
 
+// ProjectedAppender records events and the projection of the fold they
+// lead to in one atomic step — one round trip where an append followed by
+// a projection write takes two. Wired only when the event store and the
+// read model share a Redis. Its errors are the event store's; when it
+// fails, nothing was written.
+type ProjectedAppender interface {
+	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
+}
+
 // Config wires a Service. Every field is required unless marked optional.
 type Config struct {
 	// Kind is the cluster kind; the SpotId is Kind + "/" + OrderId.
@@ -111,6 +120,9 @@ type Config struct {
 	Envelopes   Envelopes
 	// Fixtures is optional: nil in production.
 	Fixtures Fixtures
+	// ProjectedAppend is optional: with it each event and its projection
+	// are recorded in one round trip instead of two.
+	ProjectedAppend ProjectedAppender
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
 	// Evidence receives the raw evidence lines of spec §10.1, each with a

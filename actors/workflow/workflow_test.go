@@ -760,3 +760,36 @@ func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
 		assert.True(t, strings.HasPrefix(l, "shoppingmall-order started order="), l)
 	}
 }
+
+// With a ProjectedAppender every event travels with its projection: the
+// read model follows the stream step by step and no separate projection
+// write happens; the terminal-projection fixture still holds the last one
+// back.
+func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
+	e := newEnv(t)
+	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
+	cfg := e.d.Config
+	cfg.ProjectedAppend = pa
+	e.svc = mustService(t, cfg)
+	puts := e.d.ReadModel.Puts.Load()
+
+	o, _ := e.start("ord-pa", "key-pa", methodOK)
+	p, v := e.projection("ord-pa")
+	assert.Equal(t, int64(1), v)
+	assert.Equal(t, contracts.OrderStatus_Created, p.GetStatus())
+	e.drive(o)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-pa"))
+	p, v = e.projection("ord-pa")
+	assert.Equal(t, int64(4), v)
+	assert.True(t, proto.Equal(e.svc.View(o), p))
+	assert.Equal(t, int64(4), pa.Calls.Load(), "one projected append per event")
+	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
+
+	e.d.Fixtures.ArmSkipTerminalProjection("key-pb")
+	o2, _ := e.start("ord-pb", "key-pb", methodOK)
+	e.drive(o2)
+	p, v = e.projection("ord-pb")
+	assert.Equal(t, int64(3), v, "the terminal event is recorded without its projection")
+	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, p.GetStatus())
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-pb"))
+}

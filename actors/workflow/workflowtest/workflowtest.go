@@ -744,3 +744,23 @@ var (
 	_ workflow.Envelopes   = (*Envelopes)(nil)
 	_ workflow.Fixtures    = (*Fixtures)(nil)
 )
+
+// ProjectedAppender is a fake of workflow.ProjectedAppender over Events and
+// ReadModel: the append and the projection write happen together or not at
+// all, and Calls counts them.
+type ProjectedAppender struct {
+	Events    *Events
+	ReadModel *ReadModel
+	Calls     atomic.Int64
+}
+
+// AppendProjected implements workflow.ProjectedAppender.
+func (p *ProjectedAppender) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
+	p.Calls.Add(1)
+	v, err := p.Events.Append(ctx, orderID, expectedVersion, fence, events)
+	if err != nil {
+		return 0, err
+	}
+	p.ReadModel.Seed(orderID, v, state)
+	return v, nil
+}
