@@ -7,9 +7,9 @@ GO ?= go
 MULTI_MEMBER := ./cluster/clustertest/... ./edge/edgetest/...
 RUN_DIR ?= $(CURDIR)/.run
 
-.PHONY: test fmt-check vet k8s-compile unit multi-member redis proto build cluster-up cluster-down seed smoke bench
+.PHONY: test fmt-check vet k8s-compile store-evidence unit multi-member redis proto build cluster-up cluster-down seed smoke bench
 
-test: redis fmt-check vet k8s-compile unit multi-member
+test: redis fmt-check vet k8s-compile unit multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -31,6 +31,14 @@ unit:
 
 multi-member:
 	$(GO) test -count=1 $(MULTI_MEMBER)
+
+# Shows that the store contract suite ran against a real redis-server (the
+# tests never skip; this prints the server they started, by PID).
+store-evidence:
+	@out=$$($(GO) test -count=1 -v -run 'TestRedisContract$$' ./eventstore/ 2>&1); \
+	line=$$(printf '%s\n' "$$out" | grep -m1 -oE 'redis-server pid=[0-9]+ addr=[^ ]+'); \
+	if [ -z "$$line" ]; then printf '%s\n' "$$out"; echo "store tests did not run against a redis-server"; exit 1; fi; \
+	echo "store contract suite ran against a real $$line"
 
 # Regenerates the committed contract code (needs protoc and protoc-gen-go).
 proto:
