@@ -43,7 +43,7 @@ func parse(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("order-workflow", flag.ContinueOnError)
 	o.Register(fs, "workflow-a", 6333)
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "passivate an order idle this long (0 never)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Minute, "passivate an order idle this long, releasing its authority (0 never); bounds the grains a member holds")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "default grain call timeout")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
