@@ -40,8 +40,15 @@ store-evidence:
 	if [ -z "$$line" ]; then printf '%s\n' "$$out"; echo "store tests did not run against a redis-server"; exit 1; fi; \
 	echo "store contract suite ran against a real $$line"
 
-# Regenerates the committed contract code (needs protoc and protoc-gen-go).
+# Regenerates the committed contract code. Installs protoc (Debian's
+# protobuf-compiler) when missing and may, and protoc-gen-go at the version
+# go.mod pins for the runtime.
 proto:
+	@command -v protoc >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler; \
+	  else echo "protoc is required: install Debian package protobuf-compiler"; exit 1; fi; }
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc -I . --go_out=. --go_opt=module=github.com/shoppingmall-go/shoppingmall \
 		actors/contracts/shoppingmall.proto actors/contracts/operations.proto cluster/location/location.proto
 
