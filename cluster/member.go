@@ -72,8 +72,11 @@ type Config struct {
 	Location *location.Store
 	// RequestTimeout is the default grain call timeout.
 	RequestTimeout time.Duration
-	// OnMemberJoined observes topology passively (readiness evidence).
+	// OnMemberJoined and OnMemberLeft observe topology passively
+	// (readiness evidence). They run under protoactor's member-list lock:
+	// they must return at once.
 	OnMemberJoined func(memberID, address string, kinds []string)
+	OnMemberLeft   func(memberID, address string)
 	Logger         *slog.Logger
 	// FrameworkLogLevel filters protoactor's own logs; default Warn.
 	FrameworkLogLevel slog.Level
@@ -120,6 +123,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	lookup := location.New(location.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)
+	}
+	if cfg.OnMemberLeft != nil {
+		lookup.OnMemberLeft(cfg.OnMemberLeft)
 	}
 	rc := remote.Configure(cfg.Host, cfg.Port)
 	if cfg.AdvertisedHost != "" {

@@ -31,7 +31,11 @@ type RouteObserverConfig struct {
 // workflow kind has joined, it prints
 // `shoppingmall-ready kind=object-route node=<NodeId> target=<WorkflowNodeId>`,
 // once per workflow node name for the life of the process (a restarted
-// workflow-a is the same route). It sends no request of its own.
+// workflow-a is the same route). When such a member leaves — a crash seen
+// by membership, or a graceful stop — it prints
+// `shoppingmall-topology left node=<NodeId> target=<WorkflowNodeId>`, the
+// passive sign that this API now answers that member's orders Unavailable.
+// It sends no request of its own.
 type RouteObserver struct {
 	cfg      RouteObserverConfig
 	evidence *lineWriter
@@ -43,6 +47,7 @@ type RouteObserver struct {
 	mu      sync.Mutex
 	printed map[string]bool // node names announced
 	pending map[string]bool // member ids being resolved
+	workers map[string]bool // member ids of workflow members seen joining
 }
 
 // NewRouteObserver returns an observer; register MemberJoined with the
@@ -59,7 +64,7 @@ func NewRouteObserver(cfg RouteObserverConfig) *RouteObserver {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &RouteObserver{cfg: cfg, evidence: newLineWriter(cfg.Evidence), log: cfg.Logger,
-		ctx: ctx, cancel: cancel, printed: map[string]bool{}, pending: map[string]bool{}}
+		ctx: ctx, cancel: cancel, printed: map[string]bool{}, pending: map[string]bool{}, workers: map[string]bool{}}
 }
 
 // MemberJoined is the cluster's join callback. The cluster calls it while
@@ -75,9 +80,37 @@ func (o *RouteObserver) MemberJoined(memberID, address string, kinds []string) {
 		return
 	}
 	o.pending[memberID] = true
+	o.workers[memberID] = true
 	o.wg.Add(1)
 	o.mu.Unlock()
 	go o.resolve(memberID)
+}
+
+// MemberLeft is the cluster's leave callback; like MemberJoined it only
+// starts the name lookup and returns.
+func (o *RouteObserver) MemberLeft(memberID, address string) {
+	o.mu.Lock()
+	if !o.workers[memberID] || o.ctx.Err() != nil {
+		o.mu.Unlock()
+		return
+	}
+	delete(o.workers, memberID)
+	o.wg.Add(1)
+	o.mu.Unlock()
+	go o.left(memberID)
+}
+
+func (o *RouteObserver) left(memberID string) {
+	defer o.wg.Done()
+	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ResolveTimeout)
+	defer cancel()
+	names, err := o.cfg.Names.MemberNames(ctx)
+	name := names[memberID]
+	if err != nil || name == "" {
+		o.log.Warn("a workflow member left without a published name", slog.String("member", memberID), slog.Any("error", err))
+		return
+	}
+	o.evidence.line("shoppingmall-topology left node=" + o.cfg.NodeID + " target=" + name)
 }
 
 // resolve waits (bounded, with backoff) for the member's published node

@@ -199,3 +199,24 @@ func TestRouteObserverGivesUpOnUnnamedMember(t *testing.T) {
 	o.Close()
 	require.Empty(t, ev.String())
 }
+
+// A workflow member that leaves is reported once per leave, by node name;
+// members without the kind are not routes and leave silently.
+func TestRouteObserverReportsWorkflowMemberLeaving(t *testing.T) {
+	names := &fakeNames{names: map[string]string{"m-a": "workflow-a", "m-api": "api-b"}}
+	ev := &syncBuffer{}
+	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev})
+	t.Cleanup(o.Close)
+	o.MemberJoined("m-a", "127.0.0.1:2", []string{grain.KindName})
+	o.MemberJoined("m-api", "127.0.0.1:1", nil)
+	eventually(t, 5*time.Second, func() bool { return len(o.Targets()) == 1 }, "route announced")
+	o.MemberLeft("m-api", "127.0.0.1:1")
+	o.MemberLeft("m-a", "127.0.0.1:2")
+	o.MemberLeft("m-a", "127.0.0.1:2")
+	eventually(t, 5*time.Second, func() bool {
+		return ev.count("shoppingmall-topology left node=api-a target=workflow-a") == 1
+	}, "leave reported")
+	o.Close()
+	require.Equal(t, 1, ev.count("shoppingmall-topology left node=api-a target=workflow-a"), "one leave, one line")
+	require.NotContains(t, ev.String(), "target=api-b")
+}

@@ -99,6 +99,7 @@ type Lookup struct {
 	activator *actor.PID
 	sub       *eventstream.Subscription
 	onJoin    []func(memberID, address string, kinds []string)
+	onLeave   []func(memberID, address string)
 }
 
 type resolveCall struct {
@@ -141,6 +142,14 @@ func (l *Lookup) Store() *Store { return l.store }
 func (l *Lookup) OnMemberJoined(f func(memberID, address string, kinds []string)) {
 	l.mu.Lock()
 	l.onJoin = append(l.onJoin, f)
+	l.mu.Unlock()
+}
+
+// OnMemberLeft registers f for every member that leaves the topology,
+// observed passively. Register before the cluster starts.
+func (l *Lookup) OnMemberLeft(f func(memberID, address string)) {
+	l.mu.Lock()
+	l.onLeave = append(l.onLeave, f)
 	l.mu.Unlock()
 }
 
@@ -210,6 +219,7 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 	}
 	l.members, l.byAddress = members, byAddr
 	joins := append([]func(string, string, []string){}, l.onJoin...)
+	leaves := append([]func(string, string){}, l.onLeave...)
 	self := l.cluster != nil && members[l.cluster.ActorSystem.ID] != nil
 	l.mu.Unlock()
 	if self {
@@ -218,6 +228,11 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 	for _, m := range t.Joined {
 		for _, f := range joins {
 			f(m.Id, m.Address(), m.Kinds)
+		}
+	}
+	for _, m := range t.Left {
+		for _, f := range leaves {
+			f(m.Id, m.Address())
 		}
 	}
 }

@@ -73,6 +73,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	cc.Kinds = nil
 	cc.Location = st.Location
 	cc.OnMemberJoined = routes.MemberJoined
+	cc.OnMemberLeft = routes.MemberLeft
 	if cc.RequestTimeout == 0 {
 		cc.RequestTimeout = cfg.RequestTimeout
 	}

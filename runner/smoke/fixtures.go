@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -279,11 +280,21 @@ func (r *runner) fixtureKill(ctx context.Context) error {
 		return err
 	}
 	victim := ev.OwnerNode
+	watcher := cluster.APINodes[1]
+	from, err := logSize(r.cl.LogPath(watcher))
+	if err != nil {
+		return err
+	}
 	if err := r.cl.Kill(victim); err != nil {
 		return err
 	}
-	// The passive sign that the cluster saw the owner go: the public
-	// continue ends in Unavailable instead of timing out.
+	// The passive sign that the cluster saw the owner go: the API's own
+	// topology line, read from its log (never a request of ours).
+	left := "shoppingmall-topology left node=" + watcher + " target=" + victim
+	if err := cluster.WaitLines(ctx, r.cl.LogPath(watcher), from, r.poll, cluster.Lines(cluster.Exact(left))...); err != nil {
+		return fmt.Errorf("after SIGKILL of %s: %w", victim, err)
+	}
+	// From then on the public continue ends in Unavailable at once.
 	if err := r.awaitUnavailable(ctx, 1, id); err != nil {
 		return fmt.Errorf("after SIGKILL of %s: %w", victim, err)
 	}
@@ -479,4 +490,14 @@ func (r *runner) fixtureNeverCreated(ctx context.Context) error {
 	r.orders[id] = true
 	r.fx.Prepared.NeverCreated = client.Expected{OrderID: id}
 	return nil
+}
+
+// logSize is where a log ends now: waits for lines written after an action
+// start there.
+func logSize(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("log %s: %w", path, err)
+	}
+	return fi.Size(), nil
 }
