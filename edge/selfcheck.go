@@ -164,7 +164,8 @@ func (s *Server) deleteProjection(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, struct{}{})
 }
 
-type evidenceEvent struct {
+// EvidenceEvent is one stream entry in an Evidence reply.
+type EvidenceEvent struct {
 	EventID         string `json:"eventId"`
 	EventType       string `json:"eventType"`
 	Version         int64  `json:"version"`
@@ -172,7 +173,8 @@ type evidenceEvent struct {
 	CreatedAtUnixMs int64  `json:"createdAtUnixMs"`
 }
 
-type relocationView struct {
+// RelocationView is one relocation operation in an Evidence reply.
+type RelocationView struct {
 	ID         string `json:"id"`
 	Source     string `json:"source"`
 	Target     string `json:"target"`
@@ -183,7 +185,7 @@ type relocationView struct {
 // Evidence is the reply of GET /self-check/orders/{orderId}/evidence.
 type Evidence struct {
 	OrderID        string           `json:"orderId"`
-	Events         []evidenceEvent  `json:"events"`
+	Events         []EvidenceEvent  `json:"events"`
 	Generation     int64            `json:"generation"`
 	OwnerNode      string           `json:"ownerNode"`
 	OwnerMember    string           `json:"ownerMember"`
@@ -193,7 +195,7 @@ type Evidence struct {
 	ReserveCalls   int64            `json:"reserveCalls"`
 	ReleaseCalls   int64            `json:"releaseCalls"`
 	AuthorizeCalls int64            `json:"authorizeCalls"`
-	Relocations    []relocationView `json:"relocations"`
+	Relocations    []RelocationView `json:"relocations"`
 }
 
 // orderEvidence is GET /self-check/orders/{orderId}/evidence: the real
@@ -225,10 +227,10 @@ func (s *Server) collectEvidence(ctx context.Context, id string) (*Evidence, err
 	if len(envs) == 0 {
 		return nil, fmt.Errorf("%w: order %s has no event stream", ErrNotFound, id)
 	}
-	ev := &Evidence{OrderID: id, Events: make([]evidenceEvent, len(envs)),
-		ReservationID: order.ReservationID(id), PaymentID: order.PaymentID(id), Relocations: []relocationView{}}
+	ev := &Evidence{OrderID: id, Events: make([]EvidenceEvent, len(envs)),
+		ReservationID: order.ReservationID(id), PaymentID: order.PaymentID(id), Relocations: []RelocationView{}}
 	for i, e := range envs {
-		ev.Events[i] = evidenceEvent{EventID: e.EventID, EventType: e.EventType, Version: e.Version,
+		ev.Events[i] = EvidenceEvent{EventID: e.EventID, EventType: e.EventType, Version: e.Version,
 			SourceCommandID: e.SourceCommandID, CreatedAtUnixMs: e.CreatedAtUnixMs}
 	}
 	rec, err := sc.Authority.Get(ctx, grain.KindName, id)
@@ -260,7 +262,7 @@ func (s *Server) collectEvidence(ctx context.Context, id string) (*Evidence, err
 		return nil, err
 	}
 	for _, op := range ops {
-		ev.Relocations = append(ev.Relocations, relocationView{ID: op.ID, Source: op.Source, Target: op.Target,
+		ev.Relocations = append(ev.Relocations, RelocationView{ID: op.ID, Source: op.Source, Target: op.Target,
 			Generation: op.Generation, State: string(op.State)})
 	}
 	return ev, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/shoppingmall-go/shoppingmall/edge"
 	"io"
 	"net/http"
 	"net/url"
@@ -124,36 +125,10 @@ func (h *hooks) deleteProjection(ctx context.Context, orderID string) error {
 	return h.doJSON(ctx, http.MethodDelete, "/self-check/orders/"+url.PathEscape(orderID)+"/projection", nil, nil)
 }
 
-type evidenceEvent struct {
-	EventID         string `json:"eventId"`
-	EventType       string `json:"eventType"`
-	Version         int64  `json:"version"`
-	SourceCommandID string `json:"sourceCommandId"`
-	CreatedAtUnixMs int64  `json:"createdAtUnixMs"`
-}
-
-type relocation struct {
-	ID         string `json:"id"`
-	Source     string `json:"source"`
-	Target     string `json:"target"`
-	Generation int64  `json:"generation"`
-	State      string `json:"state"`
-}
-
-// evidence is the reply of GET /self-check/orders/{id}/evidence.
+// evidence is the reply of GET /self-check/orders/{id}/evidence: the
+// edge's own reply type, with the runner's helpers on it.
 type evidence struct {
-	OrderID        string          `json:"orderId"`
-	Events         []evidenceEvent `json:"events"`
-	Generation     int64           `json:"generation"`
-	OwnerNode      string          `json:"ownerNode"`
-	OwnerMember    string          `json:"ownerMember"`
-	Authority      string          `json:"authority"`
-	ReservationID  string          `json:"reservationId"`
-	PaymentID      string          `json:"paymentId"`
-	ReserveCalls   int64           `json:"reserveCalls"`
-	ReleaseCalls   int64           `json:"releaseCalls"`
-	AuthorizeCalls int64           `json:"authorizeCalls"`
-	Relocations    []relocation    `json:"relocations"`
+	edge.Evidence
 }
 
 func (e *evidence) types() []string {
