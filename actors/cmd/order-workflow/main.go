@@ -16,7 +16,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,25 +54,17 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, err := o.Logger()
-	if err != nil {
-		return err
-	}
-	slog.SetDefault(log)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	stats := node.StartStats(o.StatsFile, o.Node, log)
-	defer stats.Close()
-
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stores, err := node.OpenStores(startCtx, o.Redis, node.StoreOptions{Hook: stats.Hook()})
+	proc, err := o.Open(startCtx)
 	if err != nil {
 		return err
 	}
-	defer stores.Close()
+	defer proc.Close()
+	log, stores := proc.Log, proc.Stores
 
 	cc := o.Cluster(log)
 	cc.RequestTimeout = o.requestTimeout

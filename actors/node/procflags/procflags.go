@@ -6,6 +6,7 @@
 package procflags
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -129,3 +130,34 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 // EnvDefaults fills every flag of fs not given on the command line from
 // SHOPPINGMALL_<FLAG>, for flag sets beyond Common (e.g. subcommands).
 func EnvDefaults(fs *flag.FlagSet) error { return envDefaults(fs, os.LookupEnv) }
+
+// Process is what every process opens before it joins the cluster: its
+// logger (also slog's default), the stats dump, and the stores.
+type Process struct {
+	Log    *slog.Logger
+	Stats  *node.Stats
+	Stores *node.Stores
+}
+
+// Open sets up the logger, starts the stats dump and opens the stores,
+// bounded by ctx. Close undoes it.
+func (c *Common) Open(ctx context.Context) (*Process, error) {
+	log, err := c.Logger()
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(log)
+	stats := node.StartStats(c.StatsFile, c.Node, log)
+	stores, err := node.OpenStores(ctx, c.Redis, node.StoreOptions{Hook: stats.Hook()})
+	if err != nil {
+		stats.Close()
+		return nil, err
+	}
+	return &Process{Log: log, Stats: stats, Stores: stores}, nil
+}
+
+// Close closes the stores and writes the last stats dump.
+func (p *Process) Close() {
+	p.Stores.Close()
+	p.Stats.Close()
+}

@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,7 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
 )
@@ -67,25 +65,17 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log, err := o.Logger()
-	if err != nil {
-		return err
-	}
-	slog.SetDefault(log)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	stats := node.StartStats(o.StatsFile, o.Node, log)
-	defer stats.Close()
-
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stores, err := node.OpenStores(startCtx, o.Redis, node.StoreOptions{Hook: stats.Hook()})
+	proc, err := o.Open(startCtx)
 	if err != nil {
 		return err
 	}
-	defer stores.Close()
+	defer proc.Close()
+	log, stores := proc.Log, proc.Stores
 
 	// Bind the HTTP port before joining, so a taken port fails fast and
 	// leaves no member behind.
