@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -196,34 +197,6 @@ type fakeTopology struct{ n atomic.Int64 }
 
 func (f *fakeTopology) WorkflowMembers() int { return int(f.n.Load()) }
 
-// syncBuffer is a concurrency-safe evidence/log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) count(line string) int {
-	n := 0
-	for _, l := range strings.Split(b.String(), "\n") {
-		if l == line {
-			n++
-		}
-	}
-	return n
-}
-
 const (
 	cartOK    = "cart-1"
 	cartOther = "cart-2"
@@ -237,8 +210,8 @@ type env struct {
 	rm       *fakeReadModel
 	orders   *fakeOrders
 	topo     *fakeTopology
-	evidence *syncBuffer
-	logs     *syncBuffer
+	evidence *workflowtest.Evidence
+	logs     *workflowtest.Evidence
 }
 
 type envOpt func(*Config)
@@ -258,8 +231,8 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 		rm:       &fakeReadModel{m: map[string]*contracts.OrderState{}},
 		orders:   &fakeOrders{started: map[string]bool{}},
 		topo:     &fakeTopology{},
-		evidence: &syncBuffer{},
-		logs:     &syncBuffer{},
+		evidence: &workflowtest.Evidence{},
+		logs:     &workflowtest.Evidence{},
 	}
 	var seq atomic.Int64
 	cfg := Config{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"net"
 	"net/http"
@@ -78,9 +79,9 @@ func TestHealthzAndReadyz(t *testing.T) {
 	require.Equal(t, http.StatusOK, get("/readyz"))
 
 	line := "shoppingmall-ready kind=http node=api-t"
-	require.Equal(t, 1, e.evidence.count(line))
+	require.Equal(t, 1, e.evidence.Count(line))
 	require.Error(t, e.srv.Serve(ln), "a second Serve is refused")
-	require.Equal(t, 1, e.evidence.count(line), "the ready line is printed once")
+	require.Equal(t, 1, e.evidence.Count(line), "the ready line is printed once")
 }
 
 func TestSelfCheckAndAdminAre404WhenDisabled(t *testing.T) {
@@ -102,7 +103,7 @@ func TestSelfCheckAndAdminAre404WhenDisabled(t *testing.T) {
 		require.Equal(t, CodeNotFound, decodeError(t, w).Code)
 	}
 	require.Zero(t, e.orders.calls())
-	require.Zero(t, e.evidence.count("shoppingmall-evidence order=ord-1 events=0"))
+	require.Zero(t, e.evidence.Count("shoppingmall-evidence order=ord-1 events=0"))
 }
 
 func TestAdminRoutes(t *testing.T) {
@@ -162,7 +163,7 @@ func (f *fakeNames) MemberNames(context.Context) (map[string]string, error) {
 
 func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	names := &fakeNames{names: map[string]string{"m-a": "workflow-a", "m-b": "workflow-b", "m-a2": "workflow-a", "m-api": "api-b"}, hideFor: 3}
-	ev := &syncBuffer{}
+	ev := &workflowtest.Evidence{}
 	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev})
 	t.Cleanup(o.Close)
 	wf := []string{grain.KindName}
@@ -180,14 +181,14 @@ func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	}, "restart observed")
 	o.Close()
 	require.Equal(t, []string{"workflow-a", "workflow-b"}, o.Targets())
-	require.Equal(t, 1, ev.count("shoppingmall-ready kind=object-route node=api-a target=workflow-a"))
-	require.Equal(t, 1, ev.count("shoppingmall-ready kind=object-route node=api-a target=workflow-b"))
+	require.Equal(t, 1, ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-a"))
+	require.Equal(t, 1, ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-b"))
 	require.NotContains(t, ev.String(), "api-b", "members without the workflow kind are no route")
 }
 
 func TestRouteObserverGivesUpOnUnnamedMember(t *testing.T) {
 	names := &fakeNames{names: map[string]string{}}
-	ev := &syncBuffer{}
+	ev := &workflowtest.Evidence{}
 	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev,
 		ResolveTimeout: 50 * time.Millisecond, Logger: discardLogger()})
 	o.MemberJoined("m-x", "127.0.0.1:2", []string{grain.KindName})
@@ -204,7 +205,7 @@ func TestRouteObserverGivesUpOnUnnamedMember(t *testing.T) {
 // members without the kind are not routes and leave silently.
 func TestRouteObserverReportsWorkflowMemberLeaving(t *testing.T) {
 	names := &fakeNames{names: map[string]string{"m-a": "workflow-a", "m-api": "api-b"}}
-	ev := &syncBuffer{}
+	ev := &workflowtest.Evidence{}
 	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev})
 	t.Cleanup(o.Close)
 	o.MemberJoined("m-a", "127.0.0.1:2", []string{grain.KindName})
@@ -214,9 +215,9 @@ func TestRouteObserverReportsWorkflowMemberLeaving(t *testing.T) {
 	o.MemberLeft("m-a", "127.0.0.1:2")
 	o.MemberLeft("m-a", "127.0.0.1:2")
 	eventually(t, 5*time.Second, func() bool {
-		return ev.count("shoppingmall-topology left node=api-a target=workflow-a") == 1
+		return ev.Count("shoppingmall-topology left node=api-a target=workflow-a") == 1
 	}, "leave reported")
 	o.Close()
-	require.Equal(t, 1, ev.count("shoppingmall-topology left node=api-a target=workflow-a"), "one leave, one line")
+	require.Equal(t, 1, ev.Count("shoppingmall-topology left node=api-a target=workflow-a"), "one leave, one line")
 	require.NotContains(t, ev.String(), "target=api-b")
 }

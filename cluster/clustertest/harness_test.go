@@ -1,9 +1,9 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"log/slog"
 	"strings"
@@ -32,32 +32,7 @@ type harness struct {
 	agent  *test.InMemAgent
 	stores *node.Stores
 	mu     sync.Mutex
-	logs   map[string]*syncBuffer
-}
-
-// syncBuffer collects one node's evidence lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count returns how many whole lines equal line.
-func (b *syncBuffer) count(line string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if l == line {
-			n++
-		}
-	}
-	return n
+	logs   map[string]*workflowtest.Evidence
 }
 
 type tlogWriter struct{ t *testing.T }
@@ -75,7 +50,7 @@ func newHarness(t *testing.T) *harness {
 	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
-	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*syncBuffer{}}
+	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*workflowtest.Evidence{}}
 	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))
 	return h
 }
@@ -84,12 +59,12 @@ func (h *harness) logger(name string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
 }
 
-func (h *harness) evidence(name string) *syncBuffer {
+func (h *harness) evidence(name string) *workflowtest.Evidence {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b, ok := h.logs[name]
 	if !ok {
-		b = &syncBuffer{}
+		b = &workflowtest.Evidence{}
 		h.logs[name] = b
 	}
 	return b

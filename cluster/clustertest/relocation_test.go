@@ -109,8 +109,8 @@ func TestPlannedRelocationKeepsGenerationAndResumesAtPayment(t *testing.T) {
 	require.Equal(t, target, op.Target)
 
 	replayed := fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, before.Generation)
-	require.Equal(t, 1, h.evidence(target).count(replayed))
-	require.Zero(t, h.evidence(source).count(replayed))
+	require.Equal(t, 1, h.evidence(target).Count(replayed))
+	require.Zero(t, h.evidence(source).Count(replayed))
 
 	// Payment has not run yet: it starts at the target once the gate opens.
 	ctx := ctxT(t, 10*time.Second)
@@ -131,7 +131,7 @@ func TestPlannedRelocationKeepsGenerationAndResumesAtPayment(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, calls)
 	repeated := "shoppingmall-order external-effect-repeated order=" + req.OrderId
-	require.Zero(t, h.evidence(source).count(repeated)+h.evidence(target).count(repeated))
+	require.Zero(t, h.evidence(source).Count(repeated)+h.evidence(target).Count(repeated))
 }
 
 func TestRelocationOfDeadOwnerIsRefused(t *testing.T) {
@@ -273,7 +273,7 @@ func TestInterruptedRelocationIsCompletedByRepeating(t *testing.T) {
 	require.Equal(t, relocation.OpCommitted, op.State)
 	eventually(t, 5*time.Second, func() bool { return hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId) == 0 },
 		"the fenced source stops")
-	require.Equal(t, 1, h.evidence(target).count(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)))
+	require.Equal(t, 1, h.evidence(target).Count(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)))
 
 	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctx, req.IdempotencyKey))
 	_, err = a.client.ResumeOrder(ctx, &contracts.ResumeOrderReq{OrderId: req.OrderId})

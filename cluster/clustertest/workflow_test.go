@@ -85,7 +85,7 @@ func TestStartDedupeRecordsOnce(t *testing.T) {
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 	line := fmt.Sprintf("shoppingmall-order started order=%s spot=%s/%s", req.OrderId, grain.KindName, req.OrderId)
-	require.Equal(t, 1, h.evidence("workflow-a").count(line))
+	require.Equal(t, 1, h.evidence("workflow-a").Count(line))
 }
 
 // 100 concurrent first calls from two members meet one activation.
@@ -265,7 +265,7 @@ func TestCloseThenNewGenerationSameState(t *testing.T) {
 	require.Equal(t, location.Ready, rec.Status)
 	require.EqualValues(t, 2, rec.Generation)
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
-	require.Zero(t, h.evidence("workflow-a").count("shoppingmall-order replayed order="+req.OrderId+" generation=2"),
+	require.Zero(t, h.evidence("workflow-a").Count("shoppingmall-order replayed order="+req.OrderId+" generation=2"),
 		"a cold activation after close is no relocation")
 }
 

@@ -26,11 +26,11 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 	t.Run("readiness lines", func(t *testing.T) {
 		for _, a := range h.apis {
 			ev := h.ev(a.name)
-			require.Equal(t, 1, ev.count("shoppingmall-ready kind=http node="+a.name))
+			require.Equal(t, 1, ev.Count("shoppingmall-ready kind=http node="+a.name))
 			for _, wf := range []string{"workflow-a", "workflow-b"} {
 				line := fmt.Sprintf("shoppingmall-ready kind=object-route node=%s target=%s", a.name, wf)
-				eventually(t, 10*time.Second, func() bool { return ev.count(line) > 0 }, "%q", line)
-				require.Equal(t, 1, ev.count(line))
+				eventually(t, 10*time.Second, func() bool { return ev.Count(line) > 0 }, "%q", line)
+				require.Equal(t, 1, ev.Count(line))
 			}
 			require.Equal(t, []string{"workflow-a", "workflow-b"}, a.api.Routes.Targets())
 			require.Equal(t, http.StatusOK, h.status("GET", a, "/healthz", ""))
@@ -57,10 +57,10 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		require.Equal(t, "Ready", ev.Authority)
 		require.Contains(t, []string{"workflow-a", "workflow-b"}, ev.OwnerNode)
 		require.EqualValues(t, 1, ev.Generation)
-		require.Equal(t, 1, h.ev("api-b").count(fmt.Sprintf("shoppingmall-evidence order=%s events=4", res.OrderId)),
+		require.Equal(t, 1, h.ev("api-b").Count(fmt.Sprintf("shoppingmall-evidence order=%s events=4", res.OrderId)),
 			"the evidence hook prints its line on the API that served it")
 		started := fmt.Sprintf("shoppingmall-order started order=%s spot=shoppingmall.order-workflow/%s", res.OrderId, res.OrderId)
-		require.Equal(t, 1, h.ev(ev.OwnerNode).count(started))
+		require.Equal(t, 1, h.ev(ev.OwnerNode).Count(started))
 		confirmed = res
 	})
 

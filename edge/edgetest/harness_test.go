@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,31 +35,6 @@ const requestTimeout = 10 * time.Second
 // quietFramework hides protoactor's connection errors at member shutdown.
 const quietFramework = slog.LevelError + 4
 
-// syncBuffer collects one node's evidence lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count returns how many whole lines equal line.
-func (b *syncBuffer) count(line string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if l == line {
-			n++
-		}
-	}
-	return n
-}
-
 type tlogWriter struct{ t *testing.T }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
@@ -77,7 +52,7 @@ type harness struct {
 	t         *testing.T
 	stores    *node.Stores
 	agent     *test.InMemAgent
-	evidence  map[string]*syncBuffer
+	evidence  map[string]*workflowtest.Evidence
 	workflows map[string]*node.Workflow
 	apis      []*apiNode
 	http      *http.Client
@@ -97,7 +72,7 @@ func newHarness(t *testing.T) *harness {
 	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))
 	h := &harness{
 		t: t, stores: stores, agent: test.NewInMemAgent(),
-		evidence:  map[string]*syncBuffer{},
+		evidence:  map[string]*workflowtest.Evidence{},
 		workflows: map[string]*node.Workflow{},
 		http:      &http.Client{Timeout: 2 * requestTimeout},
 	}
@@ -120,10 +95,10 @@ func (h *harness) logger(name string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
 }
 
-func (h *harness) ev(name string) *syncBuffer {
+func (h *harness) ev(name string) *workflowtest.Evidence {
 	b, ok := h.evidence[name]
 	if !ok {
-		b = &syncBuffer{}
+		b = &workflowtest.Evidence{}
 		h.evidence[name] = b
 	}
 	return b
