@@ -331,11 +331,13 @@ func (g *orderGrain) relocate(ctx actor.Context, c context.Context, req *contrac
 	case err != nil:
 		// The target activated and fenced this owner, but the commit did
 		// not land: only repeating the operation can complete it.
+		// The record is Moving, not this grain's: nothing to release.
 		record(relocation.OpTargetActivated, "", err.Error())
-		g.leave(ctx, true, false)
+		g.leave(ctx, false, false)
 		return nil, err
 	}
-	g.leave(ctx, true, false)
+	// The record now names the target: stop without touching it.
+	g.leave(ctx, false, false)
 	return &contracts.RelocateOrderRes{
 		OrderId: g.act.Identity, OperationId: opID, SourceNode: source,
 		TargetNode: names[rec.Owner], Generation: rec.Generation,
