@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -41,21 +43,58 @@ type Config struct {
 	Relocations *relocation.Store
 	// IdleTimeout passivates a grain that received nothing for this long:
 	// authority is released and the next command activates generation+1.
-	// Zero disables idle passivation.
+	// An order with work left is never passivated. Zero disables idle
+	// passivation.
 	IdleTimeout time.Duration
 	// TurnTimeout bounds the store and module calls of one turn.
 	TurnTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between the owner's own
+	// retries of a step that failed for a transient reason (defaults
+	// 100ms and 30s). Each wait is drawn with full jitter.
+	RetryMin, RetryMax time.Duration
+	// ConfirmTimeout bounds how long a grain waits for its activation to
+	// be recorded before it concludes that it owns nothing and stops
+	// (default 1m).
+	ConfirmTimeout time.Duration
 	// Evidence receives raw evidence lines (spec §10.1).
 	Evidence io.Writer
 	// Now returns unix milliseconds, for operation records.
 	Now    func() int64
 	Logger *slog.Logger
+	// Counters, if set, counts the grain's failures; nil counts into a
+	// private set.
+	Counters *Counters
+}
+
+// Counters count what the grains of one member could not do by
+// themselves. Safe for concurrent use.
+type Counters struct {
+	// PermanentFailures: steps that failed for a reason retrying cannot
+	// fix (a corrupt stream, a refused release); the order waits for an
+	// operator.
+	PermanentFailures atomic.Int64
+	// Retries: steps retried after a transient failure.
+	Retries atomic.Int64
+	// AbortedActivations: activations whose open failed, so nothing was
+	// recorded Ready.
+	AbortedActivations atomic.Int64
+	// Restarts: grains restarted after a panic.
+	Restarts atomic.Int64
 }
 
 // Kind returns the cluster kind to register on workflow members.
 func Kind(cfg Config) *pcluster.Kind {
 	if cfg.TurnTimeout == 0 {
 		cfg.TurnTimeout = 10 * time.Second
+	}
+	if cfg.RetryMin == 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.ConfirmTimeout == 0 {
+		cfg.ConfirmTimeout = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,10 +105,22 @@ func Kind(cfg Config) *pcluster.Kind {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixMilli() }
 	}
+	if cfg.Counters == nil {
+		cfg.Counters = &Counters{}
+	}
 	ev := &lineWriter{w: cfg.Evidence}
-	return pcluster.NewKind(KindName, actor.PropsFromProducer(func() actor.Actor {
+	return pcluster.NewKind(KindName, Props(cfg, ev))
+}
+
+// Props returns the props of an order grain. Kind wires them into the
+// cluster; tests host a grain alone with location.WithActivation.
+func Props(cfg Config, ev *lineWriter) *actor.Props {
+	if ev == nil {
+		ev = &lineWriter{w: cfg.Evidence}
+	}
+	return actor.PropsFromProducer(func() actor.Actor {
 		return &orderGrain{cfg: cfg, evidence: ev}
-	}))
+	})
 }
 
 // lineWriter writes whole evidence lines, one Write each.
@@ -88,20 +139,39 @@ func (l *lineWriter) line(s string) {
 // workflow step per turn. It never leaves the process.
 type step struct{}
 
+// confirm is the self-message that asks the Location Store whether this
+// activation has been recorded Ready, before the grain runs work of its
+// own.
+type confirm struct{}
+
+// reopen is the self-message that retries opening the stream of a grain
+// restarted after a panic whose first open after the restart failed.
+type reopen struct{}
+
 type orderGrain struct {
 	cfg      Config
 	evidence *lineWriter
-	act      location.Activation
+	act      *location.Activation
 	order    *workflow.Order
-	openErr  error
+	// confirmed is set once the grain knows the Location record names it
+	// Ready: a command reached it (callers find it only through that
+	// record) or a confirm read said so. Until then it runs no step of
+	// its own, so a late activation that its creator gave up on can never
+	// act on the order.
+	confirmed    bool
+	confirmSince time.Time
 	// leaving is set once the grain decided to stop (close, idle, move,
 	// fenced): later commands are answered Retry so the caller resends
 	// them to whoever owns the order next.
 	leaving bool
+	// stuck is set when a step failed permanently; the order waits for an
+	// operator and is neither retried nor passivated.
+	stuck error
+	// attempts counts consecutive failed tries of the background work;
+	// pending is the timer of the next one.
+	attempts int
+	pending  *time.Timer
 }
-
-// SetActivation implements location.Activatable.
-func (g *orderGrain) SetActivation(a location.Activation) { g.act = a }
 
 func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.cfg.TurnTimeout)
@@ -111,10 +181,18 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		g.onStarted(ctx)
+	case *actor.Restarting:
+		g.stopTimer()
+	case *actor.Stopping:
+		g.stopTimer()
 	case *actor.ReceiveTimeout:
 		g.onIdle(ctx)
 	case *step:
 		g.onStep(ctx)
+	case *confirm:
+		g.onConfirm(ctx)
+	case *reopen:
+		g.onReopen(ctx)
 	case *contracts.StartOrderWorkflowReq:
 		g.command(ctx, func(c context.Context) (any, error) { return g.start(ctx, c, m) })
 	case *contracts.ContinueOrderWorkflowReq:
@@ -129,33 +207,142 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 		})
 	case *contracts.ResumeOrderReq:
 		g.command(ctx, func(context.Context) (any, error) {
-			ctx.Send(ctx.Self(), &step{})
+			g.stuck = nil
+			g.kick(ctx)
 			return &contracts.ResumeOrderRes{State: g.cfg.Service.View(g.order)}, nil
 		})
 	case *contracts.CloseOrderReq:
 		g.command(ctx, func(c context.Context) (any, error) { return g.close(ctx, c) })
 	case *contracts.RelocateOrderReq:
 		g.command(ctx, func(c context.Context) (any, error) { return g.relocate(ctx, c, m) })
+	case *DrainReq:
+		g.command(ctx, func(c context.Context) (any, error) { return g.drain(ctx, c, m) })
 	}
 }
 
-// onStarted replays the stream. A relocated owner prints the replay
-// evidence and resumes the continuation from the next step.
+// onStarted opens the order's stream: replay under a raised fence. The
+// first open reports its outcome to the activator, which records the
+// activation Ready only when it succeeded; a failed first open stops the
+// grain, and the next command activates again. After a panic protoactor
+// starts a new grain in the same context: it opens again and carries on.
 func (g *orderGrain) onStarted(ctx actor.Context) {
-	c, cancel := g.turnCtx()
-	defer cancel()
-	g.order, g.openErr = g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
-	if g.openErr != nil {
-		g.cfg.Logger.Error("order open failed", slog.String("order", g.act.Identity), slog.Any("error", g.openErr))
-		g.leave(ctx, errors.Is(g.openErr, workflow.ErrFenced), false)
+	act, ok := location.ActivationOf(ctx)
+	if !ok {
+		g.cfg.Logger.Error("order grain started without an activation; stopping")
+		g.leaving = true
+		ctx.Stop(ctx.Self())
 		return
 	}
+	g.act = act
+	restarted := act.Reported()
+	if restarted {
+		g.cfg.Counters.Restarts.Add(1)
+		// Only a grain that served was restarted: its activation is
+		// recorded, or its creator gave up and the confirm says so.
+		g.cfg.Logger.Warn("order grain restarted after a failure", slog.String("order", act.Identity))
+	}
+	c, cancel := g.turnCtx()
+	if !act.Deadline.IsZero() && !restarted {
+		c, cancel = context.WithDeadline(c, act.Deadline)
+	}
+	order, err := g.cfg.Service.Open(c, act.Identity, act.Generation)
+	cancel()
+	if err != nil {
+		if restarted {
+			g.cfg.Logger.Warn("order reopen failed; retrying", slog.String("order", act.Identity), slog.Any("error", err))
+			g.retryLater(ctx, &reopen{})
+			return
+		}
+		g.cfg.Counters.AbortedActivations.Add(1)
+		g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
+			slog.Int64("generation", act.Generation), slog.Any("error", err))
+		act.Opened(ctx.Self(), err, !workflow.Permanent(err))
+		// The activator stops it too; nothing was recorded, so there is
+		// nothing to release.
+		g.leaving = true
+		ctx.Stop(ctx.Self())
+		return
+	}
+	g.order = order
+	act.Opened(ctx.Self(), nil, false)
 	if g.cfg.IdleTimeout > 0 {
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 	}
-	if g.act.Reason == location.ActivationReason_ACTIVATION_REASON_RELOCATION {
-		g.evidence.line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", g.act.Identity, g.act.Generation))
+	if act.Reason == location.ActivationReason_ACTIVATION_REASON_RELOCATION && !restarted {
+		g.evidence.line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", act.Identity, act.Generation))
+	}
+	// A cold activation of an unfinished order, a relocation target and a
+	// restarted grain all resume the order by themselves, once the
+	// Location record names them.
+	g.kick(ctx)
+}
+
+// onReopen retries the open of a restarted grain.
+func (g *orderGrain) onReopen(ctx actor.Context) {
+	g.pending = nil
+	if g.leaving || g.order != nil {
+		return
+	}
+	c, cancel := g.turnCtx()
+	defer cancel()
+	order, err := g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
+	if err != nil {
+		if workflow.Permanent(err) {
+			g.cfg.Logger.Error("order reopen failed permanently; stopping", slog.String("order", g.act.Identity), slog.Any("error", err))
+			g.leave(ctx, errors.Is(err, workflow.ErrFenced), false)
+			return
+		}
+		g.retryLater(ctx, &reopen{})
+		return
+	}
+	g.order = order
+	g.attempts = 0
+	g.kick(ctx)
+}
+
+// kick schedules the order's own work: a step once confirmed, else a
+// confirm first. It is a no-op when there is nothing to do.
+func (g *orderGrain) kick(ctx actor.Context) {
+	if g.leaving || !g.cfg.Service.NeedsWork(g.order) {
+		return
+	}
+	if !g.confirmed {
+		if g.confirmSince.IsZero() {
+			g.confirmSince = time.Now()
+		}
+		ctx.Send(ctx.Self(), &confirm{})
+		return
+	}
+	ctx.Send(ctx.Self(), &step{})
+}
+
+// onConfirm reads the Location record before the grain acts on its own.
+func (g *orderGrain) onConfirm(ctx actor.Context) {
+	g.pending = nil
+	if g.leaving || g.confirmed {
+		g.kick(ctx)
+		return
+	}
+	c, cancel := g.turnCtx()
+	defer cancel()
+	res, err := g.act.Lookup.Confirm(c, g.act.Kind, g.act.Identity, ctx.Self(), g.act.Generation)
+	switch {
+	case err != nil:
+		g.cfg.Logger.Warn("confirming the activation failed; retrying", slog.String("order", g.act.Identity), slog.Any("error", err))
+		g.retryLater(ctx, &confirm{})
+	case res == location.Confirmed:
+		g.confirmed = true
+		g.attempts = 0
 		ctx.Send(ctx.Self(), &step{})
+	case res == location.Pending && time.Since(g.confirmSince) < g.cfg.ConfirmTimeout:
+		g.retryLater(ctx, &confirm{})
+	default:
+		// Nobody will ever call this grain: its creator gave up, or the
+		// relocation that started it never committed. It stops without
+		// touching a record that is not its own.
+		g.cfg.Logger.Info("activation not recorded; stopping", slog.String("order", g.act.Identity),
+			slog.Int64("generation", g.act.Generation), slog.String("record", res.String()))
+		g.leave(ctx, false, false)
 	}
 }
 
@@ -165,12 +352,22 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 		ctx.Respond(&location.Retry{Reason: "owner is leaving"})
 		return
 	}
-	if g.openErr != nil {
-		ctx.Respond(toWire(fmt.Errorf("%w: %v", ErrInternal, g.openErr)))
-		return
-	}
+	// Callers find a grain only through a Ready record naming it.
+	g.confirmed = true
 	c, cancel := g.turnCtx()
 	defer cancel()
+	if g.order == nil {
+		// A restarted grain whose reopen has not succeeded yet.
+		order, err := g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
+		if err != nil {
+			ctx.Respond(toWire(err))
+			if errors.Is(err, workflow.ErrFenced) {
+				g.leave(ctx, true, false)
+			}
+			return
+		}
+		g.order = order
+	}
 	res, err := run(c)
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
@@ -189,13 +386,18 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 
 // afterFailure stops an activation that owns nothing (no stream: spec
 // §9.3-3, no lasting activation and no generation used up) or that a newer
-// owner fenced off.
+// owner fenced off. An order that exists and failed for a transient reason
+// is retried by the grain itself: a client that gave up must not leave it
+// half done.
 func (g *orderGrain) afterFailure(ctx actor.Context, err error) {
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
 		g.leave(ctx, true, false)
-	case g.order != nil && !g.order.Exists() && !g.leaving:
+	case g.leaving:
+	case g.order != nil && !g.order.Exists() && !g.cfg.Service.NeedsWork(g.order):
 		g.leave(ctx, false, g.act.Reason == location.ActivationReason_ACTIVATION_REASON_COLD)
+	case !workflow.Permanent(err) && g.cfg.Service.NeedsWork(g.order):
+		g.retryLater(ctx, &step{})
 	}
 }
 
@@ -207,7 +409,7 @@ func (g *orderGrain) start(ctx actor.Context, c context.Context, req *contracts.
 	if err != nil {
 		return nil, err
 	}
-	ctx.Send(ctx.Self(), &step{})
+	g.kick(ctx)
 	return &contracts.StartOrderWorkflowReply{Res: &contracts.StartOrderWorkflowRes{State: st}, Recorded: recorded}, nil
 }
 
@@ -216,32 +418,88 @@ func (g *orderGrain) continueOrder(ctx actor.Context, c context.Context) (any, e
 	if err != nil {
 		return nil, err
 	}
-	ctx.Send(ctx.Self(), &step{})
+	// An explicit continue is the operator's word that a stuck order may
+	// be tried again.
+	g.stuck = nil
+	g.kick(ctx)
 	return &contracts.ContinueOrderWorkflowRes{State: st}, nil
 }
 
 // onStep performs one background step, then schedules the next unless the
-// order is done or parked at an interrupt gate.
+// order is done, parked at an interrupt gate, or failed for good. A
+// transient failure is retried here with capped, jittered backoff; a
+// permanent one is logged and counted once.
 func (g *orderGrain) onStep(ctx actor.Context) {
-	if g.leaving || g.order == nil || !g.order.Exists() {
+	g.pending = nil
+	if g.leaving || g.stuck != nil || !g.cfg.Service.NeedsWork(g.order) {
+		return
+	}
+	if !g.confirmed {
+		g.kick(ctx)
 		return
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
-	if mode, err := g.cfg.Service.Parked(c, g.order); err != nil || mode != workflow.GateNone {
-		if err != nil {
-			g.cfg.Logger.Warn("gate check failed", slog.String("order", g.act.Identity), slog.Any("error", err))
+	mode, err := g.cfg.Service.Parked(c, g.order)
+	if err == nil && mode != workflow.GateNone {
+		// A runner fixture parks the order until its continue.
+		g.attempts = 0
+		return
+	}
+	var progressed bool
+	if err == nil {
+		progressed, err = g.cfg.Service.Step(c, g.order)
+	}
+	switch {
+	case errors.Is(err, workflow.ErrFenced):
+		g.leave(ctx, true, false)
+		return
+	case err != nil && workflow.Permanent(err):
+		g.stuck = err
+		g.cfg.Counters.PermanentFailures.Add(1)
+		g.cfg.Logger.Error("order step failed permanently; it waits for an operator", slog.String("order", g.act.Identity),
+			slog.String("status", string(g.order.State().Status)), slog.Bool("permanent", true), slog.Any("error", err))
+		return
+	case err != nil:
+		g.cfg.Counters.Retries.Add(1)
+		g.cfg.Logger.Warn("order step failed; retrying", slog.String("order", g.act.Identity),
+			slog.Int("attempt", g.attempts+1), slog.Any("error", err))
+		g.retryLater(ctx, &step{})
+		return
+	}
+	if progressed {
+		g.attempts = 0
+	}
+	if g.cfg.Service.NeedsWork(g.order) {
+		if progressed {
+			ctx.Send(ctx.Self(), &step{})
+		} else {
+			// The step found its event already recorded and reloaded: try
+			// again, without spinning should that ever repeat.
+			g.retryLater(ctx, &step{})
 		}
-		return
 	}
-	progressed, err := g.cfg.Service.Step(c, g.order)
-	if err != nil {
-		g.cfg.Logger.Warn("step failed; a continue command resumes it", slog.String("order", g.act.Identity), slog.Any("error", err))
-		g.afterFailure(ctx, err)
-		return
+}
+
+// retryLater sends msg to the grain after the next backoff: full jitter
+// over an exponential bound from RetryMin to RetryMax. One retry is
+// pending at a time; a newer one replaces it.
+func (g *orderGrain) retryLater(ctx actor.Context, msg any) {
+	d := g.cfg.RetryMin << min(g.attempts, 20)
+	if d > g.cfg.RetryMax || d <= 0 {
+		d = g.cfg.RetryMax
 	}
-	if progressed && !g.order.State().Status.Terminal() {
-		ctx.Send(ctx.Self(), &step{})
+	d = g.cfg.RetryMin/2 + time.Duration(rand.Int64N(int64(d)))
+	g.attempts++
+	g.stopTimer()
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	g.pending = time.AfterFunc(d, func() { root.Send(self, msg) })
+}
+
+func (g *orderGrain) stopTimer() {
+	if g.pending != nil {
+		g.pending.Stop()
+		g.pending = nil
 	}
 }
 
@@ -254,14 +512,25 @@ func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	return &contracts.CloseOrderRes{OrderId: g.act.Identity, Generation: gen}, nil
 }
 
+// onIdle passivates a grain that has nothing left to do. An order with a
+// step to run (being retried, or waiting for its confirm) stays: dropping
+// it would leave it unfinished until someone calls.
 func (g *orderGrain) onIdle(ctx actor.Context) {
 	if g.leaving {
 		return
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
-	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !g.order.Exists()); err != nil {
+	if g.stuck == nil && g.cfg.Service.NeedsWork(g.order) {
+		if mode, err := g.cfg.Service.Parked(c, g.order); err != nil || mode == workflow.GateNone {
+			ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+			return
+		}
+	}
+	exists := g.order != nil && g.order.Exists()
+	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
 		g.cfg.Logger.Warn("idle release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
+		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 		return
 	}
 	g.cfg.Logger.Info("idle passivation", slog.String("order", g.act.Identity), slog.Int64("generation", g.act.Generation))
@@ -283,6 +552,7 @@ func (g *orderGrain) leave(ctx actor.Context, fenced, discard bool) {
 		cancel()
 	}
 	g.leaving = true
+	g.stopTimer()
 	ctx.SetReceiveTimeout(0)
 	ctx.Poison(ctx.Self())
 }

@@ -28,13 +28,19 @@ type Order struct {
 	// stream may hold an event the fold lacks, so the next command reloads
 	// before deciding, instead of calling a module a second time.
 	stale bool
+	// projectionBehind is set when an event was recorded but its
+	// projection write failed; the owner's next step writes it.
+	projectionBehind bool
+	// unmarkedKey is the start's idempotency key while marking it started
+	// failed; the owner's next step marks it.
+	unmarkedKey string
 }
 
 // OrderID is the order's id.
 func (o *Order) OrderID() string { return o.id }
 
 // Exists reports whether the stream holds at least one event.
-func (o *Order) Exists() bool { return o.state.Version > 0 }
+func (o *Order) Exists() bool { return o != nil && o.state.Version > 0 }
 
 // State is the fold of the stream as this owner last saw it.
 func (o *Order) State() order.State { return o.state }

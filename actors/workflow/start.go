@@ -59,6 +59,8 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	err = s.append(ctx, o, ev, req.SourceCommandId, now, true)
 	if errors.Is(err, errRecordedNotProjected) {
 		o.start = req
+		o.projectionBehind = true
+		o.unmarkedKey = req.IdempotencyKey
 		s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
 		return view(o.state), true, err
 	}
@@ -84,6 +86,7 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
 	// The mapping turns started only after the projection exists (spec §4).
 	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
+		o.unmarkedKey = req.IdempotencyKey
 		return view(o.state), true, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
 	}
 	return view(o.state), true, nil
@@ -97,8 +100,13 @@ func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.Start
 	if err := s.project(ctx, o.state); err != nil {
 		return nil, err
 	}
+	o.projectionBehind = false
 	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
+		o.unmarkedKey = req.IdempotencyKey
 		return nil, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
+	}
+	if o.unmarkedKey == req.IdempotencyKey {
+		o.unmarkedKey = ""
 	}
 	return view(o.state), nil
 }

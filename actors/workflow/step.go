@@ -32,6 +32,9 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 	if err := s.refreshIfStale(ctx, o); err != nil {
 		return false, err
 	}
+	if err := s.repair(ctx, o); err != nil {
+		return false, err
+	}
 	st := o.state
 	step := order.Decide(st)
 	if step == order.StepNone {
@@ -125,6 +128,7 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 			return false, nil
 		}
 		if errors.Is(err, errRecordedNotProjected) {
+			o.projectionBehind = true
 			return true, err
 		}
 		return false, err

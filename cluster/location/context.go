@@ -43,31 +43,53 @@ func (c *Context) Request(identity, kind string, message any, opts ...pcluster.G
 }
 
 // RequestContext is Request bounded by ctx instead of a timeout option.
+//
+// A message is resent only when it provably was not processed: a Retry
+// answer, or a dead letter (no such grain at that pid). Never after a
+// timeout, since the owner may have run it. A dead letter from the pid the
+// Location record still names, at a live owner member, means that record
+// points at a grain that does not exist (its open failed after the record
+// was written, or it stopped without releasing): the record is released
+// and the message resent once, so the next activation serves it.
 func (c *Context) RequestContext(ctx context.Context, identity, kind string, message any) (any, error) {
 	backoff := time.Millisecond
+	repaired := false
 	for {
 		pid, err := c.lookup.Resolve(ctx, kind, identity)
 		if err != nil {
 			return nil, err
 		}
 		res, err := c.await(ctx, pid, message)
-		var retry bool
+		var retry, dead bool
 		switch {
 		case errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):
-			retry = true
+			retry, dead = true, true
 		case err != nil:
 			return nil, err
 		default:
 			if _, ok := res.(*Retry); ok {
 				retry = true
 			} else if _, ok := res.(*actor.DeadLetterResponse); ok {
-				retry = true
+				retry, dead = true, true
 			}
 		}
 		if !retry {
 			return res, nil
 		}
 		c.lookup.Forget(kind, identity, pid)
+		if dead {
+			released, err := c.lookup.repairDeadPID(ctx, kind, identity, pid)
+			if err != nil {
+				return nil, err
+			}
+			if released {
+				if repaired {
+					return nil, fmt.Errorf("%w: %s/%s: a second activation did not answer either", ErrUnavailable, kind, identity)
+				}
+				repaired = true
+				continue
+			}
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

@@ -75,15 +75,83 @@ func (ActivationReason) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_location_location_proto_rawDescGZIP(), []int{0}
 }
 
+// ActivationFailure classes a refused activation, so the requester knows
+// whether another member may succeed.
+type ActivationFailure int32
+
+const (
+	ActivationFailure_ACTIVATION_FAILURE_UNSPECIFIED ActivationFailure = 0
+	// The grain could not open its state because a store did not answer:
+	// no other member would do better now.
+	ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE ActivationFailure = 1
+	// The grain's state cannot be opened at all (corrupt, fenced off).
+	ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED ActivationFailure = 2
+	// The member refuses new activations (draining, kind not hosted, the
+	// identity hosted with another generation): another member may accept.
+	ActivationFailure_ACTIVATION_FAILURE_REFUSED ActivationFailure = 3
+	// The request arrived after its deadline.
+	ActivationFailure_ACTIVATION_FAILURE_EXPIRED ActivationFailure = 4
+)
+
+// Enum value maps for ActivationFailure.
+var (
+	ActivationFailure_name = map[int32]string{
+		0: "ACTIVATION_FAILURE_UNSPECIFIED",
+		1: "ACTIVATION_FAILURE_STORE_UNAVAILABLE",
+		2: "ACTIVATION_FAILURE_OPEN_FAILED",
+		3: "ACTIVATION_FAILURE_REFUSED",
+		4: "ACTIVATION_FAILURE_EXPIRED",
+	}
+	ActivationFailure_value = map[string]int32{
+		"ACTIVATION_FAILURE_UNSPECIFIED":       0,
+		"ACTIVATION_FAILURE_STORE_UNAVAILABLE": 1,
+		"ACTIVATION_FAILURE_OPEN_FAILED":       2,
+		"ACTIVATION_FAILURE_REFUSED":           3,
+		"ACTIVATION_FAILURE_EXPIRED":           4,
+	}
+)
+
+func (x ActivationFailure) Enum() *ActivationFailure {
+	p := new(ActivationFailure)
+	*p = x
+	return p
+}
+
+func (x ActivationFailure) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ActivationFailure) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_location_location_proto_enumTypes[1].Descriptor()
+}
+
+func (ActivationFailure) Type() protoreflect.EnumType {
+	return &file_cluster_location_location_proto_enumTypes[1]
+}
+
+func (x ActivationFailure) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ActivationFailure.Descriptor instead.
+func (ActivationFailure) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_location_location_proto_rawDescGZIP(), []int{1}
+}
+
 // Activate asks a member's activator to host an identity.
 type Activate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
-	Generation    int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	Reason        ActivationReason       `protobuf:"varint,4,opt,name=reason,proto3,enum=shoppingmall.location.v1.ActivationReason" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Kind       string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Identity   string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Generation int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Reason     ActivationReason       `protobuf:"varint,4,opt,name=reason,proto3,enum=shoppingmall.location.v1.ActivationReason" json:"reason,omitempty"`
+	// The requester gives up at this instant (unix milliseconds). An
+	// activator that receives the request later refuses it, so a member that
+	// was frozen while the request waited cannot open an identity its
+	// creator has already abandoned. 0 means no deadline.
+	DeadlineUnixMs int64 `protobuf:"varint,5,opt,name=deadlineUnixMs,proto3" json:"deadlineUnixMs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Activate) Reset() {
@@ -144,12 +212,22 @@ func (x *Activate) GetReason() ActivationReason {
 	return ActivationReason_ACTIVATION_REASON_UNSPECIFIED
 }
 
-// Activated answers Activate with the grain's pid, or an error text.
+func (x *Activate) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
+// Activated answers Activate with the grain's pid, or an error text and
+// its class. A grain that opens its state on start is answered only after
+// it opened, so a recorded Ready owner is always a serving one.
 type Activated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PidAddress    string                 `protobuf:"bytes,1,opt,name=pidAddress,proto3" json:"pidAddress,omitempty"`
 	PidId         string                 `protobuf:"bytes,2,opt,name=pidId,proto3" json:"pidId,omitempty"`
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Failure       ActivationFailure      `protobuf:"varint,4,opt,name=failure,proto3,enum=shoppingmall.location.v1.ActivationFailure" json:"failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +283,13 @@ func (x *Activated) GetError() string {
 	return ""
 }
 
+func (x *Activated) GetFailure() ActivationFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return ActivationFailure_ACTIVATION_FAILURE_UNSPECIFIED
+}
+
 // Retry is a grain's answer to a command it did not process because it is
 // moving or stopping. The cluster context resolves the owner again and
 // resends; the caller never sees it.
@@ -256,26 +341,34 @@ var File_cluster_location_location_proto protoreflect.FileDescriptor
 
 const file_cluster_location_location_proto_rawDesc = "" +
 	"\n" +
-	"\x1fcluster/location/location.proto\x12\x18shoppingmall.location.v1\"\x9e\x01\n" +
+	"\x1fcluster/location/location.proto\x12\x18shoppingmall.location.v1\"\xc6\x01\n" +
 	"\bActivate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x03R\n" +
 	"generation\x12B\n" +
-	"\x06reason\x18\x04 \x01(\x0e2*.shoppingmall.location.v1.ActivationReasonR\x06reason\"W\n" +
+	"\x06reason\x18\x04 \x01(\x0e2*.shoppingmall.location.v1.ActivationReasonR\x06reason\x12&\n" +
+	"\x0edeadlineUnixMs\x18\x05 \x01(\x03R\x0edeadlineUnixMs\"\x9e\x01\n" +
 	"\tActivated\x12\x1e\n" +
 	"\n" +
 	"pidAddress\x18\x01 \x01(\tR\n" +
 	"pidAddress\x12\x14\n" +
 	"\x05pidId\x18\x02 \x01(\tR\x05pidId\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x1f\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12E\n" +
+	"\afailure\x18\x04 \x01(\x0e2+.shoppingmall.location.v1.ActivationFailureR\afailure\"\x1f\n" +
 	"\x05Retry\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason*s\n" +
 	"\x10ActivationReason\x12!\n" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
-	"\x1cACTIVATION_REASON_RELOCATION\x10\x02B:Z8github.com/shoppingmall-go/shoppingmall/cluster/locationb\x06proto3"
+	"\x1cACTIVATION_REASON_RELOCATION\x10\x02*\xc5\x01\n" +
+	"\x11ActivationFailure\x12\"\n" +
+	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
+	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +
+	"\x1eACTIVATION_FAILURE_OPEN_FAILED\x10\x02\x12\x1e\n" +
+	"\x1aACTIVATION_FAILURE_REFUSED\x10\x03\x12\x1e\n" +
+	"\x1aACTIVATION_FAILURE_EXPIRED\x10\x04B:Z8github.com/shoppingmall-go/shoppingmall/cluster/locationb\x06proto3"
 
 var (
 	file_cluster_location_location_proto_rawDescOnce sync.Once
@@ -289,21 +382,23 @@ func file_cluster_location_location_proto_rawDescGZIP() []byte {
 	return file_cluster_location_location_proto_rawDescData
 }
 
-var file_cluster_location_location_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cluster_location_location_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_cluster_location_location_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_cluster_location_location_proto_goTypes = []any{
-	(ActivationReason)(0), // 0: shoppingmall.location.v1.ActivationReason
-	(*Activate)(nil),      // 1: shoppingmall.location.v1.Activate
-	(*Activated)(nil),     // 2: shoppingmall.location.v1.Activated
-	(*Retry)(nil),         // 3: shoppingmall.location.v1.Retry
+	(ActivationReason)(0),  // 0: shoppingmall.location.v1.ActivationReason
+	(ActivationFailure)(0), // 1: shoppingmall.location.v1.ActivationFailure
+	(*Activate)(nil),       // 2: shoppingmall.location.v1.Activate
+	(*Activated)(nil),      // 3: shoppingmall.location.v1.Activated
+	(*Retry)(nil),          // 4: shoppingmall.location.v1.Retry
 }
 var file_cluster_location_location_proto_depIdxs = []int32{
 	0, // 0: shoppingmall.location.v1.Activate.reason:type_name -> shoppingmall.location.v1.ActivationReason
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 1: shoppingmall.location.v1.Activated.failure:type_name -> shoppingmall.location.v1.ActivationFailure
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_cluster_location_location_proto_init() }
@@ -316,7 +411,7 @@ func file_cluster_location_location_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_location_location_proto_rawDesc), len(file_cluster_location_location_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,

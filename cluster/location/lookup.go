@@ -55,8 +55,12 @@ type Config struct {
 	// NodeName is this process's operator-facing name (api-a, workflow-b).
 	NodeName string
 	// CreateLockTTL bounds how long a dead creator can block an identity.
+	// A live creator extends it before asking each member, so it must
+	// only exceed ActivationTimeout; default ActivationTimeout + 3s.
 	CreateLockTTL time.Duration
-	// ActivationTimeout bounds one activation request to a member.
+	// ActivationTimeout bounds one activation request to one member,
+	// including the grain's open. A member that does not answer in time
+	// is skipped and the next one is asked; default 2s.
 	ActivationTimeout time.Duration
 	// WaitTimeout bounds waiting for another caller's Creating or Moving.
 	WaitTimeout time.Duration
@@ -69,14 +73,61 @@ type Activation struct {
 	Identity   string
 	Generation int64
 	Reason     ActivationReason
-	// Lookup lets the grain release its authority or move itself.
-	Lookup *Lookup
+	// Deadline is when the activation's requester gives up: a grain that
+	// opens its state must be done by then. Zero means none.
+	Deadline time.Time
+	// Lookup lets the grain release its authority, confirm it, or move
+	// itself.
+	Lookup Placement
+
+	report   func(*opened)
+	reported atomic.Bool
 }
 
-// Activatable is implemented by grains that want their Activation. It is
-// called in the actor's OnInit, before Started.
-type Activatable interface {
-	SetActivation(a Activation)
+// Placement is what a grain may ask of the placement that activated it.
+// Methods are safe for concurrent use; each is at most a few Location
+// Store round trips and honours ctx.
+type Placement interface {
+	// Release makes the identity Missing if pid is still its Ready owner
+	// (explicit close, idle passivation, an activation that owned
+	// nothing). With discard the generation it took is given back.
+	Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error
+	// Confirm tells whether the Location record names pid, at generation,
+	// as the Ready owner. A grain runs no work of its own before that.
+	Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error)
+	// Move relocates the identity with the same generation (see
+	// (*Lookup).Move).
+	Move(ctx context.Context, p MovePlan) (Record, error)
+	// NodeNames returns member id → node name.
+	NodeNames(ctx context.Context) (map[string]string, error)
+	// Self is this member's id.
+	Self() string
+}
+
+// Confirmation is what the Location record says of an activation.
+type Confirmation int
+
+const (
+	// Confirmed: the record names the grain as its Ready owner.
+	Confirmed Confirmation = iota
+	// Pending: the record is Creating or Moving at the grain's generation;
+	// its activator has not committed yet.
+	Pending
+	// Superseded: the record names another owner or generation, or none.
+	// The grain owns nothing and must stop without touching the record.
+	Superseded
+)
+
+func (c Confirmation) String() string {
+	switch c {
+	case Confirmed:
+		return "confirmed"
+	case Pending:
+		return "pending"
+	case Superseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("Confirmation(%d)", int(c))
 }
 
 // Lookup is a cluster.IdentityLookup backed by the Location Store.
@@ -100,6 +151,9 @@ type Lookup struct {
 	sub       *eventstream.Subscription
 	onJoin    []func(memberID, address string, kinds []string)
 	onLeave   []func(memberID, address string)
+	named     chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
 }
 
 type resolveCall struct {
@@ -110,11 +164,11 @@ type resolveCall struct {
 
 // New returns a Lookup; pass it to cluster.Configure.
 func New(cfg Config) *Lookup {
-	if cfg.CreateLockTTL == 0 {
-		cfg.CreateLockTTL = 5 * time.Second
-	}
 	if cfg.ActivationTimeout == 0 {
-		cfg.ActivationTimeout = 5 * time.Second
+		cfg.ActivationTimeout = 2 * time.Second
+	}
+	if cfg.CreateLockTTL <= cfg.ActivationTimeout {
+		cfg.CreateLockTTL = cfg.ActivationTimeout + 3*time.Second
 	}
 	if cfg.WaitTimeout == 0 {
 		cfg.WaitTimeout = 10 * time.Second
@@ -131,6 +185,7 @@ func New(cfg Config) *Lookup {
 		leaving:   map[string]chan struct{}{},
 		inflight:  map[string]*resolveCall{},
 		ready:     make(chan struct{}),
+		named:     make(chan struct{}),
 	}
 }
 
@@ -188,19 +243,52 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 		l.activator = pid
 	}
 	if l.cfg.NodeName != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := l.store.PutMemberName(ctx, sys.ID, l.cfg.NodeName); err != nil {
-			l.log.Error("publishing member name failed", slog.Any("error", err))
-		}
+		l.stop = make(chan struct{})
+		go l.publishName(sys.ID)
 	}
 }
+
+// publishName records member id → node name, retrying with capped
+// backoff until it lands: readiness and topology evidence, relocation
+// targets and operators all read it, and a store outage at start-up must
+// not leave it missing for the life of the process.
+func (l *Lookup) publishName(memberID string) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.store.PutMemberName(ctx, memberID, l.cfg.NodeName)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				l.log.Info("member name published", slog.String("node", l.cfg.NodeName), slog.Int("attempts", attempt))
+			}
+			close(l.named)
+			return
+		}
+		l.log.Warn("publishing member name failed; retrying", slog.String("node", l.cfg.NodeName),
+			slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// NamePublished is closed once this member's node name is recorded.
+func (l *Lookup) NamePublished() <-chan struct{} { return l.named }
 
 // Shutdown implements cluster.IdentityLookup.
 func (l *Lookup) Shutdown() {
 	if l.sub != nil && l.cluster != nil {
 		l.cluster.ActorSystem.EventStream.Unsubscribe(l.sub)
 	}
+	l.stopOnce.Do(func() {
+		if l.stop != nil {
+			close(l.stop)
+		}
+	})
 }
 
 func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
@@ -399,34 +487,102 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 }
 
 // create cold-activates an identity whose creation lock token holds, on
-// the next eligible member round-robin, and records it Ready.
+// the next eligible member round-robin, and records it Ready. A member
+// that does not answer, or refuses, is skipped while the lock is extended,
+// so one frozen member cannot fail a cold start. A grain that could not
+// open its state aborts the creation: the lock is given back and the next
+// command activates again.
 func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64) (*actor.PID, error) {
+	abort := func() { _ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token) }
 	candidates := l.Eligible(kind)
 	if len(candidates) == 0 {
-		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
+		abort()
 		return nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
 	}
 	start := int(l.rr.Add(1))
 	var lastErr error
 	for i := range candidates {
 		m := candidates[(start+i)%len(candidates)]
+		if i > 0 {
+			// The lock must outlive this attempt, or another caller could
+			// create the identity on a third member meanwhile.
+			if err := l.store.ExtendCreate(ctx, kind, id, token, l.cfg.CreateLockTTL); err != nil {
+				abort()
+				return nil, err
+			}
+		}
 		pid, err := l.activateOn(ctx, m, kind, id, gen, ActivationReason_ACTIVATION_REASON_COLD)
 		if err != nil {
 			lastErr = err
+			var af *activationError
+			if errors.As(err, &af) && !af.tryNext() {
+				abort()
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if i+1 < len(candidates) {
+				l.log.Warn("activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
+					slog.String("member", m.Id), slog.Any("error", err))
+			}
 			continue
 		}
 		err = l.store.CommitReady(context.WithoutCancel(ctx), kind, id, token, Record{
 			Owner: m.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen,
 		})
 		if err != nil {
-			// The grain cannot own what was not recorded: stop it.
+			// The grain cannot own what was not recorded: stop it. Should
+			// the commit have landed after all, the record names a stopped
+			// pid, which the next caller repairs on its dead letter.
 			l.cluster.ActorSystem.Root.Stop(pid)
 			return nil, err
 		}
 		return pid, nil
 	}
-	_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
+	abort()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: activating %s: %v", ErrTimeout, id, lastErr)
+	}
 	return nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
+}
+
+// activationError is a member's refusal or failure to activate.
+type activationError struct {
+	member  string
+	failure ActivationFailure
+	text    string
+	timeout bool
+}
+
+func (e *activationError) Error() string {
+	if e.timeout {
+		return fmt.Sprintf("activate on %s: no answer in time", e.member)
+	}
+	return fmt.Sprintf("activate on %s: %s", e.member, e.text)
+}
+
+// Unwrap classes the failure with this package's sentinels.
+func (e *activationError) Unwrap() error {
+	switch {
+	case e.timeout:
+		return ErrTimeout
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE:
+		return ErrStoreUnavailable
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+		return ErrOpen
+	}
+	return nil
+}
+
+// tryNext tells whether another member may succeed where this one failed:
+// not when the grain's state itself could not be opened.
+func (e *activationError) tryNext() bool {
+	switch e.failure {
+	case ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+		return false
+	}
+	return true
 }
 
 func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id string, gen int64, reason ActivationReason) (*actor.PID, error) {
@@ -435,19 +591,23 @@ func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id st
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return nil, ErrTimeout
+		return nil, &activationError{member: m.Id, timeout: true}
 	}
+	deadline := time.Now().Add(timeout)
 	res, err := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName),
-		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason}, timeout).Result()
+		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli()}, timeout).Result()
 	if err != nil {
-		return nil, fmt.Errorf("activate on %s: %w", m.Id, err)
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, &activationError{member: m.Id, timeout: true}
+		}
+		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: err.Error()}
 	}
 	a, ok := res.(*Activated)
 	if !ok {
-		return nil, fmt.Errorf("activate on %s: unexpected reply %T", m.Id, res)
+		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: fmt.Sprintf("unexpected reply %T", res)}
 	}
 	if a.Error != "" {
-		return nil, fmt.Errorf("activate on %s: %s", m.Id, a.Error)
+		return nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error}
 	}
 	return actor.NewPID(a.PidAddress, a.PidId), nil
 }
@@ -458,6 +618,44 @@ func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, d
 	_, err := l.store.Release(ctx, kind, id, pid.Id, discard)
 	l.cluster.PidCache.RemoveByValue(id, kind, pid)
 	return err
+}
+
+// Confirm implements Placement.
+func (l *Lookup) Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error) {
+	rec, err := l.store.Get(ctx, kind, id)
+	if err != nil {
+		return Pending, err
+	}
+	switch {
+	case rec.Generation != generation:
+		return Superseded, nil
+	case rec.Status == Ready && rec.PIDID == pid.Id && rec.PIDAddress == pid.Address:
+		return Confirmed, nil
+	case rec.Status == Creating || rec.Status == Moving:
+		return Pending, nil
+	}
+	return Superseded, nil
+}
+
+// repairDeadPID makes a Ready record Missing when it still names pid at a
+// live owner member that has just answered a dead letter for it: the grain
+// provably does not exist there (its open failed after the record was
+// written, or it stopped without releasing). Matching the member id, not
+// the node name, keeps a restarted node's new incarnation out of it; the
+// next activation's higher generation fences anything left behind.
+func (l *Lookup) repairDeadPID(ctx context.Context, kind, id string, pid *actor.PID) (bool, error) {
+	l.mu.Lock()
+	owner, live := l.byAddress[pid.Address]
+	l.mu.Unlock()
+	if !live {
+		return false, nil
+	}
+	ok, err := l.store.ReleaseDead(ctx, kind, id, owner, pid.Id)
+	if ok {
+		l.log.Warn("released a Ready record whose grain is gone", slog.String("identity", kind+"/"+id),
+			slog.String("member", owner), slog.String("pid", pid.Id))
+	}
+	return ok, err
 }
 
 // SetDraining makes this member's activator refuse new activations, so a

@@ -186,12 +186,16 @@ func (s *Store) AbortCreate(ctx context.Context, kind, id, token string) error {
 	return translate(abortCreate.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)}, token).Err())
 }
 
+// release empties the authority fields; with discard it gives the
+// generation back, and a record back at generation 0 is deleted, so an
+// activation that found nothing to own (a probe for an unknown id) leaves
+// no key behind.
 var release = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return 0 end
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
 if ARGV[2] == '1' then
   local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
-  if g > 0 then redis.call('HSET', KEYS[1], 'generation', g - 1) end
+  if g > 1 then redis.call('HSET', KEYS[1], 'generation', g - 1) else redis.call('HDEL', KEYS[1], 'generation') end
 end
 return 1
 `)
@@ -206,6 +210,47 @@ func (s *Store) Release(ctx context.Context, kind, id, pidID string, discard boo
 		d = "1"
 	}
 	n, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, d).Int()
+	if err != nil {
+		return false, translate(err)
+	}
+	return n == 1, nil
+}
+
+var extendCreate = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// ExtendCreate keeps the creation lock held by token for ttl from now. It
+// fails with ErrLockLost when the lock expired or another caller holds it.
+func (s *Store) ExtendCreate(ctx context.Context, kind, id, token string, ttl time.Duration) error {
+	n, err := extendCreate.Run(ctx, s.rdb, []string{s.lockKey(kind, id)}, token, ttl.Milliseconds()).Int()
+	if err != nil {
+		return translate(err)
+	}
+	if n != 1 {
+		return ErrLockLost
+	}
+	return nil
+}
+
+var releaseDead = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
+return 1
+`)
+
+// ReleaseDead makes a Ready identity Missing if it still names pidID at
+// owner (a member id). It is the repair of a record whose grain provably
+// does not exist; the generation is kept, so the next activation fences
+// whatever the dead one might have left.
+func (s *Store) ReleaseDead(ctx context.Context, kind, id, owner, pidID string) (bool, error) {
+	if err := checkIdentity(id); err != nil {
+		return false, err
+	}
+	n, err := releaseDead.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, owner, pidID).Int()
 	if err != nil {
 		return false, translate(err)
 	}
