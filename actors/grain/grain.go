@@ -84,6 +84,10 @@ type Counters struct {
 
 // Kind returns the cluster kind to register on workflow members.
 func Kind(cfg Config) *pcluster.Kind {
+	return pcluster.NewKind(KindName, props(cfg))
+}
+
+func withDefaults(cfg Config) Config {
 	if cfg.TurnTimeout == 0 {
 		cfg.TurnTimeout = 10 * time.Second
 	}
@@ -97,7 +101,7 @@ func Kind(cfg Config) *pcluster.Kind {
 		cfg.ConfirmTimeout = time.Minute
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Evidence == nil {
 		cfg.Evidence = io.Discard
@@ -108,16 +112,14 @@ func Kind(cfg Config) *pcluster.Kind {
 	if cfg.Counters == nil {
 		cfg.Counters = &Counters{}
 	}
-	ev := &lineWriter{w: cfg.Evidence}
-	return pcluster.NewKind(KindName, Props(cfg, ev))
+	return cfg
 }
 
-// Props returns the props of an order grain. Kind wires them into the
-// cluster; tests host a grain alone with location.WithActivation.
-func Props(cfg Config, ev *lineWriter) *actor.Props {
-	if ev == nil {
-		ev = &lineWriter{w: cfg.Evidence}
-	}
+// props are the order grain's props; tests host a grain alone with
+// location.WithActivation.
+func props(cfg Config) *actor.Props {
+	cfg = withDefaults(cfg)
+	ev := &lineWriter{w: cfg.Evidence}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &orderGrain{cfg: cfg, evidence: ev}
 	})

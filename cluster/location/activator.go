@@ -264,6 +264,21 @@ func (l *Lookup) Hosted() ([]HostedGrain, error) {
 	return out, nil
 }
 
+// NewActivation returns an activation whose grain reports its first open
+// to opened, for hosting a grain outside an activator (a grain's own
+// tests). Activators make theirs themselves.
+func NewActivation(kind, id string, generation int64, reason ActivationReason, p Placement,
+	report func(pid *actor.PID, err error, storeDown bool)) *Activation {
+	return &Activation{
+		Kind: kind, Identity: id, Generation: generation, Reason: reason, Lookup: p,
+		report: func(o *opened) {
+			if report != nil {
+				report(o.pid, o.err, o.storeDown)
+			}
+		},
+	}
+}
+
 // Reported tells whether the grain already reported its first open: a
 // grain that starts again after that was restarted after a failure.
 func (a *Activation) Reported() bool { return a.reported.Load() }

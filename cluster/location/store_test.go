@@ -200,3 +200,102 @@ func TestInvalidIdentityAndUnreachableStore(t *testing.T) {
 	_, err = NewStore(StoreConfig{Client: c}).Get(ctx(t), kind, "o")
 	require.True(t, errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrTimeout), "got %v", err)
 }
+
+// A probe of an unknown identity (an activation that found no stream and
+// gave its generation back, or one aborted before it committed) leaves no
+// key behind: not even a record "Missing at generation 0".
+func TestProbeOfUnknownIdentityLeavesNoKey(t *testing.T) {
+	s := newStore(t)
+	keys := func() []string {
+		k, err := s.rdb.Keys(ctx(t), "*").Result()
+		require.NoError(t, err)
+		return k
+	}
+	ok, gen, _, err := s.BeginCreate(ctx(t), kind, "probe-1", "tok", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "probe-1", "tok", Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: gen}))
+	released, err := s.Release(ctx(t), kind, "probe-1", "p1", true)
+	require.NoError(t, err)
+	require.True(t, released)
+	require.Empty(t, keys(), "a discarded first activation leaves nothing")
+
+	ok, _, _, err = s.BeginCreate(ctx(t), kind, "probe-2", "tok", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, s.AbortCreate(ctx(t), kind, "probe-2", "tok"))
+	require.Empty(t, keys(), "an aborted first activation leaves nothing")
+
+	// A real order keeps its generation through a discard of a later one.
+	ok, gen, _, err = s.BeginCreate(ctx(t), kind, "o1", "tok", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "tok", Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: gen}))
+	_, err = s.Release(ctx(t), kind, "o1", "p1", false)
+	require.NoError(t, err)
+	ok, gen, _, err = s.BeginCreate(ctx(t), kind, "o1", "tok2", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 2, gen)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "tok2", Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p2", Generation: gen}))
+	_, err = s.Release(ctx(t), kind, "o1", "p2", true)
+	require.NoError(t, err)
+	rec, err := s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.Equal(t, Record{Generation: 1}, rec)
+}
+
+// The creation lock can be extended only by its holder; a creator that
+// asks a second member keeps others out meanwhile.
+func TestExtendCreateOnlyByTheHolder(t *testing.T) {
+	s := newStore(t)
+	ok, _, _, err := s.BeginCreate(ctx(t), kind, "o1", "tok", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.ErrorIs(t, s.ExtendCreate(ctx(t), kind, "o1", "other", time.Minute), ErrLockLost)
+	require.NoError(t, s.ExtendCreate(ctx(t), kind, "o1", "tok", time.Minute))
+	ttl, err := s.rdb.PTTL(ctx(t), s.lockKey(kind, "o1")).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 30*time.Second)
+	require.NoError(t, s.AbortCreate(ctx(t), kind, "o1", "tok"))
+	require.ErrorIs(t, s.ExtendCreate(ctx(t), kind, "o1", "tok", time.Minute), ErrLockLost, "an expired or given-back lock is lost")
+}
+
+// ReleaseDead frees a record only while it names that pid at that member
+// id: a record that moved on, or names the same pid id on another member
+// (a restarted node), is left alone. Of many concurrent repairs exactly
+// one releases.
+func TestReleaseDeadMatchesMemberAndPid(t *testing.T) {
+	s := newStore(t)
+	ok, gen, _, err := s.BeginCreate(ctx(t), kind, "o1", "tok", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "tok", Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: gen}))
+
+	released, err := s.ReleaseDead(ctx(t), kind, "o1", "m2", "p1")
+	require.NoError(t, err)
+	require.False(t, released, "another member id")
+	released, err = s.ReleaseDead(ctx(t), kind, "o1", "m1", "p0")
+	require.NoError(t, err)
+	require.False(t, released, "another pid")
+
+	var wg sync.WaitGroup
+	var wins sync.Map
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := s.ReleaseDead(context.Background(), kind, "o1", "m1", "p1")
+			if err == nil && ok {
+				wins.Store(i, true)
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	wins.Range(func(any, any) bool { n++; return true })
+	require.Equal(t, 1, n, "exactly one repair releases")
+	rec, err := s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.Equal(t, Record{Generation: 1}, rec, "the generation is kept, so the next activation fences the old one")
+}

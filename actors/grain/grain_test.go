@@ -1,0 +1,359 @@
+package grain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// These tests host one order grain on a plain actor system (no cluster,
+// no remoting), so they run under -race. The placement and the stores are
+// fakes; the Location Store and the Redis stores have their own contract
+// suites against a real redis-server.
+
+// placement is a fake location.Placement whose Confirm answers from a
+// script and which records releases.
+type placement struct {
+	mu       sync.Mutex
+	confirms []location.Confirmation // answered in order; the last repeats
+	asked    int
+	released []bool // discard flag of each release
+}
+
+func (p *placement) Release(_ context.Context, _, _ string, _ *actor.PID, discard bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.released = append(p.released, discard)
+	return nil
+}
+
+func (p *placement) Confirm(context.Context, string, string, *actor.PID, int64) (location.Confirmation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := min(p.asked, len(p.confirms)-1)
+	p.asked++
+	return p.confirms[i], nil
+}
+
+func (p *placement) Move(context.Context, location.MovePlan) (location.Record, error) {
+	return location.Record{}, errors.New("not supported by the fake")
+}
+func (p *placement) NodeNames(context.Context) (map[string]string, error) { return nil, nil }
+func (p *placement) Self() string                                         { return "member-1" }
+
+func (p *placement) releases() []bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]bool(nil), p.released...)
+}
+
+func (p *placement) confirmsAsked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.asked
+}
+
+// flakyInventory fails Reserve with a store outage while failures > 0,
+// and panics once when panicOnce is set.
+type flakyInventory struct {
+	commerce.Inventory
+	corrupt   atomic.Bool
+	failures  atomic.Int32
+	panicOnce atomic.Bool
+	calls     atomic.Int32
+}
+
+func (f *flakyInventory) Reserve(ctx context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error) {
+	f.calls.Add(1)
+	if f.panicOnce.Swap(false) {
+		panic("inventory client bug")
+	}
+	if f.corrupt.Load() {
+		return nil, fmt.Errorf("%w: reservation record is not JSON", commerce.ErrCorrupt)
+	}
+	if f.failures.Add(-1) >= 0 {
+		return nil, fmt.Errorf("%w: connection refused", commerce.ErrUnavailable)
+	}
+	return f.Inventory.Reserve(ctx, req)
+}
+
+// flakyEvents fails Open with a store outage while openFailures > 0.
+type flakyEvents struct {
+	eventstore.Store
+	openFailures atomic.Int32
+}
+
+func (f *flakyEvents) Open(ctx context.Context, id string, gen int64) (eventstore.Fence, []eventstore.Envelope, error) {
+	if f.openFailures.Add(-1) >= 0 {
+		return eventstore.Fence{}, nil, fmt.Errorf("%w: LOADING Redis is loading the dataset in memory", eventstore.ErrUnavailable)
+	}
+	return f.Store.Open(ctx, id, gen)
+}
+
+type opened struct {
+	err       error
+	storeDown bool
+}
+
+type env struct {
+	t      *testing.T
+	sys    *actor.ActorSystem
+	deps   *workflowtest.Deps
+	inv    *flakyInventory
+	events *flakyEvents
+	svc    *workflow.Service
+	cfg    Config
+	place  *placement
+	opens  chan opened
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	d := workflowtest.NewDeps()
+	d.Config.Fixtures = nil
+	require.NoError(t, d.Inventory.SetStock(ctx, "SKU-1", 10))
+	require.NoError(t, d.Payment.PutMethod(ctx, commerce.PaymentMethod{MethodID: "pm-ok", Approve: true}))
+	e := &env{t: t, sys: actor.NewActorSystem(), deps: d, place: &placement{confirms: []location.Confirmation{location.Confirmed}},
+		opens: make(chan opened, 4)}
+	e.inv = &flakyInventory{Inventory: d.Inventory}
+	e.events = &flakyEvents{Store: d.Events}
+	d.Config.Inventory, d.Config.Events = e.inv, e.events
+	svc, err := workflow.New(d.Config)
+	require.NoError(t, err)
+	e.svc = svc
+	e.cfg = Config{
+		Service: svc, RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, TurnTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	}
+	t.Cleanup(func() { e.sys.Shutdown() })
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// spawn hosts a grain for id at gen as an activator would.
+func (e *env) spawn(id string, gen int64, reason location.ActivationReason) *actor.PID {
+	act := location.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, storeDown bool) {
+		e.opens <- opened{err: err, storeDown: storeDown}
+	})
+	return e.sys.Root.Spawn(location.WithActivation(props(e.cfg), act))
+}
+
+func (e *env) waitOpened() opened {
+	e.t.Helper()
+	select {
+	case o := <-e.opens:
+		return o
+	case <-time.After(5 * time.Second):
+		e.t.Fatal("the grain never reported its open")
+		return opened{}
+	}
+}
+
+// started records an order's start straight through the service, as an
+// earlier owner did: the stream holds OrderStartedEvent (Created).
+func (e *env) started(id string) {
+	e.t.Helper()
+	ctx := context.Background()
+	o, err := e.svc.Open(ctx, id, 1)
+	require.NoError(e.t, err)
+	_, recorded, err := e.svc.Start(ctx, o, e.deps.StartReq(id, "key-"+id, "pm-ok"))
+	require.NoError(e.t, err)
+	require.True(e.t, recorded)
+}
+
+func statusOf(t *testing.T, types []string) order.Status {
+	t.Helper()
+	if len(types) == 0 {
+		return ""
+	}
+	switch types[len(types)-1] {
+	case "OrderConfirmedEvent":
+		return order.StatusConfirmed
+	case "OrderFailedEvent":
+		return order.StatusFailed
+	}
+	return order.StatusCreated
+}
+
+func (e *env) eventually(cond func() bool, msg string) {
+	e.t.Helper()
+	require.Eventually(e.t, cond, 5*time.Second, 5*time.Millisecond, msg)
+}
+
+func (e *env) stopped(pid *actor.PID) bool {
+	_, ok := e.sys.ProcessRegistry.GetLocal(pid.Id)
+	return !ok
+}
+
+func TestOpenFailureAbortsTheActivation(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.events.openFailures.Store(1)
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+
+	o := e.waitOpened()
+	require.ErrorIs(t, o.err, eventstore.ErrUnavailable)
+	require.True(t, o.storeDown, "a store that did not answer is reported as such, so the caller answers 503 and not 500")
+	e.eventually(func() bool { return e.stopped(pid) }, "a grain whose open failed stops")
+	require.Empty(t, e.place.releases(), "nothing was recorded, so nothing is released")
+	require.Equal(t, int32(0), e.inv.calls.Load())
+}
+
+func TestCorruptStreamIsAPermanentOpenFailure(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.deps.Events.Corrupt("o-1", 1, []byte("not an event"))
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+
+	o := e.waitOpened()
+	require.ErrorIs(t, o.err, eventstore.ErrCorrupt)
+	require.False(t, o.storeDown)
+	e.eventually(func() bool { return e.stopped(pid) }, "a grain whose open failed stops")
+}
+
+func TestColdActivationResumesOnlyOnceRecordedReady(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.place.confirms = []location.Confirmation{location.Pending, location.Pending, location.Confirmed}
+	e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
+		"a cold activation of an unfinished order finishes it without any command")
+	require.GreaterOrEqual(t, e.place.confirmsAsked(), 3, "no step ran before the record named the grain Ready")
+	require.Equal(t, int32(1), e.inv.calls.Load(), "inventory reserved exactly once")
+	require.Equal(t, int64(1), e.deps.Payment.TotalAuthorizeCalls.Load(), "payment authorized exactly once")
+}
+
+func TestSupersededActivationStopsWithoutTouchingTheRecord(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.place.confirms = []location.Confirmation{location.Superseded}
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return e.stopped(pid) }, "an activation nobody recorded stops")
+	require.Empty(t, e.place.releases(), "the record is not this grain's to release")
+	require.Equal(t, int32(0), e.inv.calls.Load(), "a grain that was never recorded Ready runs no step")
+	require.Equal(t, []string{"OrderStartedEvent"}, e.deps.Events.Types("o-1"))
+}
+
+func TestTransientStepFailuresAreRetriedByTheOwner(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.inv.failures.Store(5)
+	e.cfg.Counters = &Counters{}
+	e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
+		"the owner retries a step that failed on a store outage until it succeeds")
+	require.Equal(t, int32(6), e.inv.calls.Load(), "five failed tries, then one that reserved")
+	require.Equal(t, int64(5), e.cfg.Counters.Retries.Load())
+	require.Equal(t, int64(1), e.deps.Payment.TotalAuthorizeCalls.Load())
+}
+
+func TestPanicRestartsTheGrainAndItCarriesOn(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.inv.panicOnce.Store(true)
+	e.cfg.Counters = &Counters{}
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
+		"a grain restarted after a panic opens again and finishes the order")
+	require.Equal(t, int64(1), e.cfg.Counters.Restarts.Load())
+	require.False(t, e.stopped(pid), "the restarted grain still serves")
+	res, err := e.sys.Root.RequestFuture(pid, &contracts.ContinueOrderWorkflowReq{OrderId: "o-1"}, 2*time.Second).Result()
+	require.NoError(t, err)
+	require.Equal(t, contracts.OrderStatus_Confirmed, res.(*contracts.ContinueOrderWorkflowRes).GetState().GetStatus())
+}
+
+func TestStartWhoseMarkFailedIsRepairedByTheOwner(t *testing.T) {
+	e := newEnv(t)
+	idem := &flakyIdempotency{Idempotency: e.deps.Idempotency}
+	idem.failures.Store(3)
+	e.deps.Config.Idempotency = idem
+	svc, err := workflow.New(e.deps.Config)
+	require.NoError(t, err)
+	e.cfg.Service, e.svc = svc, svc
+	pid := e.spawn("o-1", 1, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	req := e.deps.StartReq("o-1", "key-1", "pm-ok")
+	res, err := e.sys.Root.RequestFuture(pid, req, 2*time.Second).Result()
+	require.NoError(t, err)
+	_, isErr := res.(*contracts.WorkflowError)
+	require.True(t, isErr, "the start reports that marking its key failed")
+
+	e.eventually(func() bool { return e.deps.Idempotency.Status("key-1") == commerce.MappingStarted },
+		"the owner marks the key started by itself")
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
+		"and finishes the order without a retry of the start")
+}
+
+type flakyIdempotency struct {
+	commerce.Idempotency
+	failures atomic.Int32
+}
+
+func (f *flakyIdempotency) MarkStarted(ctx context.Context, key, orderID string) error {
+	if f.failures.Add(-1) >= 0 {
+		return fmt.Errorf("%w: i/o timeout", commerce.ErrUnavailable)
+	}
+	return f.Idempotency.MarkStarted(ctx, key, orderID)
+}
+
+func TestIdlePassivationKeepsAnOrderWithWorkLeft(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.inv.failures.Store(1 << 30)
+	e.cfg.IdleTimeout = 20 * time.Millisecond
+	e.cfg.RetryMax = 5 * time.Millisecond
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return e.inv.calls.Load() > 20 }, "the step keeps being retried")
+	require.False(t, e.stopped(pid))
+	require.Empty(t, e.place.releases(), "an order with a step to run is not passivated")
+
+	e.inv.failures.Store(0)
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed }, "the order finishes")
+	e.eventually(func() bool { return e.stopped(pid) }, "and is passivated once it has nothing left to do")
+	require.Equal(t, []bool{false}, e.place.releases())
+}
+
+func TestPermanentStepFailureIsCountedOnceAndNotRetried(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	e.cfg.Counters = &Counters{}
+	e.inv.corrupt.Store(true)
+	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	require.NoError(t, e.waitOpened().err)
+
+	e.eventually(func() bool { return e.cfg.Counters.PermanentFailures.Load() == 1 }, "the permanent failure is counted")
+	require.Never(t, func() bool { return e.cfg.Counters.PermanentFailures.Load() > 1 || e.inv.calls.Load() > 1 },
+		100*time.Millisecond, 5*time.Millisecond, "counted once, not retried in a loop")
+	require.False(t, e.stopped(pid), "a stuck order is not passivated away")
+}
