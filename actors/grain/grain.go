@@ -175,6 +175,13 @@ type orderGrain struct {
 	pending  *time.Timer
 }
 
+// OpensOnStart implements location.Opener: the activator answers only
+// once the stream is open, so the order is recorded Ready only at a grain
+// that can serve it.
+func (*orderGrain) OpensOnStart() {}
+
+var _ location.Opener = (*orderGrain)(nil)
+
 func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.cfg.TurnTimeout)
 }
