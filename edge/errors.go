@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
@@ -25,6 +26,42 @@ const (
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeFailedPrecondition   = "FAILED_PRECONDITION"
 	CodeInternal             = "INTERNAL"
+)
+
+// Reasons of the public contract: why a 503 or 504 happened, so a client
+// can tell "retry soon" from "this order's owner is gone". Every 503 and
+// 504 from httpError carries one and a Retry-After header; other replies
+// carry none. They never change meaning.
+const (
+	// ReasonOwnerGone: the order's Ready owner has left the topology. No
+	// failover: the order stays Unavailable until an operator acts, so a
+	// retry only makes sense much later.
+	ReasonOwnerGone = "OWNER_GONE"
+	// ReasonStoreUnavailable: a store the order needs could not be
+	// reached; the owner is fine and the same request may succeed soon.
+	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
+	// ReasonNoEligibleMember: no live order-workflow member can take the
+	// order; it takes a member (re)joining, which takes seconds.
+	ReasonNoEligibleMember = "NO_ELIGIBLE_MEMBER"
+	// ReasonRelocationRolledBack: a relocation of the order failed and
+	// its previous owner is Ready again; a retry reaches it.
+	ReasonRelocationRolledBack = "RELOCATION_ROLLED_BACK"
+	// ReasonDeadlineExceeded: the request's time ran out before the order
+	// or a store answered; whether the command took effect is unknown, and
+	// retrying it is safe (commands are idempotent).
+	ReasonDeadlineExceeded = "DEADLINE_EXCEEDED"
+	// ReasonCanceled: the request was canceled (the client went away or
+	// the server is stopping) before it completed.
+	ReasonCanceled = "CANCELED"
+)
+
+// Retry-After values, in seconds. A store blip or a timeout is worth a
+// quick retry; a member needs seconds to (re)join; a dead owner is not
+// coming back by itself, so clients are asked not to hammer it.
+const (
+	retryAfterSoon     = 1
+	retryAfterNoMember = 5
+	retryAfterGone     = 30
 )
 
 var (
@@ -64,11 +101,16 @@ func invalidField(field, format string, args ...any) error {
 }
 
 // apiError is the body of every error reply:
-// {"error":{"code","message","field"}}.
+// {"error":{"code","message","field","reason"}}.
 type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// retryAfter is the Retry-After header in seconds (0: none). It rides
+	// with the body so the status, reason and header are decided in one
+	// place; it is not part of the body.
+	retryAfter int
 }
 
 type errorBody struct {
@@ -95,7 +137,8 @@ func httpError(err error) (int, apiError) {
 	// A deadline is checked before the store classes: the stores wrap an
 	// expired context in their own Unavailable too.
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, location.ErrTimeout):
-		return http.StatusGatewayTimeout, apiError{Code: CodeTimeout, Message: "the order workflow did not answer in time"}
+		return http.StatusGatewayTimeout, apiError{Code: CodeTimeout, Reason: ReasonDeadlineExceeded,
+			Message: "the order workflow did not answer in time", retryAfter: retryAfterSoon}
 	case errors.Is(err, errNoRoute):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "no such route"}
 	case isAny(err, ErrNotFound, workflow.ErrNotFound, readmodel.ErrNotFound, commerce.ErrNotFound, relocation.ErrNotFound):
@@ -106,10 +149,26 @@ func httpError(err error) (int, apiError) {
 	case isAny(err, ErrFailedPrecondition, grain.ErrFailedPrecondition, workflow.ErrConflict):
 		return http.StatusConflict, apiError{Code: CodeFailedPrecondition,
 			Message: "the operation cannot run in the order's current situation"}
-	case isAny(err, location.ErrUnavailable, location.ErrStoreUnavailable, location.ErrNoMember,
-		location.ErrMoveRolledBack, commerce.ErrUnavailable, readmodel.ErrUnavailable,
-		eventstore.ErrUnavailable, relocation.ErrUnavailable, context.Canceled):
-		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "the order or a store it needs is unavailable; retry later"}
+	// The outage classes. Every one is 503 UNAVAILABLE (the spec's code
+	// for a dead owner stays); the reason tells them apart. Cancellation
+	// comes first: some stores wrap a canceled context in their own
+	// Unavailable, and the store was not at fault.
+	case errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonCanceled,
+			Message: "the request was canceled before it completed", retryAfter: retryAfterSoon}
+	case errors.Is(err, location.ErrUnavailable):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOwnerGone,
+			Message: "the order's owner is gone; it is not moved elsewhere automatically", retryAfter: retryAfterGone}
+	case isAny(err, grain.ErrStoreUnavailable, location.ErrStoreUnavailable, commerce.ErrUnavailable,
+		readmodel.ErrUnavailable, eventstore.ErrUnavailable, relocation.ErrUnavailable, fixture.ErrUnavailable):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
+			Message: "a store the order needs is unavailable; retry later", retryAfter: retryAfterSoon}
+	case errors.Is(err, location.ErrNoMember):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonNoEligibleMember,
+			Message: "no order workflow member can take the order; retry later", retryAfter: retryAfterNoMember}
+	case errors.Is(err, location.ErrMoveRolledBack):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonRelocationRolledBack,
+			Message: "a relocation of the order rolled back; retry", retryAfter: retryAfterSoon}
 	default:
 		return http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"}
 	}

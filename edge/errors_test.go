@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
@@ -25,44 +26,56 @@ const secret = "member 7f3a at 10.9.8.7:40123 redis://internal:6390"
 func TestHTTPErrorMapping(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("op on %s: %w", secret, err) }
 	cases := []struct {
-		err    error
-		status int
-		code   string
+		err        error
+		status     int
+		code       string
+		reason     string
+		retryAfter int
 	}{
-		{ErrPayloadTooLarge, 413, CodePayloadTooLarge},
-		{invalidField("cartId", "no such cart"), 400, CodeInvalidArgument},
-		{ErrIdempotencyKeyReused, 422, CodeIdempotencyKeyReused},
-		{ErrNotFound, 404, CodeNotFound},
-		{errNoRoute, 404, CodeNotFound},
-		{ErrFailedPrecondition, 409, CodeFailedPrecondition},
-		{workflow.ErrNotFound, 404, CodeNotFound},
-		{readmodel.ErrNotFound, 404, CodeNotFound},
-		{commerce.ErrNotFound, 404, CodeNotFound},
-		{relocation.ErrNotFound, 404, CodeNotFound},
-		{workflow.ErrInvalidArgument, 400, CodeInvalidArgument},
-		{commerce.ErrInvalidArgument, 400, CodeInvalidArgument},
-		{readmodel.ErrInvalidOrderID, 400, CodeInvalidArgument},
-		{eventstore.ErrInvalidOrderID, 400, CodeInvalidArgument},
-		{location.ErrInvalidIdentity, 400, CodeInvalidArgument},
-		{relocation.ErrInvalidID, 400, CodeInvalidArgument},
-		{workflow.ErrConflict, 409, CodeFailedPrecondition},
-		{grain.ErrFailedPrecondition, 409, CodeFailedPrecondition},
-		{location.ErrUnavailable, 503, CodeUnavailable},
-		{location.ErrStoreUnavailable, 503, CodeUnavailable},
-		{location.ErrNoMember, 503, CodeUnavailable},
-		{location.ErrMoveRolledBack, 503, CodeUnavailable},
-		{commerce.ErrUnavailable, 503, CodeUnavailable},
-		{readmodel.ErrUnavailable, 503, CodeUnavailable},
-		{eventstore.ErrUnavailable, 503, CodeUnavailable},
-		{relocation.ErrUnavailable, 503, CodeUnavailable},
-		{context.Canceled, 503, CodeUnavailable},
-		{location.ErrTimeout, 504, CodeTimeout},
-		{context.DeadlineExceeded, 504, CodeTimeout},
-		{fmt.Errorf("%w: %w", commerce.ErrUnavailable, context.DeadlineExceeded), 504, CodeTimeout},
-		{grain.ErrInternal, 500, CodeInternal},
-		{eventstore.ErrCorrupt, 500, CodeInternal},
-		{errors.New("anything else"), 500, CodeInternal},
-		{nil, 500, CodeInternal},
+		{ErrPayloadTooLarge, 413, CodePayloadTooLarge, "", 0},
+		{invalidField("cartId", "no such cart"), 400, CodeInvalidArgument, "", 0},
+		{ErrIdempotencyKeyReused, 422, CodeIdempotencyKeyReused, "", 0},
+		{ErrNotFound, 404, CodeNotFound, "", 0},
+		{errNoRoute, 404, CodeNotFound, "", 0},
+		{ErrFailedPrecondition, 409, CodeFailedPrecondition, "", 0},
+		{workflow.ErrNotFound, 404, CodeNotFound, "", 0},
+		{readmodel.ErrNotFound, 404, CodeNotFound, "", 0},
+		{commerce.ErrNotFound, 404, CodeNotFound, "", 0},
+		{relocation.ErrNotFound, 404, CodeNotFound, "", 0},
+		{workflow.ErrInvalidArgument, 400, CodeInvalidArgument, "", 0},
+		{commerce.ErrInvalidArgument, 400, CodeInvalidArgument, "", 0},
+		{readmodel.ErrInvalidOrderID, 400, CodeInvalidArgument, "", 0},
+		{eventstore.ErrInvalidOrderID, 400, CodeInvalidArgument, "", 0},
+		{location.ErrInvalidIdentity, 400, CodeInvalidArgument, "", 0},
+		{relocation.ErrInvalidID, 400, CodeInvalidArgument, "", 0},
+		{workflow.ErrConflict, 409, CodeFailedPrecondition, "", 0},
+		{grain.ErrFailedPrecondition, 409, CodeFailedPrecondition, "", 0},
+		// A relocation that rolled back for want of a member is the
+		// operation's precondition, not an outage.
+		{fmt.Errorf("%w: %w: %w", grain.ErrFailedPrecondition, location.ErrMoveRolledBack, location.ErrNoMember),
+			409, CodeFailedPrecondition, "", 0},
+
+		{location.ErrUnavailable, 503, CodeUnavailable, ReasonOwnerGone, 30},
+		{grain.ErrStoreUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{location.ErrStoreUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{commerce.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{readmodel.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{eventstore.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{relocation.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{fixture.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
+		{location.ErrNoMember, 503, CodeUnavailable, ReasonNoEligibleMember, 5},
+		{location.ErrMoveRolledBack, 503, CodeUnavailable, ReasonRelocationRolledBack, 1},
+		{fmt.Errorf("%w: %w", location.ErrMoveRolledBack, location.ErrNoMember), 503, CodeUnavailable, ReasonNoEligibleMember, 5},
+		{context.Canceled, 503, CodeUnavailable, ReasonCanceled, 1},
+		{fmt.Errorf("%w: %w", relocation.ErrUnavailable, context.Canceled), 503, CodeUnavailable, ReasonCanceled, 1},
+		{location.ErrTimeout, 504, CodeTimeout, ReasonDeadlineExceeded, 1},
+		{context.DeadlineExceeded, 504, CodeTimeout, ReasonDeadlineExceeded, 1},
+		{fmt.Errorf("%w: %w", commerce.ErrUnavailable, context.DeadlineExceeded), 504, CodeTimeout, ReasonDeadlineExceeded, 1},
+
+		{grain.ErrInternal, 500, CodeInternal, "", 0},
+		{eventstore.ErrCorrupt, 500, CodeInternal, "", 0},
+		{errors.New("anything else"), 500, CodeInternal, "", 0},
+		{nil, 500, CodeInternal, "", 0},
 	}
 	for _, tc := range cases {
 		name := "nil"
@@ -77,6 +90,8 @@ func TestHTTPErrorMapping(t *testing.T) {
 				status, ae := httpError(err)
 				require.Equal(t, tc.status, status)
 				require.Equal(t, tc.code, ae.Code)
+				require.Equal(t, tc.reason, ae.Reason)
+				require.Equal(t, tc.retryAfter, ae.retryAfter)
 				require.NotEmpty(t, ae.Message)
 				require.NotContains(t, ae.Message, "10.9.8.7", "no internal detail in the reply")
 				require.NotContains(t, ae.Message, "redis", "no internal detail in the reply")
@@ -86,11 +101,60 @@ func TestHTTPErrorMapping(t *testing.T) {
 				if tc.code != CodeInvalidArgument {
 					require.Empty(t, ae.Field, "field only for INVALID_ARGUMENT")
 				}
+				// An outage is never 500, and every 503/504 says why and
+				// when to come back.
+				if status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
+					require.NotEmpty(t, ae.Reason)
+					require.Positive(t, ae.retryAfter)
+				} else {
+					require.Empty(t, ae.Reason, "reason only for 503/504")
+					require.Zero(t, ae.retryAfter, "Retry-After only for 503/504")
+				}
 			}
 		})
 	}
 	_, ae := httpError(invalidField("shippingAddressId", "is required"))
 	require.Equal(t, "shippingAddressId", ae.Field)
+}
+
+// What the grain boundary hands the edge for each reason code turns into
+// the public status, reason and Retry-After header on the wire.
+func TestOutagesOverHTTPSayWhatTheyAre(t *testing.T) {
+	cases := []struct {
+		err        error
+		status     int
+		code       string
+		reason     string
+		retryAfter string
+	}{
+		{fmt.Errorf("%w: owner %s has left", location.ErrUnavailable, secret), 503, CodeUnavailable, ReasonOwnerGone, "30"},
+		{fmt.Errorf("%w: order o: eventstore: unavailable: %s", grain.ErrStoreUnavailable, secret), 503, CodeUnavailable, ReasonStoreUnavailable, "1"},
+		{fmt.Errorf("%w: no other member hosts %s", location.ErrNoMember, secret), 503, CodeUnavailable, ReasonNoEligibleMember, "5"},
+		{fmt.Errorf("%w: no reply from %s", location.ErrTimeout, secret), 504, CodeTimeout, ReasonDeadlineExceeded, "1"},
+		{fmt.Errorf("%w: at %s", context.Canceled, secret), 503, CodeUnavailable, ReasonCanceled, "1"},
+		{fmt.Errorf("%w: %s", workflow.ErrNotFound, secret), 404, CodeNotFound, "", ""},
+		{fmt.Errorf("%w: panic at %s", grain.ErrInternal, secret), 500, CodeInternal, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			for _, path := range []string{"/orders/ord-1/continue", "/orders/ord-1/rebuild-projection", "/orders"} {
+				e := newEnv(t)
+				e.orders.err = tc.err
+				body := "{}"
+				if path == "/orders" {
+					body = startBody(cartOK, "a", "p", "k")
+				}
+				w := e.do("POST", path, body)
+				require.Equal(t, tc.status, w.Code, "%s: %s", path, w.Body.String())
+				ae := decodeError(t, w)
+				require.Equal(t, tc.code, ae.Code)
+				require.Equal(t, tc.reason, ae.Reason)
+				require.Equal(t, tc.retryAfter, w.Header().Get("Retry-After"))
+				require.NotContains(t, w.Body.String(), "10.9.8.7", "reply leaks internals")
+				require.NotContains(t, w.Body.String(), "retryAfter", "the header is not part of the body")
+			}
+		})
+	}
 }
 
 func TestGrainErrorsOverHTTPLeakNothing(t *testing.T) {

@@ -110,20 +110,29 @@ const (
 	ErrorReason_ERROR_REASON_RETRY               ErrorReason = 6
 	ErrorReason_ERROR_REASON_TIMEOUT             ErrorReason = 7
 	ErrorReason_ERROR_REASON_FAILED_PRECONDITION ErrorReason = 8
+	// A store the grain needs (event stream, read model, commerce state,
+	// location, relocation) could not be reached; the owner itself is alive,
+	// so the same command may succeed once the store is back.
+	ErrorReason_ERROR_REASON_STORE_UNAVAILABLE ErrorReason = 9
+	// No live member can host what the command needs (e.g. activation
+	// target); it takes a member joining, not just a store coming back.
+	ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER ErrorReason = 10
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "ERROR_REASON_NOT_FOUND",
-		2: "ERROR_REASON_UNAVAILABLE",
-		3: "ERROR_REASON_INVALID_ARGUMENT",
-		4: "ERROR_REASON_CONFLICT",
-		5: "ERROR_REASON_INTERNAL",
-		6: "ERROR_REASON_RETRY",
-		7: "ERROR_REASON_TIMEOUT",
-		8: "ERROR_REASON_FAILED_PRECONDITION",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_NOT_FOUND",
+		2:  "ERROR_REASON_UNAVAILABLE",
+		3:  "ERROR_REASON_INVALID_ARGUMENT",
+		4:  "ERROR_REASON_CONFLICT",
+		5:  "ERROR_REASON_INTERNAL",
+		6:  "ERROR_REASON_RETRY",
+		7:  "ERROR_REASON_TIMEOUT",
+		8:  "ERROR_REASON_FAILED_PRECONDITION",
+		9:  "ERROR_REASON_STORE_UNAVAILABLE",
+		10: "ERROR_REASON_NO_ELIGIBLE_MEMBER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -135,6 +144,8 @@ var (
 		"ERROR_REASON_RETRY":               6,
 		"ERROR_REASON_TIMEOUT":             7,
 		"ERROR_REASON_FAILED_PRECONDITION": 8,
+		"ERROR_REASON_STORE_UNAVAILABLE":   9,
+		"ERROR_REASON_NO_ELIGIBLE_MEMBER":  10,
 	}
 )
 
@@ -1954,7 +1965,7 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x11PaymentAuthorized\x10\x03\x12\r\n" +
 	"\tConfirmed\x10\x04\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x05*\x96\x02\n" +
+	"\x06Failed\x10\x05*\xdf\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -1964,7 +1975,10 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x05\x12\x16\n" +
 	"\x12ERROR_REASON_RETRY\x10\x06\x12\x18\n" +
 	"\x14ERROR_REASON_TIMEOUT\x10\a\x12$\n" +
-	" ERROR_REASON_FAILED_PRECONDITION\x10\bB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
+	" ERROR_REASON_FAILED_PRECONDITION\x10\b\x12\"\n" +
+	"\x1eERROR_REASON_STORE_UNAVAILABLE\x10\t\x12#\n" +
+	"\x1fERROR_REASON_NO_ELIGIBLE_MEMBER\x10\n" +
+	"B:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
 
 var (
 	file_actors_contracts_shoppingmall_proto_rawDescOnce sync.Once

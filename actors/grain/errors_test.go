@@ -1,43 +1,76 @@
 package grain
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 // Every sentinel crosses the grain boundary as its stable reason code and
-// comes back as the same sentinel.
+// comes back as the caller-side sentinel of that code.
 func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 	cases := []struct {
+		name   string
 		err    error
 		reason contracts.ErrorReason
+		back   error // the caller-side sentinel; nil means err itself
 	}{
-		{workflow.ErrNotFound, contracts.ErrorReason_ERROR_REASON_NOT_FOUND},
-		{workflow.ErrInvalidArgument, contracts.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-		{workflow.ErrConflict, contracts.ErrorReason_ERROR_REASON_CONFLICT},
-		{location.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_UNAVAILABLE},
-		{location.ErrTimeout, contracts.ErrorReason_ERROR_REASON_TIMEOUT},
-		{ErrFailedPrecondition, contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION},
-		{errors.New("disk on fire"), contracts.ErrorReason_ERROR_REASON_INTERNAL},
+		{"not found", workflow.ErrNotFound, contracts.ErrorReason_ERROR_REASON_NOT_FOUND, nil},
+		{"invalid argument", workflow.ErrInvalidArgument, contracts.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, nil},
+		{"conflict", workflow.ErrConflict, contracts.ErrorReason_ERROR_REASON_CONFLICT, nil},
+		{"owner gone", location.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_UNAVAILABLE, nil},
+		{"timeout", location.ErrTimeout, contracts.ErrorReason_ERROR_REASON_TIMEOUT, nil},
+		{"turn deadline", context.DeadlineExceeded, contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
+		{"store deadline", fmt.Errorf("%w: append: %w", eventstore.ErrUnavailable, context.DeadlineExceeded),
+			contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
+		{"failed precondition", ErrFailedPrecondition, contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, nil},
+		{"relocation without a member", fmt.Errorf("%w: %w: %w", ErrFailedPrecondition, location.ErrMoveRolledBack, location.ErrNoMember),
+			contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, ErrFailedPrecondition},
+		{"store unavailable", ErrStoreUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, nil},
+		{"event store", eventstore.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"read model", readmodel.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"commerce", commerce.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"relocation store", relocation.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"fixture store", fixture.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"location store", location.ErrStoreUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
+		{"no eligible member", location.ErrNoMember, contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, nil},
+		{"internal", errors.New("disk on fire"), contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
 	}
+	covered := map[contracts.ErrorReason]bool{}
 	for _, tc := range cases {
-		t.Run(tc.reason.String(), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			wire := toWire(fmt.Errorf("order o-1: %w", tc.err))
 			require.Equal(t, tc.reason, wire.GetReason())
-			back := fromWire(wire)
-			if tc.reason == contracts.ErrorReason_ERROR_REASON_INTERNAL {
-				require.ErrorIs(t, back, ErrInternal)
-				return
+			covered[wire.GetReason()] = true
+			want := tc.back
+			if want == nil {
+				want = tc.err
 			}
-			require.ErrorIs(t, back, tc.err)
+			back := fromWire(wire)
+			require.ErrorIs(t, back, want)
+			require.Equal(t, tc.reason, toWire(back).GetReason(), "a relayed error keeps its code")
 		})
+	}
+	// RETRY is not an error reply: a grain that did not process a command
+	// answers location.Retry and the caller resends it.
+	for n, name := range contracts.ErrorReason_name {
+		r := contracts.ErrorReason(n)
+		if r == contracts.ErrorReason_ERROR_REASON_UNSPECIFIED || r == contracts.ErrorReason_ERROR_REASON_RETRY {
+			continue
+		}
+		require.True(t, covered[r], "reason %s has no round-trip case", name)
 	}
 	require.ErrorIs(t, fromWire(&contracts.WorkflowError{Reason: contracts.ErrorReason(99)}), ErrInternal,
 		"an unknown reason from a newer peer is internal, never success")

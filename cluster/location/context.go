@@ -84,7 +84,7 @@ func (c *Context) RequestContext(ctx context.Context, identity, kind string, mes
 			}
 			if released {
 				if repaired {
-					return nil, fmt.Errorf("%w: %s/%s: a second activation did not answer either", ErrUnavailable, kind, identity)
+					return nil, fmt.Errorf("%w: %s/%s: a second activation did not answer either", ErrTimeout, kind, identity)
 				}
 				repaired = true
 				continue

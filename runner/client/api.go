@@ -34,11 +34,14 @@ type API struct {
 	HTTP *http.Client
 }
 
-// ErrorBody is the API's error envelope {"error":{code,message,field}}.
+// ErrorBody is the API's error envelope
+// {"error":{code,message,field,reason}}. Reason is set on every 503 and
+// 504 (OWNER_GONE, STORE_UNAVAILABLE, ...).
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Reply is what one call answered: the HTTP status, the raw body and, for
@@ -50,6 +53,9 @@ type Reply struct {
 }
 
 func (r Reply) String() string {
+	if r.Error != nil && r.Error.Reason != "" {
+		return fmt.Sprintf("HTTP %d %s (%s): %s", r.Status, r.Error.Code, r.Error.Reason, r.Error.Message)
+	}
 	if r.Error != nil {
 		return fmt.Sprintf("HTTP %d %s: %s", r.Status, r.Error.Code, r.Error.Message)
 	}

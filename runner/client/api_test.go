@@ -63,7 +63,7 @@ func TestContinueAndRebuildSendTheOrderWithAnEmptySourceCommand(t *testing.T) {
 }
 
 func TestErrorEnvelopeIsDecoded(t *testing.T) {
-	api, _ := fakeAPI(t, http.StatusServiceUnavailable, `{"error":{"code":"UNAVAILABLE","message":"owner gone"}}`)
+	api, _ := fakeAPI(t, http.StatusServiceUnavailable, `{"error":{"code":"UNAVAILABLE","message":"owner gone","reason":"OWNER_GONE"}}`)
 	st, rep, err := api.Continue(context.Background(), "ord-1")
 	require.NoError(t, err, "an error status is an answer, not a transport failure")
 	assert.Nil(t, st)
@@ -71,7 +71,8 @@ func TestErrorEnvelopeIsDecoded(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, rep.Status)
 	require.NotNil(t, rep.Error)
 	assert.Equal(t, "UNAVAILABLE", rep.Error.Code)
-	assert.Contains(t, rep.String(), "503 UNAVAILABLE")
+	assert.Equal(t, "OWNER_GONE", rep.Error.Reason)
+	assert.Contains(t, rep.String(), "503 UNAVAILABLE (OWNER_GONE)")
 }
 
 func TestBodiesOutsideTheContractAreProtocolErrors(t *testing.T) {

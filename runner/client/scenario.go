@@ -656,6 +656,10 @@ func (s *Scenario) concurrentOrders(ctx context.Context, step string) error {
 	return nil
 }
 
+// ownerGone is the public error reason of an order whose Ready owner has
+// left the topology (spec §7.5: Unavailable, no failover).
+const ownerGone = "OWNER_GONE"
+
 func (s *Scenario) killedOwner(ctx context.Context, step string) error {
 	e := s.fx.Prepared.Crashed
 	want, err := e.ExpectedState()
@@ -665,8 +669,14 @@ func (s *Scenario) killedOwner(ctx context.Context, step string) error {
 	for i := range s.apis {
 		a := s.api(i)
 		_, rep, err := a.Continue(ctx, e.OrderID)
-		if err := s.expectError(step, a.BaseURL+" POST /orders/"+e.OrderID+"/continue", rep, err, http.StatusServiceUnavailable, "UNAVAILABLE"); err != nil {
+		call := a.BaseURL + " POST /orders/" + e.OrderID + "/continue"
+		if err := s.expectError(step, call, rep, err, http.StatusServiceUnavailable, "UNAVAILABLE"); err != nil {
 			return err
+		}
+		// Any 503 would also pass for a store outage or a missing member;
+		// only this reason says the owner is gone and nothing took over.
+		if rep.Error.Reason != ownerGone {
+			return s.fail(step, "%s answered %s, want reason %s", call, rep, ownerGone)
 		}
 	}
 	st, err := s.get(ctx, step, 0, e.OrderID)
@@ -676,7 +686,7 @@ func (s *Scenario) killedOwner(ctx context.Context, step string) error {
 	if err := s.sameState(step, "read model of the order whose owner died", st, want); err != nil {
 		return err
 	}
-	s.ok(step, "continue on order %s answered 503 UNAVAILABLE on every API; its read model is unchanged", e.OrderID)
+	s.ok(step, "continue on order %s answered 503 UNAVAILABLE (%s) on every API; its read model is unchanged", e.OrderID, ownerGone)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
 )
@@ -306,22 +307,32 @@ func (r *runner) fixtureKill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if rep.Status != http.StatusServiceUnavailable || rep.Error == nil || rep.Error.Code != "UNAVAILABLE" {
-		return fmt.Errorf("%w: continue after %s restarted answered %s, want 503 UNAVAILABLE", errFixture, victim, rep)
+	if !ownerGone(rep) {
+		return fmt.Errorf("%w: continue after %s restarted answered %s, want %s", errFixture, victim, rep, wantOwnerGone)
 	}
 	r.killed = killRecord{orderID: id, owner: victim, generation: ev.Generation, events: len(ev.Events)}
 	r.fx.Prepared.Crashed, err = client.Expected{OrderID: id}.WithState(st)
 	if err != nil {
 		return err
 	}
-	r.logf("fixture: order %s Confirmed on %s; %s killed (SIGKILL), continue answers 503 UNAVAILABLE, %s restarted as pid %d",
-		id, victim, victim, victim, r.cl.PID(victim))
+	r.logf("fixture: order %s Confirmed on %s; %s killed (SIGKILL), continue answers %s, %s restarted as pid %d",
+		id, victim, victim, wantOwnerGone, victim, r.cl.PID(victim))
 	return nil
 }
 
+// wantOwnerGone is the only answer that shows a dead owner: any other 503
+// (a store outage, no eligible member) says nothing about the owner.
+var wantOwnerGone = fmt.Sprintf("%d %s (%s)", http.StatusServiceUnavailable, edge.CodeUnavailable, edge.ReasonOwnerGone)
+
+func ownerGone(rep client.Reply) bool {
+	return rep.Status == http.StatusServiceUnavailable && rep.Error != nil &&
+		rep.Error.Code == edge.CodeUnavailable && rep.Error.Reason == edge.ReasonOwnerGone
+}
+
 // awaitUnavailable polls the public continue until it answers 503
-// UNAVAILABLE. A 200 would mean the order was served by someone other
-// than its dead owner: automatic failover, which must never happen.
+// UNAVAILABLE for a gone owner. A 200 would mean the order was served by
+// someone other than its dead owner: automatic failover, which must never
+// happen.
 func (r *runner) awaitUnavailable(ctx context.Context, api int, id string) error {
 	for attempt := 1; ; attempt++ {
 		_, rep, err := r.pub[api].Continue(ctx, id)
@@ -330,13 +341,13 @@ func (r *runner) awaitUnavailable(ctx context.Context, api int, id string) error
 		}
 		r.last = cluster.APINodes[api] + " continue " + id + ": " + rep.String()
 		switch {
-		case rep.Status == http.StatusServiceUnavailable && rep.Error != nil && rep.Error.Code == "UNAVAILABLE":
+		case ownerGone(rep):
 			return nil
 		case rep.OK():
 			return fmt.Errorf("%w: continue of order %s answered %s after its owner was killed", errFixture, id, rep)
 		}
 		if attempt >= r.poll.Attempts {
-			return fmt.Errorf("%w: continue of order %s still answers %s after %d looks, want 503 UNAVAILABLE", errFixture, id, rep, attempt)
+			return fmt.Errorf("%w: continue of order %s still answers %s after %d looks, want %s", errFixture, id, rep, attempt, wantOwnerGone)
 		}
 		if err := r.wait(ctx); err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
 )
 
@@ -33,8 +34,28 @@ func build(t *testing.T, dir, pkg, name string) string {
 }
 
 type httpRes struct {
-	status int
-	body   map[string]any
+	status     int
+	body       map[string]any
+	retryAfter string
+}
+
+// errorCode returns the error envelope's code and reason.
+func errorCode(r httpRes) (code, reason string) {
+	e, _ := r.body["error"].(map[string]any)
+	code, _ = e["code"].(string)
+	reason, _ = e["reason"].(string)
+	return code, reason
+}
+
+// requireOwnerGone: a 503 alone could be a store outage or a missing
+// member; only this reason says the owner is dead and nothing took over.
+func requireOwnerGone(t *testing.T, r httpRes) {
+	t.Helper()
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%v", r.body)
+	code, reason := errorCode(r)
+	require.Equal(t, edge.CodeUnavailable, code, "%v", r.body)
+	require.Equal(t, edge.ReasonOwnerGone, reason, "%v", r.body)
+	require.NotEmpty(t, r.retryAfter, "a 503 says when to come back")
 }
 
 func post(t *testing.T, url, body string) httpRes {
@@ -43,7 +64,7 @@ func post(t *testing.T, url, body string) httpRes {
 	require.NoError(t, err)
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	out := httpRes{status: res.StatusCode}
+	out := httpRes{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
 	_ = json.Unmarshal(b, &out.body)
 	return out
 }
@@ -116,6 +137,7 @@ func TestOwnerKilledIsUnavailableWithoutFailover(t *testing.T) {
 		took := time.Since(t0)
 		require.NotEqual(t, http.StatusOK, r.status, "a dead owner's order must not be served by anyone else")
 		if r.status == http.StatusServiceUnavailable {
+			requireOwnerGone(t, r)
 			first = time.Since(killed)
 			slowest = took
 			break
@@ -128,7 +150,7 @@ func TestOwnerKilledIsUnavailableWithoutFailover(t *testing.T) {
 		t0 := time.Now()
 		r := post(t, api+"/orders/"+orderID+"/continue", `{}`)
 		took := time.Since(t0)
-		require.Equal(t, http.StatusServiceUnavailable, r.status)
+		requireOwnerGone(t, r)
 		require.Less(t, took, time.Second, "UNAVAILABLE is fast, not a timeout")
 		worst = max(worst, took)
 	}
@@ -138,7 +160,7 @@ func TestOwnerKilledIsUnavailableWithoutFailover(t *testing.T) {
 	// The same node name comes back as a new incarnation: still no failover.
 	require.NoError(t, c.Restart(ctx, owner))
 	r := post(t, c.APIURL(cluster.APIB)+"/orders/"+orderID+"/rebuild-projection", `{}`)
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%v", r.body)
+	requireOwnerGone(t, r)
 	after, err := loc.Get(ctx, grain.KindName, orderID)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the Location record is untouched")
