@@ -43,6 +43,15 @@ func Permanent(err error) bool {
 // idempotency mapping that was not marked started. Both writes are
 // idempotent, so repeating them after an unknown outcome is harmless.
 func (s *Service) repair(ctx context.Context, o *Order) error {
+	if req := o.startInDoubt; req != nil && !o.stale {
+		o.startInDoubt = nil
+		if o.state.Started && o.state.StartSourceCommandID == req.SourceCommandId {
+			// It landed: finish it as the start itself would have.
+			o.start = req
+			o.projectionBehind = true
+			o.unmarkedKey = req.IdempotencyKey
+		}
+	}
 	if o.projectionBehind {
 		if err := s.project(ctx, o.state); err != nil {
 			return err

@@ -34,6 +34,8 @@ type Order struct {
 	// unmarkedKey is the start's idempotency key while marking it started
 	// failed; the owner's next step marks it.
 	unmarkedKey string
+	// startInDoubt is a start whose append ended with an unknown outcome.
+	startInDoubt *contracts.StartOrderWorkflowReq
 }
 
 // OrderID is the order's id.

@@ -77,6 +77,12 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 			st, err := s.startAgain(ctx, o, req)
 			return st, false, err
 		}
+		if o.stale {
+			// The append's outcome is unknown: should it have landed, the
+			// owner's next step finds this start in the stream and
+			// finishes it (projection, mapping) without a client retry.
+			o.startInDoubt = req
+		}
 		return nil, false, err
 	}
 	o.start = req

@@ -186,3 +186,35 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// An activation request that reaches a member after its requester gave up
+// (a member frozen while the request waited in its mailbox) must not open
+// the order: the activator refuses it and hosts nothing.
+func TestLateActivationIsRefused(t *testing.T) {
+	h := newHarness(t)
+	w := h.startWorkflow("workflow-a")
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
+	require.NoError(t, err)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	_, err = a.client.CloseOrder(ctxT(t, 10*time.Second), &contracts.CloseOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { hosted, _ := w.Member.Lookup.Hosted(); return len(hosted) == 0 }, "the closed grain stopped")
+
+	res, err := a.member.System.Root.RequestFuture(actor.NewPID(w.Member.Address(), location.ActivatorName), &location.Activate{
+		Kind: grain.KindName, Identity: req.OrderId, Generation: 2,
+		Reason: location.ActivationReason_ACTIVATION_REASON_COLD, DeadlineUnixMs: time.Now().Add(-time.Second).UnixMilli(),
+	}, 5*time.Second).Result()
+	require.NoError(t, err)
+	require.Equal(t, location.ActivationFailure_ACTIVATION_FAILURE_EXPIRED, res.(*location.Activated).GetFailure())
+	hosted, err := w.Member.Lookup.Hosted()
+	require.NoError(t, err)
+	require.Empty(t, hosted, "nothing was spawned")
+	c := h.redis.Client()
+	defer c.Close()
+	gen, err := c.HGet(ctxT(t, 5*time.Second), "sm:es:{"+req.OrderId+"}:fence", "gen").Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, gen, "the stream's fence was not raised by the late request")
+}
