@@ -14,8 +14,10 @@ import (
 // Client is the typed caller of order grains. It addresses an order only
 // by its OrderId (the global Spot ID); the Location Store finds the owner.
 // Errors wrap workflow.ErrNotFound, ErrInvalidArgument, ErrConflict,
-// location.ErrUnavailable, location.ErrTimeout, ErrFailedPrecondition or
-// ErrInternal. Safe for concurrent use.
+// location.ErrUnavailable (the owner is gone), location.ErrTimeout,
+// ErrStoreUnavailable or location.ErrStoreUnavailable (retry soon),
+// location.ErrNoMember, ErrFailedPrecondition or ErrInternal. Safe for
+// concurrent use.
 type Client struct {
 	ctx         *location.Context
 	lookup      *location.Lookup
