@@ -42,6 +42,9 @@ type opened struct {
 	storeDown bool
 }
 
+// stoppedOpening: a grain stopped before its open was answered.
+type stoppedOpening struct{ pid *actor.PID }
+
 // activator hosts grains on one member. It is the only place that spawns
 // them, so two activations of one identity on one member cannot happen.
 type activator struct {
@@ -61,13 +64,25 @@ func (a *activator) Receive(ctx actor.Context) {
 		for key, h := range a.grains {
 			if h.pid.Equal(m.Who) {
 				if h.opening {
-					// It stopped before it reported its open.
-					reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED}
-					for _, w := range h.waiting {
-						ctx.Send(w, reply)
-					}
+					// System messages overtake user messages: the grain's
+					// report of its open may still be queued. Decide after
+					// it, in a message of our own queued behind it.
+					ctx.Send(ctx.Self(), &stoppedOpening{pid: h.pid})
+					continue
 				}
-				a.forget(ctx, key, h, !h.opening)
+				a.forget(ctx, key, h, true)
+			}
+		}
+	case *stoppedOpening:
+		for key, h := range a.grains {
+			if h.pid.Equal(m.pid) && h.opening {
+				// It stopped without reporting its open (it failed past
+				// its restarts): another member may do better.
+				reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+				for _, w := range h.waiting {
+					ctx.Send(w, reply)
+				}
+				a.forget(ctx, key, h, false)
 			}
 		}
 	case *hostedQuery:

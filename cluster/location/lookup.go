@@ -60,7 +60,9 @@ type Config struct {
 	CreateLockTTL time.Duration
 	// ActivationTimeout bounds one activation request to one member,
 	// including the grain's open. A member that does not answer in time
-	// is skipped and the next one is asked; default 2s.
+	// is skipped and the next one is asked; default 1s, well below the 2s
+	// after which protoactor's health check drops a silent member, so a
+	// paused member costs a cold start one second, not its failure.
 	ActivationTimeout time.Duration
 	// WaitTimeout bounds waiting for another caller's Creating or Moving.
 	WaitTimeout time.Duration
@@ -165,7 +167,7 @@ type resolveCall struct {
 // New returns a Lookup; pass it to cluster.Configure.
 func New(cfg Config) *Lookup {
 	if cfg.ActivationTimeout == 0 {
-		cfg.ActivationTimeout = 2 * time.Second
+		cfg.ActivationTimeout = time.Second
 	}
 	if cfg.CreateLockTTL <= cfg.ActivationTimeout {
 		cfg.CreateLockTTL = cfg.ActivationTimeout + 3*time.Second
