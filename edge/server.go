@@ -151,13 +151,40 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// StoreCheck is implemented by a Config.Topology that can also tell
+// whether this process's stores answer; /readyz then answers 503 while
+// they do not, since no order request could succeed.
+type StoreCheck interface {
+	// CheckStores returns nil when every store answers, bounded by ctx.
+	CheckStores(ctx context.Context) error
+}
+
+// readyzStoreTimeout keeps /readyz against a down or hanging Redis (whose
+// client retries a failed PING) below a probe's usual one-second timeout,
+// so the probe gets a 503 rather than no answer.
+const readyzStoreTimeout = 800 * time.Millisecond
+
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	switch n := s.cfg.Topology.WorkflowMembers(); {
-	case !s.listening.Load():
+	if !s.listening.Load() {
 		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "the HTTP listener is not up"})
-	case n == 0:
+		return
+	}
+	if sc, ok := s.cfg.Topology.(StoreCheck); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), readyzStoreTimeout)
+		err := sc.CheckStores(ctx)
+		cancel()
+		if err != nil {
+			// Probes repeat every few seconds: the cause goes to debug,
+			// the client sees that the stores are the reason.
+			s.log.Debug("not ready: stores do not answer", slog.Any("error", err))
+			s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
+				Message: "the stores do not answer", retryAfter: retryAfterSoon})
+			return
+		}
+	}
+	if n := s.cfg.Topology.WorkflowMembers(); n == 0 {
 		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "no order workflow member is in the topology"})
-	default:
+	} else {
 		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "workflowMembers": n})
 	}
 }
@@ -185,6 +212,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, status int, e apiError) {
+	// httpError decides Retry-After with the status; headers must be set
+	// before writeJSON writes the status line.
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	s.writeJSON(w, status, errorBody{Error: e})
 }
 

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +42,10 @@ type RedisURLs struct {
 	Relocation string
 }
 
+// ErrStoresUnavailable: a store's Redis did not answer a PING: it is
+// down, unreachable, or still loading its data set (LOADING).
+var ErrStoresUnavailable = errors.New("node: stores unavailable")
+
 // Stores are the opened stores of one process.
 type Stores struct {
 	Events     eventstore.Store
@@ -52,7 +58,14 @@ type Stores struct {
 	// trip; nil when the event store and the read model live on
 	// different Redis deployments.
 	ProjectedAppend workflow.ProjectedAppender
-	clients         map[string]*redis.Client
+	clients         []storeClient
+}
+
+// storeClient is one distinct Redis. name is its URL without a password,
+// fit for logs and probe replies.
+type storeClient struct {
+	name   string
+	client *redis.Client
 }
 
 // StoreOptions tune store clients.
@@ -63,20 +76,23 @@ type StoreOptions struct {
 	PoolSize int
 }
 
-// OpenStores connects one client per distinct URL and checks each with a
-// PING, so a misconfigured process fails at start, not at the first order.
-func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores, error) {
-	s := &Stores{clients: map[string]*redis.Client{}}
+// NewStores builds one client per distinct URL without contacting Redis.
+// go-redis dials on first use and redials after a failure by itself, so a
+// process can be started before its Redis answers and wait with
+// WaitStores; only a malformed URL fails here.
+func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
+	s := &Stores{}
+	byURL := map[string]*redis.Client{}
 	get := func(u string) (*redis.Client, error) {
 		if u == "" {
 			u = urls.Default
 		}
-		if c, ok := s.clients[u]; ok {
+		if c, ok := byURL[u]; ok {
 			return c, nil
 		}
 		o, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("redis url %q: %w", u, err)
+			return nil, fmt.Errorf("redis url %q: %w", redactURL(u), err)
 		}
 		if opt.PoolSize > 0 {
 			o.PoolSize = opt.PoolSize
@@ -85,11 +101,8 @@ func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores,
 		if opt.Hook != nil {
 			c.AddHook(opt.Hook)
 		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("redis %q: %w", u, err)
-		}
-		s.clients[u] = c
+		byURL[u] = c
+		s.clients = append(s.clients, storeClient{name: redactURL(u), client: c})
 		return c, nil
 	}
 	var errs []error
@@ -116,11 +129,59 @@ func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores,
 	return s, nil
 }
 
+// OpenStores is NewStores followed by one Ping, for callers (tests, tools)
+// whose Redis must already answer: they fail at once rather than wait.
+// Processes use NewStores and WaitStores instead.
+func OpenStores(ctx context.Context, urls RedisURLs, opt StoreOptions) (*Stores, error) {
+	s, err := NewStores(urls, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping sends one PING to every distinct Redis, concurrently so one that
+// hangs does not hide the others, and returns nil when all of them
+// answer. Otherwise the error wraps ErrStoresUnavailable and names each
+// Redis that failed.
+func (s *Stores) Ping(ctx context.Context) error {
+	errs := make([]error, len(s.clients))
+	var wg sync.WaitGroup
+	for i, c := range s.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.client.Ping(ctx).Err(); err != nil {
+				errs[i] = fmt.Errorf("redis %s: %w", c.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrStoresUnavailable, err)
+	}
+	return nil
+}
+
 // Close closes every client.
 func (s *Stores) Close() {
 	for _, c := range s.clients {
-		_ = c.Close()
+		_ = c.client.Close()
 	}
+}
+
+// redactURL drops a password from a Redis URL: store names end up in logs
+// and in probe replies.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
 }
 
 // projectedAppender writes the read model's record inside the event
@@ -242,30 +303,4 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		return nil, err
 	}
 	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), log: cfg.Logger}, nil
-}
-
-// Drain is the graceful stop: this member stops accepting activations,
-// relocates every live grain to another eligible member (like a shard
-// handoff) or, when none is left, closes it, and then leaves the cluster.
-// Only a crash leaves orders Unavailable.
-func (w *Workflow) Drain(ctx context.Context) error {
-	w.Member.Lookup.SetDraining(true)
-	hosted, err := w.Member.Lookup.Hosted()
-	var errs []error
-	errs = append(errs, err)
-	for _, h := range hosted {
-		if h.Kind != grain.KindName {
-			continue
-		}
-		_, err := w.Client.RelocateOrder(ctx, &contracts.RelocateOrderReq{OrderId: h.Identity})
-		if errors.Is(err, grain.ErrFailedPrecondition) {
-			_, err = w.Client.CloseOrder(ctx, &contracts.CloseOrderReq{OrderId: h.Identity})
-		}
-		if err != nil && !errors.Is(err, workflow.ErrNotFound) {
-			w.log.Warn("drain: order not handed off", slog.String("order", h.Identity), slog.Any("error", err))
-			errs = append(errs, fmt.Errorf("order %s: %w", h.Identity, err))
-		}
-	}
-	w.Member.Stop()
-	return errors.Join(errs...)
 }

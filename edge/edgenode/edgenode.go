@@ -9,9 +9,11 @@ package edgenode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
@@ -48,10 +50,62 @@ type API struct {
 	Client *grain.Client
 }
 
-// topology counts live workflow members as this member sees them.
-type topology struct{ l *location.Lookup }
+// topology counts live workflow members as this member sees them, and
+// checks the stores for the edge's /readyz (edge.StoreCheck).
+type topology struct {
+	l      *location.Lookup
+	stores *node.Stores
+}
 
 func (t topology) WorkflowMembers() int { return len(t.l.Eligible(grain.KindName)) }
+
+func (t topology) CheckStores(ctx context.Context) error { return t.stores.Ping(ctx) }
+
+// StartingHandler answers on the public listener (node.ServeInterim) while
+// the API waits for its stores and joins: /healthz 200, and /readyz and
+// every other route 503 UNAVAILABLE in the edge's error shape (/readyz
+// naming what is still missing), so clients retry instead of failing on a
+// refused connection.
+func StartingHandler(ready *node.Readiness) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			return
+		}
+		body := map[string]string{"code": edge.CodeUnavailable, "message": "starting"}
+		if r.URL.Path == "/readyz" {
+			ctx, cancel := context.WithTimeout(r.Context(), node.DefaultReadyzTimeout)
+			// Like the edge's own /readyz, the public reply names the
+			// reason, not the Redis address or error.
+			for _, c := range ready.Check(ctx) {
+				if c.Err == nil {
+					continue
+				}
+				body["message"] = "starting: " + startingReasons[c.Name]
+				if c.Name == "stores" {
+					body["reason"] = edge.ReasonStoreUnavailable
+				}
+				break
+			}
+			cancel()
+		}
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": body})
+	})
+}
+
+var startingReasons = map[string]string{
+	"stores": "the stores do not answer",
+	"member": "the cluster member has not joined",
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v) // maps of strings: always encodes
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
 
 // Start joins the cluster and builds the HTTP edge; call Server.Serve to
 // answer requests.
@@ -92,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		Carts:          st.Commerce.Carts(),
 		ReadModel:      st.ReadModel,
 		Orders:         client,
-		Topology:       topology{m.Lookup},
+		Topology:       topology{l: m.Lookup, stores: st},
 		Operator:       client,
 		Admin:          cfg.Admin,
 		RequestTimeout: cfg.RequestTimeout,

@@ -6,7 +6,9 @@
 //
 // Readiness is judged only by the sample's own lines of spec §10.1, read
 // passively from each node's log separately, as whole lines, polling every
-// 100 ms at most 300 times. Processes are stopped by their PID only
+// 100 ms at most 300 times. Each workflow node also gets an operations
+// listener (-ops-http on a free loopback port, see OpsURL) for operators'
+// /healthz and /readyz; the runner itself does not judge by it. Processes are stopped by their PID only
 // (SIGTERM, a bounded wait, then SIGKILL), never by name.
 //
 // It owns processes and log files, nothing of the order domain: it must
@@ -113,6 +115,7 @@ type node struct {
 	name            string
 	role            Role
 	httpPort        int // API only
+	opsPort         int // workflow only: its -ops-http port
 	automanagedPort int
 	logPath         string
 	pidPath         string
@@ -164,7 +167,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: run dir: %w", err)
 	}
 
-	ports, err := freePorts(7)
+	// Redis, two API HTTP ports, four automanaged ports, two workflow
+	// operations ports.
+	ports, err := freePorts(9)
 	if err != nil {
 		return nil, err
 	}
@@ -179,16 +184,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i]})
 	}
 	for i, name := range WorkflowNodes {
-		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i]})
+		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[7+i]})
 	}
 
-	c.redis, err = redisserver.Start(ctx, redisserver.Config{
-		Bin:     cfg.RedisBin,
-		Dir:     filepath.Join(dir, "redis"),
-		Port:    c.port,
-		Persist: cfg.RedisPersist,
-		LogFile: filepath.Join(dir, "redis.log"),
-	})
+	c.redis, err = redisserver.Start(ctx, c.redisConfig())
 	if err != nil {
 		return nil, fmt.Errorf("cluster: redis: %w", err)
 	}
@@ -269,7 +268,7 @@ func (c *Cluster) args(n *node) []string {
 		}
 		return a
 	}
-	a := append(append([]string{}, common...), "-idle-timeout", "0")
+	a := append(append([]string{}, common...), "-idle-timeout", "0", "-ops-http", "127.0.0.1:"+strconv.Itoa(n.opsPort))
 	if c.cfg.Fixtures {
 		a = append(a, "-fixtures")
 	}
@@ -292,7 +291,11 @@ func (c *Cluster) startNode(n *node) error {
 	c.mu.Lock()
 	n.proc, n.startOffset, n.killed = p, off, false
 	c.mu.Unlock()
-	c.cfg.Logf("%s pid=%d log=%s", n.name, p.pid(), n.logPath)
+	if n.role == RoleWorkflow {
+		c.cfg.Logf("%s pid=%d ops=%s log=%s", n.name, p.pid(), c.OpsURL(n.name), n.logPath)
+	} else {
+		c.cfg.Logf("%s pid=%d http=%s log=%s", n.name, p.pid(), c.APIURL(n.name), n.logPath)
+	}
 	return nil
 }
 
@@ -469,8 +472,8 @@ func (c *Cluster) Stop() error {
 	for i := len(WorkflowNodes) - 1; i >= 0; i-- {
 		stop(WorkflowNodes[i : i+1])
 	}
-	if c.redis != nil {
-		if err := c.redis.Stop(); err != nil {
+	if r := c.redisServer(); r != nil {
+		if err := r.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 		os.Remove(c.redisPIDPath())
@@ -482,7 +485,14 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) RedisURL() string { return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0" }
 
 // RedisPID is the redis-server's PID.
-func (c *Cluster) RedisPID() int { return c.redis.PID() }
+func (c *Cluster) RedisPID() int { return c.redisServer().PID() }
+
+// redisServer is the current redis-server; RestartRedis replaces it.
+func (c *Cluster) redisServer() *redisserver.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redis
+}
 
 // RedisPort is the redis-server's TCP port on 127.0.0.1.
 func (c *Cluster) RedisPort() int { return c.port }
@@ -497,6 +507,16 @@ func (c *Cluster) APIURL(name string) string {
 		return ""
 	}
 	return "http://127.0.0.1:" + strconv.Itoa(n.httpPort)
+}
+
+// OpsURL is the base URL of a workflow node's operations listener
+// (/healthz, /readyz), e.g. http://127.0.0.1:40123.
+func (c *Cluster) OpsURL(name string) string {
+	n, ok := c.nodes[name]
+	if !ok || n.role != RoleWorkflow {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(n.opsPort)
 }
 
 // LogPath is the node's log file.
@@ -535,8 +555,8 @@ func (c *Cluster) Running(name string) bool {
 // State describes the running processes for a state file.
 func (c *Cluster) State() State {
 	st := State{RunDir: c.cfg.RunDir}
-	if c.redis != nil {
-		st.Redis = ProcessState{Name: "redis", PID: c.redis.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
+	if r := c.redisServer(); r != nil {
+		st.Redis = ProcessState{Name: "redis", PID: r.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
 		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
 	}
 	for _, name := range c.order {
@@ -544,6 +564,8 @@ func (c *Cluster) State() State {
 		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort}
 		if n.role == RoleAPI {
 			ps.URL = c.APIURL(name)
+		} else {
+			ps.OpsURL = c.OpsURL(name)
 		}
 		if ps.PID != 0 {
 			ps.StartTime, _ = processStartTime(ps.PID)

@@ -16,6 +16,7 @@ import (
 // Fake node binaries: they print what the real ones print at start and
 // then wait to be signalled. They parse -node like the real processes.
 const parseNode = `#!/bin/sh
+echo "args $*"
 node=
 while [ $# -gt 0 ]; do case "$1" in -node) node=$2; shift 2;; *) shift;; esac; done
 `
@@ -103,6 +104,19 @@ func TestClusterStartKillRestartStop(t *testing.T) {
 	assert.Equal(t, RoleAPI, a.Role)
 	assert.Equal(t, c.APIURL(APIA), a.URL)
 	assert.True(t, Alive(a.PID, a.StartTime))
+	assert.Empty(t, a.OpsURL)
+	for _, wf := range WorkflowNodes {
+		ops := c.OpsURL(wf)
+		require.True(t, strings.HasPrefix(ops, "http://127.0.0.1:"), ops)
+		w, ok := st.Node(wf)
+		require.True(t, ok)
+		assert.Equal(t, ops, w.OpsURL, "the state records %s's ops address", wf)
+		log, err := os.ReadFile(c.LogPath(wf))
+		require.NoError(t, err)
+		assert.Contains(t, string(log), "-ops-http "+strings.TrimPrefix(ops, "http://")+" ", "%s started with its ops address", wf)
+	}
+	assert.NotEqual(t, c.OpsURL(WorkflowA), c.OpsURL(WorkflowB))
+	assert.Empty(t, c.OpsURL(APIA))
 
 	// SIGKILL, then the same name again as a new incarnation.
 	old := c.PID(WorkflowA)

@@ -22,7 +22,9 @@ type ProcessState struct {
 	// system later reuses is never mistaken for this process.
 	StartTime uint64 `json:"startTime,omitempty"`
 	// URL is an API's public base URL, or Redis' URL.
-	URL             string `json:"url,omitempty"`
+	URL string `json:"url,omitempty"`
+	// OpsURL is a workflow's operations listener (/healthz, /readyz).
+	OpsURL          string `json:"opsUrl,omitempty"`
 	Log             string `json:"log,omitempty"`
 	AutomanagedPort int    `json:"automanagedPort,omitempty"`
 }

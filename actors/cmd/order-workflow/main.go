@@ -10,6 +10,12 @@
 // go to stdout, logs to stderr. SIGTERM (or SIGINT) drains: live orders
 // are relocated to another member (or closed when none is left) before the
 // process leaves the cluster and exits 0.
+//
+// The operations listener (-ops-http, net/http) answers /healthz (the
+// process runs) and /readyz (the stores answer a PING and the member has
+// joined; otherwise 503 with a JSON body naming what is missing). It
+// listens first: the process then waits for its stores, however long Redis
+// is down or loading, before it joins the cluster.
 package main
 
 import (
@@ -36,6 +42,7 @@ type options struct {
 	procflags.Common
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
+	opsHTTP                            string
 }
 
 func parse(args []string) (options, error) {
@@ -46,6 +53,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "default grain call timeout")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
+	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	return o, o.Parse(fs, args)
 }
 
@@ -57,18 +65,39 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	proc, err := o.Open(startCtx)
+	proc, err := o.Open()
 	if err != nil {
 		return err
 	}
 	defer proc.Close()
 	log, stores := proc.Log, proc.Stores
 
+	ready := node.NewReadiness(stores)
+	ops, err := node.StartOps(node.OpsConfig{Addr: o.opsHTTP, Readiness: ready, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ops.Shutdown(shutCtx)
+	}()
+	log.Info("ops listening", "ops", ops.Addr())
+
+	if err := proc.WaitStores(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before the stores answered")
+			return nil
+		}
+		return err
+	}
+	// The stores answered: joining only waits for this member's first
+	// topology, which a healthy member sees within a few refreshes.
+	joinCtx, cancelJoin := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelJoin()
 	cc := o.Cluster(log)
 	cc.RequestTimeout = o.requestTimeout
-	w, err := node.StartWorkflow(startCtx, node.WorkflowConfig{
+	w, err := node.StartWorkflow(joinCtx, node.WorkflowConfig{
 		Cluster:     cc,
 		Stores:      stores,
 		IdleTimeout: o.idleTimeout,
@@ -77,12 +106,18 @@ func run(args []string) error {
 		Logger:      log,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before joining")
+			return nil
+		}
 		return err
 	}
+	ready.Joined(w.Member)
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
-		"fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
+		"ops", ops.Addr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
 
 	<-ctx.Done()
+	ready.Draining()
 	log.Info("draining")
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), o.drain)
 	defer cancelDrain()

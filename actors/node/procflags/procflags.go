@@ -139,21 +139,28 @@ type Process struct {
 	Stores *node.Stores
 }
 
-// Open sets up the logger, starts the stats dump and opens the stores,
-// bounded by ctx. Close undoes it.
-func (c *Common) Open(ctx context.Context) (*Process, error) {
+// Open sets up the logger, starts the stats dump and builds the store
+// clients. It does not contact Redis: a process may start before its
+// Redis answers, and waits for it with node.WaitStores once its probes
+// listen. Close undoes it.
+func (c *Common) Open() (*Process, error) {
 	log, err := c.Logger()
 	if err != nil {
 		return nil, err
 	}
 	slog.SetDefault(log)
 	stats := node.StartStats(c.StatsFile, c.Node, log)
-	stores, err := node.OpenStores(ctx, c.Redis, node.StoreOptions{Hook: stats.Hook()})
+	stores, err := node.NewStores(c.Redis, node.StoreOptions{Hook: stats.Hook()})
 	if err != nil {
 		stats.Close()
 		return nil, err
 	}
 	return &Process{Log: log, Stats: stats, Stores: stores}, nil
+}
+
+// WaitStores waits, logging, until every store answers or ctx ends.
+func (p *Process) WaitStores(ctx context.Context) error {
+	return node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log})
 }
 
 // Close closes the stores and writes the last stats dump.

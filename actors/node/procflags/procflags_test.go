@@ -1,12 +1,16 @@
 package procflags
 
 import (
+	"context"
 	"flag"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
 )
 
 func TestCommandLineWinsOverEnvironment(t *testing.T) {
@@ -43,4 +47,22 @@ func TestTestProviderRefusedAcrossProcesses(t *testing.T) {
 	c.LogFormat = "yaml"
 	_, err := c.Logger()
 	require.Error(t, err)
+}
+
+// A process opens while its Redis is down, and waits for it: nothing at
+// start-up gives up on a store that does not answer yet.
+func TestOpenDoesNotWaitForRedis(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.Register(fs, "workflow-a", 6333)
+	require.NoError(t, c.Parse(fs, []string{"-redis", "redis://127.0.0.1:1/0", "-log-level", "error"}))
+	defer slog.SetDefault(slog.Default())
+	p, err := c.Open()
+	require.NoError(t, err)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = p.WaitStores(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, node.ErrStoresUnavailable)
 }

@@ -9,6 +9,11 @@
 // Every flag can also be set from the environment as SHOPPINGMALL_<FLAG>
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
 // go to stdout, logs to stderr.
+//
+// The process binds -http first and answers /healthz 200 and /readyz 503
+// there while it waits for its stores (however long Redis is down or
+// loading) and joins; then the edge takes the same socket over. The
+// edge's /readyz answers 503 whenever the stores do not answer a PING.
 package main
 
 import (
@@ -27,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
 )
@@ -68,22 +74,39 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	proc, err := o.Open(startCtx)
+	proc, err := o.Open()
 	if err != nil {
 		return err
 	}
 	defer proc.Close()
 	log, stores := proc.Log, proc.Stores
 
-	// Bind the HTTP port before joining, so a taken port fails fast and
-	// leaves no member behind.
+	// Bind the HTTP port first, so a taken port fails fast and leaves no
+	// member behind, and so probes get a 503 while the stores are awaited.
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
 	}
-	api, err := edgenode.Start(startCtx, edgenode.Config{
+	ready := node.NewReadiness(stores)
+	interim, err := node.ServeInterim(ln, edgenode.StartingHandler(ready), log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	log.Info("http listening; starting", "http", ln.Addr().String())
+	if err := proc.WaitStores(ctx); err != nil {
+		_ = interim.Close()
+		if ctx.Err() != nil {
+			log.Info("stopped before the stores answered")
+			return nil
+		}
+		return err
+	}
+	// The stores answered: joining only waits for this member's first
+	// topology, which a healthy member sees within a few refreshes.
+	joinCtx, cancelJoin := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelJoin()
+	api, err := edgenode.Start(joinCtx, edgenode.Config{
 		Cluster:        o.Cluster(log),
 		Stores:         stores,
 		RequestTimeout: o.requestTimeout,
@@ -93,7 +116,19 @@ func run(args []string) error {
 		Logger:         log,
 	})
 	if err != nil {
-		_ = ln.Close()
+		_ = interim.Close()
+		if ctx.Err() != nil {
+			log.Info("stopped before joining")
+			return nil
+		}
+		return err
+	}
+	ready.Joined(api.Member)
+	handCtx, cancelHand := context.WithTimeout(context.Background(), o.requestTimeout)
+	ln, err = interim.Handoff(handCtx)
+	cancelHand()
+	if err != nil {
+		_ = api.Stop(context.Background())
 		return err
 	}
 	log.Info("commerce-api started", "http", ln.Addr().String(), "member", api.Member.ID(),

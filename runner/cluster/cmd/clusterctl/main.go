@@ -260,7 +260,7 @@ func serve(args []string) error {
 		os.Remove(statePath(o.runDir))
 		logf("stopped")
 	}()
-	if err := applySeed(ctx, c.RedisURL(), commerce.DemoSeed()); err != nil {
+	if err := applySeed(ctx, c.RedisURL(), commerce.DemoSeed(), logf); err != nil {
 		return fmt.Errorf("demo seed: %w", err)
 	}
 	logf("demo seed applied")
@@ -274,16 +274,38 @@ func serve(args []string) error {
 	return nil
 }
 
-func applySeed(ctx context.Context, url string, s commerce.Seed) error {
+// applySeed writes the seed, retrying with capped backoff until it
+// succeeds or ctx ends: a Redis restarted on an existing run dir answers
+// LOADING while it reads its append-only file, and one failed attempt
+// must not end the supervisor. ApplySeed sets absolute values, so a
+// repeat is harmless.
+func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(string, ...any)) error {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return err
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return commerce.NewRedis(commerce.RedisConfig{Client: rc}).ApplySeed(ctx, s)
+	store := commerce.NewRedis(commerce.RedisConfig{Client: rc})
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := store.ApplySeed(actx, s)
+		cancel()
+		if err == nil || errors.Is(err, commerce.ErrInvalidArgument) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		}
+		logf("seed attempt %d failed (%v); retrying in %s", attempt, err, pause)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
 }
 
 func down(args []string) error {
@@ -354,7 +376,9 @@ func seed(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := applySeed(context.Background(), st.Redis.URL, s); err != nil {
+	seedCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := applySeed(seedCtx, st.Redis.URL, s, func(format string, a ...any) { fmt.Printf(format+"\n", a...) }); err != nil {
 		return err
 	}
 	fmt.Printf("seeded %d carts, %d SKUs, %d payment methods from %s into %s\n", len(s.Carts), len(s.Stock), len(s.Methods), o.file, st.Redis.URL)
@@ -386,12 +410,14 @@ func printSummary(w io.Writer, st cluster.State) {
 			if api == "" {
 				api = n.URL
 			}
-			fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", n.Name, n.URL, n.PID, n.Log)
+			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", n.Name, n.URL, n.PID, n.Log)
 		} else {
-			fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", n.Name, "(no HTTP)", n.PID, n.Log)
+			// A workflow has no public HTTP, only its operations listener.
+			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", n.Name, "ops "+n.OpsURL, n.PID, n.Log)
 		}
 	}
-	fmt.Fprintf(w, "  %-11s %-24s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	fmt.Fprintf(w, "\nProbes: GET /healthz and /readyz on each API and on each workflow's ops address.\n")
 	fmt.Fprintf(w, "\nDemo data (commerce.DemoSeed):\n")
 	fmt.Fprintf(w, "  carts            %s (ample stock), %s (sold out)\n", commerce.DemoCartOK, commerce.DemoCartNoStock)
 	fmt.Fprintf(w, "  payment methods  %s (approves), %s (declines: %q)\n", commerce.DemoMethodOK, commerce.DemoMethodDeclined, commerce.DemoDeclineReason)

@@ -1,0 +1,188 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+)
+
+var (
+	// ErrNotJoined: the process's cluster member has not joined the
+	// topology yet (or no longer sees itself in it).
+	ErrNotJoined = errors.New("node: cluster member not joined")
+	// ErrDraining: the process is stopping and hands its work off.
+	ErrDraining = errors.New("node: draining")
+)
+
+// Readiness is what a process's /readyz reports. The stores are checked
+// with a PING at every probe rather than remembered, so a Redis that
+// restarts under a running process turns it unready and ready again
+// without the process doing anything.
+type Readiness struct {
+	stores   *Stores
+	member   atomic.Pointer[cluster.Member]
+	draining atomic.Bool
+}
+
+// NewReadiness returns a Readiness for a process whose member has not
+// joined yet.
+func NewReadiness(s *Stores) *Readiness { return &Readiness{stores: s} }
+
+// Joined records the process's member once cluster.Start returned it.
+func (r *Readiness) Joined(m *cluster.Member) { r.member.Store(m) }
+
+// Draining marks the process as stopping: it stays unready from here on,
+// so a load balancer stops sending before the member leaves.
+func (r *Readiness) Draining() { r.draining.Store(true) }
+
+// Condition is one readiness condition and why it does not hold (Err nil
+// when it does).
+type Condition struct {
+	Name string
+	Err  error
+}
+
+// Check evaluates every condition, stores first. ctx bounds the PINGs.
+func (r *Readiness) Check(ctx context.Context) []Condition {
+	out := []Condition{{Name: "stores", Err: r.stores.Ping(ctx)}}
+	m := r.member.Load()
+	var member error
+	switch {
+	case r.draining.Load():
+		member = ErrDraining
+	case m == nil:
+		member = fmt.Errorf("%w: still starting", ErrNotJoined)
+	case !m.Lookup.Live(m.ID()):
+		member = fmt.Errorf("%w: member %s is not in its own topology", ErrNotJoined, m.ID())
+	}
+	return append(out, Condition{Name: "member", Err: member})
+}
+
+// DefaultReadyzTimeout bounds the store PINGs of one /readyz. A PING to a
+// down Redis is retried by its client; the bound keeps the reply below a
+// probe's usual one-second timeout, so the probe gets a 503, not no
+// answer.
+const DefaultReadyzTimeout = 800 * time.Millisecond
+
+// DefaultOpsAddr is the -ops-http default: loopback on a port the kernel
+// picks, so two workflow processes on one host never collide; a pod sets
+// a fixed, reachable address for its probes.
+const DefaultOpsAddr = "127.0.0.1:0"
+
+// OpsConfig configures an operations listener.
+type OpsConfig struct {
+	// Addr is the listen address; default DefaultOpsAddr.
+	Addr      string
+	Readiness *Readiness
+	// CheckTimeout bounds the store PINGs of one /readyz; default
+	// DefaultReadyzTimeout.
+	CheckTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Ops is a running operations listener: /healthz answers 200 while the
+// process runs, /readyz 200 when every readiness condition holds and 503
+// otherwise. Both bodies name each condition.
+type Ops struct {
+	cfg  OpsConfig
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{}
+}
+
+// StartOps binds cfg.Addr and serves on it until Shutdown. A taken or
+// malformed address fails here, before the process waits for anything.
+func StartOps(cfg OpsConfig) (*Ops, error) {
+	if cfg.Readiness == nil {
+		return nil, errors.New("node: OpsConfig.Readiness is required")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultOpsAddr
+	}
+	if cfg.CheckTimeout <= 0 {
+		cfg.CheckTimeout = DefaultReadyzTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("ops listen %s: %w", cfg.Addr, err)
+	}
+	o := &Ops{cfg: cfg, ln: ln, done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", o.healthz)
+	mux.HandleFunc("GET /readyz", o.readyz)
+	o.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		defer close(o.done)
+		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Logger.Error("ops listener ended", slog.Any("error", err))
+		}
+	}()
+	return o, nil
+}
+
+// Addr is the bound address (the real port when Addr asked for 0).
+func (o *Ops) Addr() string { return o.ln.Addr().String() }
+
+// Shutdown stops the listener, waiting for probes in flight until ctx
+// ends.
+func (o *Ops) Shutdown(ctx context.Context) error {
+	err := o.srv.Shutdown(ctx)
+	<-o.done
+	return err
+}
+
+// opsReply is the body of both endpoints: status "ok" (healthz), "ready"
+// or "unready", and per condition "ok" or why not.
+type opsReply struct {
+	Status     string            `json:"status"`
+	Conditions map[string]string `json:"conditions,omitempty"`
+}
+
+func (o *Ops) healthz(w http.ResponseWriter, r *http.Request) {
+	writeOpsJSON(w, http.StatusOK, opsReply{Status: "ok"})
+}
+
+func (o *Ops) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), o.cfg.CheckTimeout)
+	defer cancel()
+	cs := o.cfg.Readiness.Check(ctx)
+	rep := opsReply{Status: "ready", Conditions: map[string]string{}}
+	for _, c := range cs {
+		rep.Conditions[c.Name] = "ok"
+		if c.Err != nil {
+			rep.Status, rep.Conditions[c.Name] = "unready", c.Err.Error()
+		}
+	}
+	status := http.StatusOK
+	if rep.Status != "ready" {
+		status = http.StatusServiceUnavailable
+	}
+	writeOpsJSON(w, status, rep)
+}
+
+func writeOpsJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v) // strings only: always encodes
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,153 @@
+package edgenode
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/edge"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+type errorReply struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+	} `json:"error"`
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, errorReply, http.Header) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	var rep errorReply
+	_ = json.Unmarshal(w.Body.Bytes(), &rep)
+	return w.Code, rep, w.Header()
+}
+
+// downStores points at a port nothing listens on.
+func downStores(t *testing.T) *node.Stores {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	s, err := node.NewStores(node.RedisURLs{Default: "redis://" + addr + "/0"}, node.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestStartingHandlerSaysWhyNotReady(t *testing.T) {
+	h := StartingHandler(node.NewReadiness(downStores(t)))
+	code, _, _ := get(t, h, "/healthz")
+	require.Equal(t, http.StatusOK, code, "alive while starting")
+
+	code, rep, hdr := get(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, edge.CodeUnavailable, rep.Error.Code)
+	require.Equal(t, edge.ReasonStoreUnavailable, rep.Error.Reason)
+	require.Equal(t, "starting: the stores do not answer", rep.Error.Message, "no Redis address or error in a public reply")
+	require.NotEmpty(t, hdr.Get("Retry-After"))
+
+	code, rep, _ = get(t, h, "/orders/ord-1")
+	require.Equal(t, http.StatusServiceUnavailable, code, "orders are not refused as unknown while starting")
+	require.Equal(t, "starting", rep.Error.Message)
+}
+
+func TestStartingHandlerWaitsForTheMember(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	s, err := node.NewStores(node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	code, rep, _ := get(t, StartingHandler(node.NewReadiness(s)), "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "starting: the cluster member has not joined", rep.Error.Message)
+	require.Empty(t, rep.Error.Reason)
+}
+
+// unusedOrders satisfies edge.Orders; readiness never calls it.
+type unusedOrders struct{ edge.Orders }
+
+// oneMember is a topology with a workflow member, whose stores are real.
+type oneMember struct{ topology }
+
+func (oneMember) WorkflowMembers() int { return 1 }
+
+// The edge's /readyz follows its stores: 503 while Redis is gone, 200
+// again once it is back, with the same process and clients.
+func TestEdgeReadyzFollowsTheStores(t *testing.T) {
+	dir, err := os.MkdirTemp("", "rdy")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	rcfg := redisserver.Config{Dir: dir, LogFile: filepath.Join(dir, "redis.log")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs, err := redisserver.Start(ctx, rcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Stop() })
+
+	st, err := node.NewStores(node.RedisURLs{Default: rs.URL()}, node.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	srv, err := edge.New(edge.Config{
+		NodeID: "api-t", Idempotency: st.Commerce.Idempotency(), Carts: st.Commerce.Carts(),
+		ReadModel: st.ReadModel, Orders: unusedOrders{}, Topology: oneMember{topology{stores: st}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	base := "http://" + ln.Addr().String()
+
+	readyz := func() (int, errorReply) {
+		res, err := http.Get(base + "/readyz")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var rep errorReply
+		_ = json.NewDecoder(res.Body).Decode(&rep)
+		return res.StatusCode, rep
+	}
+	waitStatus := func(want int) errorReply {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			code, rep := readyz()
+			if code == want {
+				return rep
+			}
+			require.True(t, time.Now().Before(deadline), "readyz stayed %d, want %d", code, want)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitStatus(http.StatusOK)
+
+	require.NoError(t, rs.Stop())
+	rep := waitStatus(http.StatusServiceUnavailable)
+	require.Equal(t, edge.CodeUnavailable, rep.Error.Code)
+	require.Equal(t, edge.ReasonStoreUnavailable, rep.Error.Reason)
+	require.Equal(t, "the stores do not answer", rep.Error.Message)
+
+	rs, err = redisserver.Start(ctx, rcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Stop() })
+	waitStatus(http.StatusOK)
+	// The same clients work again: no reopening after the outage.
+	_, _, err = st.ReadModel.Get(ctx, "ord-none")
+	require.ErrorIs(t, err, readmodel.ErrNotFound)
+}
