@@ -21,7 +21,9 @@ type RouteObserverConfig struct {
 	Evidence io.Writer
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// ResolveTimeout bounds the wait for a joined member's published name;
+	// ResolveTimeout bounds the wait for a left member's published name,
+	// and is how long a joined member's name may stay missing before it
+	// is logged (the wait itself goes on while the member is live);
 	// default one minute.
 	ResolveTimeout time.Duration
 }
@@ -113,35 +115,46 @@ func (o *RouteObserver) left(memberID string) {
 	o.evidence.line("shoppingmall-topology left node=" + o.cfg.NodeID + " target=" + name)
 }
 
-// resolve waits (bounded, with backoff) for the member's published node
-// name and announces the route.
+// resolve waits, with backoff, for the member's published node name and
+// announces the route. It keeps trying for as long as the member is in
+// the topology: a store outage when the member started only delays the
+// record, which the member retries until it lands. It gives up when the
+// member leaves or the observer closes.
 func (o *RouteObserver) resolve(memberID string) {
 	defer o.wg.Done()
-	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ResolveTimeout)
-	defer cancel()
+	defer func() {
+		o.mu.Lock()
+		delete(o.pending, memberID)
+		o.mu.Unlock()
+	}()
 	backoff := 10 * time.Millisecond
+	warnAt := time.Now().Add(o.cfg.ResolveTimeout)
 	for {
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		names, err := o.cfg.Names.MemberNames(ctx)
+		cancel()
 		if name := names[memberID]; err == nil && name != "" {
 			o.announce(name)
 			return
 		}
+		if !warnAt.IsZero() && time.Now().After(warnAt) {
+			o.log.Warn("no node name published for a workflow member yet; still waiting", slog.String("member", memberID), slog.Any("error", err))
+			warnAt = time.Time{}
+		}
 		t := time.NewTimer(backoff)
 		select {
-		case <-ctx.Done():
+		case <-o.ctx.Done():
 			t.Stop()
-			if o.ctx.Err() == nil {
-				o.log.Warn("no node name published for a workflow member", slog.String("member", memberID), slog.Any("error", err))
-			}
-			o.mu.Lock()
-			delete(o.pending, memberID)
-			o.mu.Unlock()
 			return
 		case <-t.C:
 		}
-		if backoff < time.Second {
-			backoff *= 2
+		o.mu.Lock()
+		live := o.workers[memberID]
+		o.mu.Unlock()
+		if !live {
+			return
 		}
+		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -147,6 +147,12 @@ type fakeNames struct {
 	hideFor int
 }
 
+func (f *fakeNames) set(id, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.names[id] = name
+}
+
 func (f *fakeNames) MemberNames(context.Context) (map[string]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -186,19 +192,32 @@ func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	require.NotContains(t, ev.String(), "api-b", "members without the workflow kind are no route")
 }
 
-func TestRouteObserverGivesUpOnUnnamedMember(t *testing.T) {
+// A member whose name is published late (a store outage when it started)
+// is still announced: the wait goes on while the member is live, past
+// ResolveTimeout. It ends, unannounced, when the member leaves.
+func TestRouteObserverWaitsForALateNameWhileTheMemberIsLive(t *testing.T) {
 	names := &fakeNames{names: map[string]string{}}
 	ev := &workflowtest.Evidence{}
 	o := NewRouteObserver(RouteObserverConfig{NodeID: "api-a", Names: names, Evidence: ev,
-		ResolveTimeout: 50 * time.Millisecond, Logger: discardLogger()})
+		ResolveTimeout: 20 * time.Millisecond, Logger: discardLogger()})
+	t.Cleanup(o.Close)
 	o.MemberJoined("m-x", "127.0.0.1:2", []string{grain.KindName})
+	o.MemberJoined("m-y", "127.0.0.1:3", []string{grain.KindName})
+	o.MemberLeft("m-y", "127.0.0.1:3")
 	eventually(t, 5*time.Second, func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		return !o.pending["m-x"]
-	}, "lookup bounded")
-	o.Close()
-	require.Empty(t, ev.String())
+		return !o.pending["m-y"]
+	}, "the wait for a member that left ends")
+	eventually(t, 5*time.Second, func() bool {
+		names.mu.Lock()
+		defer names.mu.Unlock()
+		return names.lookups >= 6
+	}, "still looking past ResolveTimeout")
+	names.set("m-x", "workflow-x")
+	eventually(t, 10*time.Second, func() bool { return ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-x") == 1 },
+		"the late name is announced")
+	require.NotContains(t, ev.String(), "m-y")
 }
 
 // A workflow member that leaves is reported once per leave, by node name;
