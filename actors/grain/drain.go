@@ -96,6 +96,7 @@ func Drain(root *actor.RootContext, pid *actor.PID, req *DrainReq, timeout time.
 func (g *orderGrain) drain(ctx actor.Context, c context.Context, req *DrainReq) (any, error) {
 	exists := g.order.Exists()
 	if !exists || g.order.State().Status.Terminal() {
+		g.retire(ctx)
 		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
 			return nil, err
 		}

@@ -173,6 +173,8 @@ type orderGrain struct {
 	// pending is the timer of the next one.
 	attempts int
 	pending  *time.Timer
+	// retired is set once the activator was told the grain is leaving.
+	retired bool
 }
 
 // OpensOnStart implements location.Opener: the activator answers only
@@ -512,8 +514,20 @@ func (g *orderGrain) stopTimer() {
 	}
 }
 
+// retire tells the activator, once, that this grain is on its way out. It
+// must precede any release of the record: once the record is Missing, the
+// next activation on this member must get a new grain, not this one.
+func (g *orderGrain) retire(ctx actor.Context) {
+	if g.retired || g.act == nil {
+		return
+	}
+	g.retired = true
+	g.act.Leaving(ctx.Self())
+}
+
 func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	gen := g.act.Generation
+	g.retire(ctx)
 	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), false); err != nil {
 		return nil, err
 	}
@@ -537,6 +551,7 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 		}
 	}
 	exists := g.order != nil && g.order.Exists()
+	g.retire(ctx)
 	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
 		g.cfg.Logger.Warn("idle release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
@@ -553,6 +568,7 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 // after the target had fenced it): the next command then activates a new
 // generation instead of calling a grain that can no longer write.
 func (g *orderGrain) leave(ctx actor.Context, fenced, discard bool) {
+	g.retire(ctx)
 	if fenced || discard {
 		c, cancel := g.turnCtx()
 		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), discard && !fenced); err != nil {

@@ -50,7 +50,19 @@ type stoppedOpening struct{ pid *actor.PID }
 type activator struct {
 	lookup *Lookup
 	grains map[string]*hosted // kind/identity → grain
+	// retired are grains that announced they are leaving, by pid id: a
+	// new activation of their identity gets a new grain, never one that
+	// is about to stop.
+	retired map[string]retiredGrain
 }
+
+type retiredGrain struct {
+	key string
+	pid *actor.PID
+}
+
+// retiring is a grain's notice that it is leaving.
+type retiring struct{ pid *actor.PID }
 
 func (a *activator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
@@ -60,6 +72,16 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 	case *opened:
 		a.onOpened(ctx, m)
+	case *retiring:
+		for key, h := range a.grains {
+			if h.pid.Equal(m.pid) && !h.opening {
+				delete(a.grains, key)
+				if a.retired == nil {
+					a.retired = map[string]retiredGrain{}
+				}
+				a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
+			}
+		}
 	case *actor.Terminated:
 		for key, h := range a.grains {
 			if h.pid.Equal(m.Who) {
@@ -72,6 +94,10 @@ func (a *activator) Receive(ctx actor.Context) {
 				}
 				a.forget(ctx, key, h, true)
 			}
+		}
+		if r, ok := a.retired[m.Who.Id]; ok {
+			delete(a.retired, m.Who.Id)
+			a.forget(ctx, r.key, &hosted{pid: r.pid}, true)
 		}
 	case *stoppedOpening:
 		for key, h := range a.grains {
@@ -98,10 +124,13 @@ func (a *activator) Receive(ctx actor.Context) {
 	}
 }
 
-// forget drops a grain that stopped or failed to open. Only a grain that
+// forget drops a grain that stopped or failed to open (from grains, if it
+// is still there under key). Only a grain that
 // may have been recorded somewhere is announced to the other members.
 func (a *activator) forget(ctx actor.Context, key string, h *hosted, announce bool) {
-	delete(a.grains, key)
+	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
+		delete(a.grains, key)
+	}
 	kind, id := splitKey(key)
 	if k, ok := a.lookup.cluster.TryGetClusterKind(kind); ok {
 		k.Dec()
@@ -179,6 +208,7 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 		Kind: m.Kind, Identity: m.Identity, Generation: m.Generation, Reason: m.Reason,
 		Deadline: deadlineOf(m), Lookup: a.lookup,
 		report: func(o *opened) { root.Send(self, o) },
+		retire: func(pid *actor.PID) { root.Send(self, &retiring{pid: pid}) },
 	}
 	var opens bool
 	// Props must come from the Kind and carry the cluster identity, or the
@@ -291,6 +321,16 @@ func NewActivation(kind, id string, generation int64, reason ActivationReason, p
 				report(o.pid, o.err, o.storeDown)
 			}
 		},
+	}
+}
+
+// Leaving tells the activator that the grain is about to give up its
+// authority and stop: a new activation of the identity on this member,
+// which may follow at once, gets a new grain instead of this one. Call it
+// before releasing the record.
+func (a *Activation) Leaving(self *actor.PID) {
+	if a.retire != nil {
+		a.retire(self)
 	}
 }
 

@@ -83,6 +83,7 @@ type Activation struct {
 	Lookup Placement
 
 	report   func(*opened)
+	retire   func(*actor.PID)
 	reported atomic.Bool
 }
 
