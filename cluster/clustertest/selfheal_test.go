@@ -218,3 +218,25 @@ func TestLateActivationIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, gen, "the stream's fence was not raised by the late request")
 }
+
+// A probe right behind another probe of the same unknown id, through
+// another API, is answered NotFound too: the first probe's grain retires
+// from its activator before it gives its record back, so the second
+// activation gets a new grain, never the one that is stopping.
+func TestBackToBackProbesOfOneUnknownIdAreNotFound(t *testing.T) {
+	h := newHarness(t)
+	h.startWorkflow("workflow-a")
+	a := h.startAPI("api-a")
+	b := h.startAPI("api-b")
+	waitMembers(t, a.member.Lookup, 1)
+	waitMembers(t, b.member.Lookup, 1)
+	for i := range 20 {
+		id := fmt.Sprintf("unknown-b2b-%d", i)
+		_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
+		require.ErrorIs(t, err, workflow.ErrNotFound)
+		_, err = b.client.RebuildOrderProjection(ctxT(t, 10*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: id})
+		require.ErrorIs(t, err, workflow.ErrNotFound)
+		_, err = a.client.RebuildOrderProjection(ctxT(t, 10*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: id})
+		require.ErrorIs(t, err, workflow.ErrNotFound)
+	}
+}
