@@ -29,48 +29,50 @@ import (
 // the same shape at a tenth of it.
 const drainScaleGrains = 5000
 
-// seededOrder is an order whose stream the test wrote directly.
+// seededOrder is one order of a drain scenario.
 type seededOrder struct {
 	id       string
 	terminal bool
+	// start is the start command of a non-terminal order, sent by activate.
+	start *contracts.StartOrderWorkflowReq
 }
 
-// seedOrders writes n order streams straight to the event store, every
-// other one Confirmed, the rest held at InventoryReserved by a stop gate
-// (with their first envelope, so a later Continue can authorize). Going
-// through the workflow would cost a dozen round trips per order and
-// measure the start path, not the drain.
+// seedOrders prepares n orders, every other one terminal. A terminal
+// order's stream (started, reserved, authorized, confirmed) is written
+// straight to the event store: going through the workflow would cost a
+// dozen round trips per order and measure the start path, not the drain.
+// A non-terminal one gets its idempotency key reserved and a stop gate
+// armed, so that once started it holds at InventoryReserved for good.
 func (h *harness) seedOrders(t *testing.T, prefix string, n int) []seededOrder {
 	t.Helper()
 	ctx := ctxT(t, 60*time.Second)
 	cart, err := h.stores.Commerce.Carts().GetCart(ctx, commerce.DemoCartOK)
 	require.NoError(t, err)
 	orders := make([]seededOrder, n)
-	for i := range orders {
-		orders[i] = seededOrder{id: fmt.Sprintf("%s-%05d", prefix, i), terminal: i%2 == 0}
-	}
-	envelopes := node.Envelopes{Store: h.stores.Relocation}
 	err = forEach(n, 64, func(i int) error {
-		o := orders[i]
-		key := "key-" + o.id
+		id := fmt.Sprintf("%s-%05d", prefix, i)
+		key := "key-" + id
 		req := &contracts.StartOrderWorkflowReq{
-			OrderId: o.id, CartId: commerce.DemoCartOK, ShippingAddressId: "addr-1",
+			OrderId: id, CartId: commerce.DemoCartOK, ShippingAddressId: "addr-1",
 			PaymentMethodId: commerce.DemoMethodOK, IdempotencyKey: key,
 			SourceCommandId: order.StartSourceCommandID(key), Lines: cart.Lines,
 			Amount: cart.Amount, Currency: cart.Currency,
 		}
-		envs, err := streamOf(req, o.terminal)
-		if err != nil {
+		if i%2 == 0 {
+			orders[i] = seededOrder{id: id, terminal: true}
+			envs, err := confirmedStream(req)
+			if err != nil {
+				return err
+			}
+			// Generation 0: the first activation (generation 1) takes over.
+			_, err = h.stores.Events.Append(ctx, id, 0, eventstore.Fence{Generation: 0, Epoch: 1}, envs)
 			return err
 		}
-		// Generation 0: the first activation (generation 1) takes over.
-		if _, err := h.stores.Events.Append(ctx, o.id, 0, eventstore.Fence{Generation: 0, Epoch: 1}, envs); err != nil {
-			return err
-		}
-		if o.terminal {
-			return nil
-		}
-		if err := envelopes.SaveFirst(ctx, req); err != nil {
+		orders[i] = seededOrder{id: id, start: req}
+		if _, _, err := h.stores.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{
+			OrderID: id, Status: commerce.MappingPending,
+			Fingerprint: commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId),
+		}); err != nil {
 			return err
 		}
 		return h.stores.Fixtures.ArmGate(ctx, key, workflow.GateStop)
@@ -79,9 +81,9 @@ func (h *harness) seedOrders(t *testing.T, prefix string, n int) []seededOrder {
 	return orders
 }
 
-// streamOf is the stream the workflow itself would have recorded: started
-// and reserved, then authorized and confirmed when terminal.
-func streamOf(req *contracts.StartOrderWorkflowReq, terminal bool) ([]eventstore.Envelope, error) {
+// confirmedStream is the stream the workflow itself records for a
+// successful order.
+func confirmedStream(req *contracts.StartOrderWorkflowReq) ([]eventstore.Envelope, error) {
 	const at = 1_700_000_000_000
 	lines := make([]order.Line, len(req.Lines))
 	for i, l := range req.Lines {
@@ -113,9 +115,6 @@ func streamOf(req *contracts.StartOrderWorkflowReq, terminal bool) ([]eventstore
 	if err := add(ev, err, order.StepSourceCommandID(req.OrderId, order.StepReserveInventory)); err != nil {
 		return nil, err
 	}
-	if !terminal {
-		return envs, nil
-	}
 	ev, err = order.PaymentResult(st, true, "")
 	if err := add(ev, err, order.StepSourceCommandID(req.OrderId, order.StepAuthorizePayment)); err != nil {
 		return nil, err
@@ -124,14 +123,31 @@ func streamOf(req *contracts.StartOrderWorkflowReq, terminal bool) ([]eventstore
 	return envs, add(ev, err, order.StepSourceCommandID(req.OrderId, order.StepConfirm))
 }
 
-// activate makes every order a live grain through the member's client; a
-// rebuild is the cheapest command that opens the order and projects it.
-func activate(t *testing.T, c *grain.Client, orders []seededOrder) {
+// activate makes every order a live grain through the member's client —
+// a rebuild is the cheapest command that opens a terminal order — and
+// waits until every non-terminal one is parked at its gate.
+func (h *harness) activate(t *testing.T, c *grain.Client, orders []seededOrder) {
 	t.Helper()
 	ctx := ctxT(t, 60*time.Second)
 	require.NoError(t, forEach(len(orders), 64, func(i int) error {
-		_, err := c.RebuildOrderProjection(ctx, &contracts.RebuildOrderProjectionReq{OrderId: orders[i].id})
-		return err
+		o := orders[i]
+		if o.terminal {
+			_, err := c.RebuildOrderProjection(ctx, &contracts.RebuildOrderProjectionReq{OrderId: o.id})
+			return err
+		}
+		if _, _, err := c.StartOrderWorkflow(ctx, o.start); err != nil {
+			return err
+		}
+		for {
+			st, _, err := h.stores.ReadModel.Get(ctx, o.id)
+			if err == nil && st.GetStatus() == contracts.OrderStatus_InventoryReserved {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s never parked at InventoryReserved (last %v, %v)", o.id, st.GetStatus(), err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}))
 }
 
@@ -201,7 +217,7 @@ func TestDrainHandsOffThousandsOfGrains(t *testing.T) {
 	orders := h.seedOrders(t, "drain", n)
 	seeded := time.Now()
 	// Alone in the cluster, workflow-a activates every order.
-	activate(t, wa.Client, orders)
+	h.activate(t, wa.Client, orders)
 	t.Logf("activated %d grains on workflow-a in %s", n, time.Since(seeded).Round(time.Millisecond))
 	before := h.records(t, orders)
 	for i, r := range before {
@@ -254,7 +270,7 @@ func TestDrainOfLastMemberClosesNonTerminalOrders(t *testing.T) {
 	var logs workflowtest.Evidence
 	wa := h.startWorkflow("workflow-a", withFixtures(), quietEvidence(&workflowtest.Evidence{}), capturedLogs(t, "workflow-a", &logs))
 	orders := h.seedOrders(t, "last", 10)
-	activate(t, wa.Client, orders)
+	h.activate(t, wa.Client, orders)
 	before := h.records(t, orders)
 
 	rep, err := wa.DrainWith(context.Background(), node.DrainConfig{Budget: 30 * time.Second})

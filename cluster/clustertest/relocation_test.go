@@ -211,11 +211,15 @@ func TestGracefulDrainKeepsOrdersReachable(t *testing.T) {
 	for _, id := range onA {
 		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, id)
 		require.NoError(t, err)
-		require.Equal(t, wb.Member.ID(), rec.Owner, "order %s handed to workflow-b", id)
+		require.Equal(t, location.Missing, rec.Status, "terminal order %s is released, not moved", id)
 		require.EqualValues(t, 1, rec.Generation)
 		c, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
 		require.NoError(t, err, "order %s must stay reachable after a graceful stop", id)
 		require.Equal(t, contracts.OrderStatus_Confirmed, c.GetState().GetStatus())
+		rec, err = h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, id)
+		require.NoError(t, err)
+		require.Equal(t, wb.Member.ID(), rec.Owner, "order %s reactivated on workflow-b", id)
+		require.EqualValues(t, 2, rec.Generation)
 	}
 }
 

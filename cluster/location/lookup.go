@@ -630,11 +630,14 @@ func (l *Lookup) Confirm(ctx context.Context, kind, id string, pid *actor.PID, g
 		return Pending, err
 	}
 	switch {
+	case rec.Status == Creating && rec.Generation+1 == generation:
+		// A creation records its generation only when it commits.
+		return Pending, nil
 	case rec.Generation != generation:
 		return Superseded, nil
 	case rec.Status == Ready && rec.PIDID == pid.Id && rec.PIDAddress == pid.Address:
 		return Confirmed, nil
-	case rec.Status == Creating || rec.Status == Moving:
+	case rec.Status == Moving:
 		return Pending, nil
 	}
 	return Superseded, nil
