@@ -7,9 +7,9 @@ GO ?= go
 MULTI_MEMBER := ./cluster/clustertest/... ./edge/edgetest/...
 RUN_DIR ?= $(CURDIR)/.run
 
-.PHONY: test fmt-check vet k8s-compile store-evidence unit fault-test multi-member redis proto build cluster-up cluster-down seed smoke bench
+.PHONY: test fmt-check vet k8s-compile store-evidence unit fault-test admin-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench
 
-test: redis fmt-check vet k8s-compile unit fault-test multi-member store-evidence
+test: redis fmt-check vet k8s-compile unit fault-test admin-test pause-test takeover-test multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -27,7 +27,7 @@ k8s-compile:
 	$(GO) vet -tags k8s ./cluster/
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/cluster/faulttest)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/cluster/faulttest -e /runner/cluster/admintest -e /runner/cluster/pausetest -e /runner/cluster/takeovertest)
 
 # Real-process fault proofs (runner/cluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -35,6 +35,32 @@ unit:
 # assume the two cores are theirs; still under -race.
 fault-test:
 	$(GO) test -race -count=1 -timeout 8m ./runner/cluster/faulttest/
+
+# Real-process proof of the locked admin surface (runner/cluster/admintest):
+# 401 without or with a wrong token, 404 on the public port, 200 with it;
+# the stuck-order report lists a held order and -resume finishes it.
+admin-test:
+	$(GO) test -race -count=1 -timeout 5m ./runner/cluster/admintest/
+
+# Real-process proof of self-fencing (runner/cluster/pausetest): a workflow
+# owning orders is SIGSTOPped 3.5 s, is recorded gone, fences itself, exits
+# 3 and is restarted by the supervisor; prints the pause-to-capacity figure
+# (the whole output when it fails).
+pause-test:
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/cluster/pausetest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+
+# Real-process proofs of takeover (runner/cluster/takeovertest): orders held
+# at every step between module call and append, their owner SIGKILLed and
+# taken over by the CLI, all terminal with each effect once; a SIGSTOPped
+# owner taken over with force cannot write after SIGCONT; -takeover-after
+# takes a killed owner's order over after the first OWNER_GONE. Prints the
+# figures (the whole output when it fails).
+takeover-test:
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/cluster/takeovertest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
 multi-member:
 	$(GO) test -count=1 $(MULTI_MEMBER)
@@ -65,7 +91,8 @@ build:
 	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
 
 # Local cluster in the background under $(RUN_DIR) (state in cluster.json).
-# CLUSTER_FLAGS may add -admin, -self-check, -fixtures.
+# CLUSTER_FLAGS may add -self-check, -fixtures. Admin is always on, on
+# loopback, with the generated token in $(RUN_DIR)/admin.token.
 CLUSTERCTL = $(GO) run ./runner/cluster/cmd/clusterctl
 
 cluster-up: redis

@@ -1,6 +1,8 @@
 // Package cluster owns joining the protoactor-go cluster
-// shoppingmall.workflow: the membership provider chosen by configuration,
-// the Redis Location Store lookup and our cluster context. Its subpackages
+// shoppingmall.workflow: the membership provider chosen by configuration
+// (the automanaged one's health endpoint bound to the member's host), the
+// cluster link's optional mutual TLS, the Redis Location Store lookup and
+// our cluster context. Its subpackages
 // own the Location Store (location) and the Relocation Store (relocation).
 //
 // It knows nothing of orders or HTTP; it must not import actors/..., edge,
@@ -54,6 +56,9 @@ type Config struct {
 	Port int
 	// AdvertisedHost, if set, is the address other members dial.
 	AdvertisedHost string
+	// TLS, if set, makes the remote link mutual TLS: only members holding
+	// a certificate from its CA can connect.
+	TLS TLS
 
 	Provider Provider
 	// AutomanagedPort is this member's automanaged HTTP port; Seeds are
@@ -112,7 +117,18 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.FrameworkLogLevel == 0 {
 		cfg.FrameworkLogLevel = slog.LevelWarn
 	}
-	provider, err := newProvider(cfg)
+	ropts := []remote.ConfigOption{}
+	if cfg.AdvertisedHost != "" {
+		ropts = append(ropts, remote.WithAdvertisedHost(cfg.AdvertisedHost))
+	}
+	if cfg.TLS.Enabled() {
+		opts, err := cfg.TLS.remoteOptions(dialHost(cfg))
+		if err != nil {
+			return nil, err
+		}
+		ropts = append(ropts, opts...)
+	}
+	provider, health, err := newProvider(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -127,16 +143,16 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.OnMemberLeft != nil {
 		lookup.OnMemberLeft(cfg.OnMemberLeft)
 	}
-	rc := remote.Configure(cfg.Host, cfg.Port)
-	if cfg.AdvertisedHost != "" {
-		rc = remote.Configure(cfg.Host, cfg.Port, remote.WithAdvertisedHost(cfg.AdvertisedHost))
-	}
+	rc := remote.Configure(cfg.Host, cfg.Port, ropts...)
 	pc := pcluster.Configure(Name, provider, lookup, rc,
 		pcluster.WithKinds(cfg.Kinds...),
 		pcluster.WithRequestTimeout(cfg.RequestTimeout),
 		pcluster.WithClusterContextProducer(location.ContextProducer(lookup)),
 	)
 	c := pcluster.New(system, pc)
+	if health != nil {
+		health.serve(c)
+	}
 	c.StartMember()
 	m := &Member{Cluster: c, Lookup: lookup, System: system, provider: provider, cfg: cfg}
 	if err := lookup.WaitReady(ctx); err != nil {
@@ -146,22 +162,29 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	return m, nil
 }
 
-func newProvider(cfg Config) (pcluster.ClusterProvider, error) {
+// newProvider returns the membership provider and, for automanaged, the
+// health server it will run, already bound to Host.
+func newProvider(cfg Config) (pcluster.ClusterProvider, *healthServer, error) {
 	switch cfg.Provider {
 	case ProviderTest:
 		if cfg.TestAgent == nil {
-			return nil, fmt.Errorf("%w: the test provider needs TestAgent", ErrConfig)
+			return nil, nil, fmt.Errorf("%w: the test provider needs TestAgent", ErrConfig)
 		}
-		return test.NewTestProvider(cfg.TestAgent, test.WithTestProviderRefreshTtl(cfg.RefreshTTL)), nil
+		return test.NewTestProvider(cfg.TestAgent, test.WithTestProviderRefreshTtl(cfg.RefreshTTL)), nil, nil
 	case ProviderAutomanaged, "":
 		if cfg.AutomanagedPort == 0 || len(cfg.Seeds) == 0 {
-			return nil, fmt.Errorf("%w: automanaged needs AutomanagedPort and Seeds", ErrConfig)
+			return nil, nil, fmt.Errorf("%w: automanaged needs AutomanagedPort and Seeds", ErrConfig)
 		}
-		return automanaged.NewWithConfig(cfg.RefreshTTL, cfg.AutomanagedPort, cfg.Seeds...), nil
+		h, err := bindHealth(cfg.Host, cfg.AutomanagedPort)
+		if err != nil {
+			return nil, nil, err
+		}
+		return automanaged.NewWithTesting(cfg.RefreshTTL, cfg.AutomanagedPort, h.echo, cfg.Seeds...), h, nil
 	case ProviderK8s:
-		return newK8sProvider(cfg)
+		p, err := newK8sProvider(cfg)
+		return p, nil, err
 	default:
-		return nil, fmt.Errorf("%w: unknown provider %q", ErrConfig, cfg.Provider)
+		return nil, nil, fmt.Errorf("%w: unknown provider %q", ErrConfig, cfg.Provider)
 	}
 }
 

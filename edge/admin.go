@@ -1,11 +1,56 @@
 package edge
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/pprof"
+	"strings"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
+
+// requireAdminToken lets a request through only with
+// `Authorization: Bearer <Config.AdminToken>`. Both sides are hashed
+// before the constant-time comparison, so neither the token nor its
+// length shows in the timing.
+func (s *Server) requireAdminToken(c *gin.Context) {
+	got, ok := strings.CutPrefix(c.Request.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	if ok && subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1 {
+		c.Next()
+		return
+	}
+	// Who knocked goes to the log, never what they sent.
+	s.log.Warn("admin request refused: missing or wrong bearer token", slog.String("method", c.Request.Method),
+		slog.String("path", c.Request.URL.Path), slog.String("remote", c.Request.RemoteAddr), slog.Bool("bearer", ok))
+	c.Writer.Header().Set("WWW-Authenticate", `Bearer realm="shoppingmall-admin"`)
+	s.fail(c.Writer, c.Request, ErrUnauthenticated)
+	c.Abort()
+}
+
+// registerPprof serves net/http/pprof's profiles under /debug/pprof/ on
+// the admin listener only. (Importing net/http/pprof also registers them
+// on http.DefaultServeMux, which no listener of this process serves.)
+func registerPprof(e *gin.Engine) {
+	named := map[string]http.HandlerFunc{
+		"/cmdline": pprof.Cmdline, "/profile": pprof.Profile, "/symbol": pprof.Symbol, "/trace": pprof.Trace,
+	}
+	h := func(c *gin.Context) {
+		if f, ok := named[c.Param("name")]; ok {
+			f(c.Writer, c.Request)
+			return
+		}
+		// Index serves the index and every runtime profile by its name.
+		pprof.Index(c.Writer, c.Request)
+	}
+	e.GET("/debug/pprof/*name", h)
+	e.POST("/debug/pprof/*name", h)
+}
 
 // adminRelocate is POST /admin/orders/{orderId}/relocate: a planned
 // relocation of a live order, sent to the order's owner by its identity.

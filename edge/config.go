@@ -14,6 +14,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 // Idempotency is the IdempotencyKey → OrderId mapping of the
@@ -161,6 +162,42 @@ type SelfCheck struct {
 	Payment     Payment
 }
 
+// ActiveOrders is the read model's index of non-terminal orders
+// (readmodel.ActiveIndex).
+type ActiveOrders interface {
+	// Stuck returns the non-terminal orders whose projection has not
+	// changed since now-olderThan, oldest first, at most limit (0: all),
+	// each checked against its projection record.
+	Stuck(ctx context.Context, olderThan time.Duration, now time.Time, limit int) ([]readmodel.StuckOrder, error)
+	// RebuildActiveIndex re-indexes every projection from a scan of the
+	// records and returns how many non-terminal orders it indexed.
+	RebuildActiveIndex(ctx context.Context) (int, error)
+}
+
+// Members tells whether an order's recorded owner can serve it.
+type Members interface {
+	// Live reports whether the member id is in this process's current
+	// topology. It must not block.
+	Live(memberID string) bool
+}
+
+// GoneMembers is optionally implemented by a Members that also knows which
+// members the Location Store records as gone.
+type GoneMembers interface {
+	// IsGone reports whether the member id is recorded gone. It must not
+	// block.
+	IsGone(memberID string) bool
+}
+
+// Stuck holds what the stuck-order report (GET /admin/orders/stuck) needs.
+type Stuck struct {
+	Index     ActiveOrders
+	Authority Authority
+	Members   Members
+	// Now is the report's clock; optional, default time.Now.
+	Now func() time.Time
+}
+
 // Config configures a Server. Fields without "optional" are required.
 type Config struct {
 	// NodeID is this process's node name (api-a), used in evidence lines.
@@ -172,10 +209,24 @@ type Config struct {
 	Topology    Topology
 	// Operator is required when Admin or SelfCheck is enabled.
 	Operator Operator
-	// Admin enables /admin/ (otherwise 404).
+	// Admin enables /admin/ on the admin handler (otherwise 404).
 	Admin bool
-	// SelfCheck, if set, enables /self-check/ (otherwise 404).
+	// SelfCheck, if set, enables /self-check/ on the admin handler
+	// (otherwise 404).
 	SelfCheck *SelfCheck
+	// AdminToken is the bearer token every request to the admin handler
+	// (AdminHandler, ServeAdmin) must carry; it also enables
+	// /debug/pprof/ there. Required when Admin or SelfCheck is set: the
+	// admin surface never runs unauthenticated, and never on the public
+	// handler.
+	AdminToken string
+	// Stuck, optional, enables the stuck-order report and its resume under
+	// /admin/ (with Admin).
+	Stuck *Stuck
+	// Takeover, optional, enables the takeover routes under /admin/ (with
+	// Admin): POST /admin/orders/{id}/takeover and
+	// /admin/members/{member}/takeover.
+	Takeover Takeover
 	// RequestTimeout bounds each request's work; optional, default 10 s.
 	RequestTimeout time.Duration
 	// Evidence receives raw evidence lines, one Write per line; optional,
@@ -207,6 +258,12 @@ func (c *Config) check() error {
 	need(c.Topology != nil, "Topology")
 	if c.Admin || c.SelfCheck != nil {
 		need(c.Operator != nil, "Operator")
+		need(c.AdminToken != "", "AdminToken")
+	}
+	if s := c.Stuck; s != nil {
+		need(s.Index != nil, "Stuck.Index")
+		need(s.Authority != nil, "Stuck.Authority")
+		need(s.Members != nil, "Stuck.Members")
 	}
 	if s := c.SelfCheck; s != nil {
 		need(s.Fixtures != nil, "SelfCheck.Fixtures")

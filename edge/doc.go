@@ -13,6 +13,10 @@
 // and sentinel errors: it must not construct a store, open a Redis client
 // or import another store implementation; edge/edgenode does the wiring.
 //
+// It serves two handlers on two listeners: the public order API, and the
+// admin surface (/admin/, /self-check/, /debug/pprof/), which exists only
+// on its own listener and only behind the admin bearer token.
+//
 // Bodies are the contract messages' JSON written and read by
 // actors/contracts (never encoding/json on generated types). Routing is
 // gin in release mode; handlers are plain http.HandlerFuncs reading the

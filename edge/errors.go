@@ -26,6 +26,9 @@ const (
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeFailedPrecondition   = "FAILED_PRECONDITION"
 	CodeInternal             = "INTERNAL"
+	// CodeUnauthenticated: an admin-listener request without the admin
+	// bearer token (never on the public order API).
+	CodeUnauthenticated = "UNAUTHENTICATED"
 )
 
 // Reasons of the public contract: why a 503 or 504 happened, so a client
@@ -79,6 +82,8 @@ var (
 	// ErrFailedPrecondition: the operation cannot run in the order's
 	// current situation.
 	ErrFailedPrecondition = errors.New("edge: failed precondition")
+	// ErrUnauthenticated: an admin request without the right bearer token.
+	ErrUnauthenticated = errors.New("edge: unauthenticated")
 
 	// errNoRoute: no handler for the method and path (including hooks
 	// that are disabled); it is a kind of ErrNotFound.
@@ -126,6 +131,8 @@ func httpError(err error) (int, apiError) {
 	switch {
 	case err == nil:
 		return http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"}
+	case errors.Is(err, ErrUnauthenticated):
+		return http.StatusUnauthorized, apiError{Code: CodeUnauthenticated, Message: "the admin bearer token is missing or wrong"}
 	case errors.Is(err, ErrPayloadTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{Code: CodePayloadTooLarge,
 			Message: fmt.Sprintf("request body exceeds %d bytes", MaxBody)}

@@ -216,7 +216,12 @@ type env struct {
 
 type envOpt func(*Config)
 
-func withAdmin() envOpt { return func(c *Config) { c.Admin = true } }
+// testAdminToken is the admin bearer token of the test servers.
+const testAdminToken = "admin-token-for-tests"
+
+func withAdmin() envOpt {
+	return func(c *Config) { c.Admin, c.AdminToken = true, testAdminToken }
+}
 
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
@@ -260,12 +265,25 @@ func (e *env) do(method, path, body string) *httptest.ResponseRecorder {
 	return serve(e.srv, method, path, body)
 }
 
+// admin sends a request to the admin handler with the right token.
+func (e *env) admin(method, path, body string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	return serveAs(e.srv.AdminHandler(), method, path, body, "Bearer "+testAdminToken)
+}
+
 func serve(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
+	return serveAs(h, method, path, body, "")
+}
+
+func serveAs(h http.Handler, method, path, body, authorization string) *httptest.ResponseRecorder {
 	var r *http.Request
 	if body == "" {
 		r = httptest.NewRequest(method, path, nil)
 	} else {
 		r = httptest.NewRequest(method, path, strings.NewReader(body))
+	}
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)

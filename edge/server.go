@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,16 +26,24 @@ import (
 // DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
 const DefaultRequestTimeout = 10 * time.Second
 
-// Server is the CommerceApi HTTP edge. It is an http.Handler; Serve runs
-// it on a listener. Safe for concurrent use.
+// Server is the CommerceApi HTTP edge. It serves two handlers on two
+// listeners: the public order API (the Server itself as an http.Handler,
+// Serve) and, when enabled, the admin surface (AdminHandler, ServeAdmin):
+// /admin/, the runner's /self-check/ and /debug/pprof/, every request
+// authenticated by the admin bearer token. No admin route exists on the
+// public handler. Safe for concurrent use.
 type Server struct {
 	cfg       Config
 	log       *slog.Logger
 	evidence  *lineWriter
-	engine    *gin.Engine
+	engine    *gin.Engine // public routes
+	admin     *gin.Engine // admin routes; nil when the admin surface is off
+	tokenSum  [sha256.Size]byte
 	http      *http.Server
+	adminHTTP *http.Server
 	listening atomic.Bool
 	served    atomic.Bool
+	adminUp   atomic.Bool
 }
 
 // New builds a Server from cfg.
@@ -55,33 +64,66 @@ func New(cfg Config) (*Server, error) {
 		cfg.NewID = uuid.NewString
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), engine: gin.New()}
+	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), engine: newEngine()}
 	s.routes()
-	s.http = &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       cfg.RequestTimeout + 10*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    MaxBody,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	s.http = s.newHTTPServer(s)
+	if cfg.AdminToken != "" {
+		s.tokenSum = sha256.Sum256([]byte(cfg.AdminToken))
+		s.admin = newEngine()
+		s.adminRoutes()
+		s.adminHTTP = s.newHTTPServer(recovering{s, s.admin})
 	}
 	return s, nil
 }
 
+// newEngine is a gin engine answering only the routes it has: trailing-
+// slash and method redirects would answer routes the contract does not
+// have.
+func newEngine() *gin.Engine {
+	e := gin.New()
+	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
+	return e
+}
+
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.cfg.RequestTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxBody,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// routes are the public order API. The admin surface is never here: on
+// the public listener its paths are unknown routes like any other.
 func (s *Server) routes() {
 	e := s.engine
-	// Trailing-slash and method redirects would answer routes the contract
-	// does not have; unknown routes are a JSON 404 instead.
-	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
 	e.GET("/healthz", handle(s.healthz))
 	e.GET("/readyz", handle(s.readyz))
 	e.POST("/orders", handle(s.startOrder))
 	e.GET("/orders/:orderId", handle(s.getOrder))
 	e.POST("/orders/:orderId/continue", handle(s.continueOrder))
 	e.POST("/orders/:orderId/rebuild-projection", handle(s.rebuildProjection))
+	s.noRoute(e)
+}
+
+// adminRoutes are the admin listener's: the token check comes first, for
+// every path, so an unauthenticated caller learns nothing of which routes
+// exist.
+func (s *Server) adminRoutes() {
+	e := s.admin
+	e.Use(s.requireAdminToken)
 	if s.cfg.Admin {
 		e.POST("/admin/orders/:orderId/relocate", handle(s.adminRelocate))
 		e.POST("/admin/orders/:orderId/close", handle(s.adminClose))
+		if s.cfg.Stuck != nil {
+			e.GET("/admin/orders/stuck", handle(s.stuckOrders))
+			e.POST("/admin/orders/stuck/resume", handle(s.resumeStuck))
+			e.POST("/admin/read-model/active-index/rebuild", handle(s.rebuildActiveIndex))
+		}
+		s.registerTakeover(e)
 	}
 	if s.cfg.SelfCheck != nil {
 		e.POST("/self-check/pending-mapping", handle(s.pendingMapping))
@@ -92,7 +134,13 @@ func (s *Server) routes() {
 		e.GET("/self-check/orders/:orderId/evidence", handle(s.orderEvidence))
 		e.POST("/self-check/orders/:orderId/repeat-effects", handle(s.repeatEffects))
 	}
-	// Everything else, including disabled hooks, is a JSON 404.
+	registerPprof(e)
+	s.noRoute(e)
+}
+
+// noRoute answers everything else, including disabled hooks, with a JSON
+// 404.
+func (s *Server) noRoute(e *gin.Engine) {
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c.Writer, c.Request, fmt.Errorf("%w: %s %s", errNoRoute, c.Request.Method, c.Request.URL.Path))
 	})
@@ -109,25 +157,44 @@ func handle(h http.HandlerFunc) gin.HandlerFunc {
 	}
 }
 
-// ServeHTTP implements http.Handler. A panic in a handler is answered
-// 500 INTERNAL and logged, never shown.
+// ServeHTTP implements http.Handler: the public order API. A panic in a
+// handler is answered 500 INTERNAL and logged, never shown.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	recovering{s, s.engine}.ServeHTTP(w, r)
+}
+
+// AdminHandler is the admin surface as an http.Handler, for ServeAdmin or
+// a test; nil when Config.AdminToken is empty.
+func (s *Server) AdminHandler() http.Handler {
+	if s.admin == nil {
+		return nil
+	}
+	return recovering{s, s.admin}
+}
+
+// recovering answers a handler's panic 500 INTERNAL and logs it.
+type recovering struct {
+	s *Server
+	h http.Handler
+}
+
+func (rh recovering) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("handler panicked", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			rh.s.log.Error("handler panicked", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			s.writeError(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
+			rh.s.writeError(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
 		}
 	}()
-	s.engine.ServeHTTP(w, r)
+	rh.h.ServeHTTP(w, r)
 }
 
-// Serve answers HTTP on ln until Shutdown. Once the listener accepts it
-// prints `shoppingmall-ready kind=http node=<NodeId>` to the evidence
-// writer, once. It returns http.ErrServerClosed after Shutdown.
+// Serve answers the public API on ln until Shutdown. Once the listener
+// accepts it prints `shoppingmall-ready kind=http node=<NodeId>` to the
+// evidence writer, once. It returns http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	if !s.served.CompareAndSwap(false, true) {
 		return errors.New("edge: Serve called twice")
@@ -140,11 +207,34 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.http.Serve(ln)
 }
 
-// Shutdown stops accepting, waits for requests in flight until ctx ends,
-// then closes.
+// ErrNoAdmin: ServeAdmin on a Server without an admin token. The admin
+// listener never starts unauthenticated.
+var ErrNoAdmin = errors.New("edge: the admin listener needs an admin token")
+
+// ServeAdmin answers the admin surface on ln until Shutdown; it returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) ServeAdmin(ln net.Listener) error {
+	if s.admin == nil {
+		return ErrNoAdmin
+	}
+	if !s.adminUp.CompareAndSwap(false, true) {
+		return errors.New("edge: ServeAdmin called twice")
+	}
+	s.log.Info("admin listener up", slog.String("addr", ln.Addr().String()),
+		slog.Bool("admin", s.cfg.Admin), slog.Bool("selfCheck", s.cfg.SelfCheck != nil))
+	return s.adminHTTP.Serve(ln)
+}
+
+// Shutdown stops accepting on both listeners, waits for requests in
+// flight until ctx ends, then closes.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.listening.Store(false)
-	return s.http.Shutdown(ctx)
+	var errs []error
+	if s.adminHTTP != nil {
+		errs = append(errs, s.adminHTTP.Shutdown(ctx))
+	}
+	errs = append(errs, s.http.Shutdown(ctx))
+	return errors.Join(errs...)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

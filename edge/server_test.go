@@ -37,10 +37,13 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.srv.cfg
 	cfg.Operator = nil
-	cfg.Admin = true
+	cfg.Admin, cfg.AdminToken = true, "t"
 	_, err = New(cfg)
 	require.ErrorIs(t, err, ErrConfig, "admin needs an Operator")
-	cfg.Admin, cfg.Operator = false, e.orders
+	cfg.Operator, cfg.AdminToken = e.orders, ""
+	_, err = New(cfg)
+	require.ErrorIs(t, err, ErrConfig, "admin needs a token")
+	cfg.Admin = false
 	cfg.SelfCheck = &SelfCheck{}
 	_, err = New(cfg)
 	require.ErrorIs(t, err, ErrConfig, "self-check needs its stores")
@@ -108,23 +111,23 @@ func TestSelfCheckAndAdminAre404WhenDisabled(t *testing.T) {
 
 func TestAdminRoutes(t *testing.T) {
 	e := newEnv(t, withAdmin())
-	w := e.do("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"workflow-b"}`)
+	w := e.admin("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"workflow-b"}`)
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	res := decodeMessage[contracts.RelocateOrderRes](t, w)
 	require.Equal(t, "ord-1", res.OrderId)
 	require.Equal(t, "workflow-b", e.orders.relocates[0].TargetNode)
 	require.Equal(t, "ord-1", e.orders.relocates[0].OrderId)
 
-	require.Equal(t, http.StatusOK, e.do("POST", "/admin/orders/ord-1/relocate", "").Code, "an empty body relocates anywhere")
+	require.Equal(t, http.StatusOK, e.admin("POST", "/admin/orders/ord-1/relocate", "").Code, "an empty body relocates anywhere")
 	require.Equal(t, "", e.orders.relocates[1].TargetNode)
 
-	w = e.do("POST", "/admin/orders/ord-1/relocate", `{"orderId":"ord-2"}`)
+	w = e.admin("POST", "/admin/orders/ord-1/relocate", `{"orderId":"ord-2"}`)
 	require.Equal(t, http.StatusBadRequest, w.Code)
 	require.Equal(t, "orderId", decodeError(t, w).Field)
-	w = e.do("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"work{flow}"}`)
+	w = e.admin("POST", "/admin/orders/ord-1/relocate", `{"targetNode":"work{flow}"}`)
 	require.Equal(t, "targetNode", decodeError(t, w).Field)
 
-	w = e.do("POST", "/admin/orders/ord-1/close", "")
+	w = e.admin("POST", "/admin/orders/ord-1/close", "")
 	require.Equal(t, http.StatusOK, w.Code)
 	require.EqualValues(t, 1, decodeMessage[contracts.CloseOrderRes](t, w).Generation)
 
@@ -133,7 +136,7 @@ func TestAdminRoutes(t *testing.T) {
 		fmt.Errorf("%w: no other member", grain.ErrFailedPrecondition): http.StatusConflict,
 	} {
 		e.orders.err = err
-		w = e.do("POST", "/admin/orders/ord-1/relocate", "")
+		w = e.admin("POST", "/admin/orders/ord-1/relocate", "")
 		require.Equal(t, status, w.Code)
 	}
 }

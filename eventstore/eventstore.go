@@ -56,11 +56,12 @@ func (f Fence) Less(o Fence) bool {
 // Store is the OrderEventStore. All methods are safe for concurrent use.
 type Store interface {
 	// Open makes the caller the stream's current writer and returns the
-	// stream, in one atomic step. When the stream exists, the fence becomes
-	// (generation, previous epoch + 1) if generation equals the stored
-	// generation, or (generation, 1) if it is newer; an older generation
-	// fails with ErrFenced. When the stream does not exist Open writes
-	// nothing and returns (generation, 1) and no events: the first Append
+	// stream, in one atomic step. When the stream exists, or a fence was
+	// raised for it (RaiseFence), the fence becomes (generation, previous
+	// epoch + 1) if generation equals the stored generation, or
+	// (generation, 1) if it is newer; an older generation fails with
+	// ErrFenced. When neither stream nor fence exists Open writes nothing
+	// and returns (generation, 1) and no events: the first Append
 	// establishes the fence.
 	Open(ctx context.Context, orderID string, generation int64) (Fence, []Envelope, error)
 
@@ -83,4 +84,15 @@ type Store interface {
 	// Load returns every event of the order in version order, or an empty
 	// slice for an unknown order. An undecodable entry fails with ErrCorrupt.
 	Load(ctx context.Context, orderID string) ([]Envelope, error)
+
+	// RaiseFence retires every writer below minGeneration, in one atomic
+	// step, whether the stream exists yet or not: a stored fence older
+	// than (minGeneration, 0) becomes (minGeneration, 0); one at
+	// minGeneration or above is left alone. It returns the fence in force.
+	// No writer ever holds epoch 0, so from then on every Append is
+	// refused with ErrFenced until an Open at minGeneration or above (which
+	// takes epoch 1 or a newer generation). It is the first step of a
+	// takeover: the old owner can never append again, even if it is alive
+	// and resumes later. Repeating it changes nothing.
+	RaiseFence(ctx context.Context, orderID string, minGeneration int64) (Fence, error)
 }

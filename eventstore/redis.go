@@ -94,16 +94,18 @@ func (r *Redis) keys(orderID string) (orderKeys, error) {
 }
 
 // openScript raises the fence of an existing stream and returns it with all
-// entries, so that no append can slip between the fence and the replay.
+// entries, so that no append can slip between the fence and the replay. A
+// fence without a stream (raised by a takeover before the first event) is
+// honoured the same way.
 //
 // KEYS: stream, fence. ARGV: generation.
 // Reply: {0, gen, epoch, entries} | {1, storedGen, storedEpoch}.
 var openScript = redis.NewScript(`
 local gen = tonumber(ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
+if not f[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, gen, 1, {}}
 end
-local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
 local epoch = 1
 if f[1] then
   local sgen = tonumber(f[1])
@@ -121,6 +123,7 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 
 // appendScript checks fence, expected version and source commands, in that
 // order, then adds the events; nothing is written unless every check passes.
+// A fence at epoch 0 (raised by a takeover) admits nobody.
 // With a fourth key it also writes that projection record in the same step,
 // unless a newer version is stored there (the read model's own guard).
 //
@@ -133,7 +136,7 @@ var appendScript = redis.NewScript(`
 local expected = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
 if f[1] then
-  if tonumber(f[1]) ~= tonumber(ARGV[2]) or tonumber(f[2]) ~= tonumber(ARGV[3]) then
+  if tonumber(f[1]) ~= tonumber(ARGV[2]) or tonumber(f[2]) ~= tonumber(ARGV[3]) or tonumber(f[2]) == 0 then
     return {1, tonumber(f[1]) or -1, tonumber(f[2]) or -1}
   end
 end
@@ -457,4 +460,41 @@ func isUnavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// raiseFenceScript retires every writer below a generation, stream or no
+// stream. Epoch 0 is held by nobody: the next Open takes epoch 1.
+//
+// KEYS: fence. ARGV: minGeneration.
+// Reply: {gen, epoch} in force.
+var raiseFenceScript = redis.NewScript(`
+local min = tonumber(ARGV[1])
+local f = redis.call('HMGET', KEYS[1], 'gen', 'epoch')
+local g = tonumber(f[1])
+if g and g >= min then
+  return {g, tonumber(f[2]) or 0}
+end
+redis.call('HSET', KEYS[1], 'gen', min, 'epoch', 0)
+return {min, 0}
+`)
+
+// RaiseFence implements Store.
+func (r *Redis) RaiseFence(ctx context.Context, orderID string, minGeneration int64) (Fence, error) {
+	k, err := r.keys(orderID)
+	if err != nil {
+		return Fence{}, err
+	}
+	if minGeneration < 1 {
+		return Fence{}, fmt.Errorf("eventstore: raise fence of %s to generation %d: generations start at 1", orderID, minGeneration)
+	}
+	reply, err := raiseFenceScript.Run(ctx, r.client, []string{k.fence}, minGeneration).Slice()
+	if err != nil {
+		return Fence{}, translate("raise fence "+orderID, err)
+	}
+	gen, err1 := replyInt(reply, 0)
+	epoch, err2 := replyInt(reply, 1)
+	if err := errors.Join(err1, err2); err != nil {
+		return Fence{}, fmt.Errorf("eventstore: raise fence %s: %w", orderID, err)
+	}
+	return Fence{Generation: gen, Epoch: epoch}, nil
 }

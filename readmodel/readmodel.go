@@ -1,5 +1,6 @@
 // Package readmodel owns the OrderReadModelStore: the derived per-order
-// lookup model, guarded by the stream version it reflects.
+// lookup model, guarded by the stream version it reflects, and beside it
+// the ActiveIndex of non-terminal orders that the stuck-order report reads.
 //
 // It is a projection that can always be rebuilt from the event stream; it
 // must not import actors/workflow, actors/grain, cluster or edge.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -35,14 +36,20 @@ type RedisConfig struct {
 	// KeyPrefix precedes every key; default DefaultKeyPrefix. It must not
 	// contain '{' or '}': the order id is the key's hash tag.
 	KeyPrefix string
+	// Logger receives the failures of best-effort index writes; default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Redis is the Store on Redis: one hash per order at <prefix>{<orderId>}
 // with the fields version (decimal) and state (OrderState in protobuf
-// binary form, which keeps int64 fields exact).
+// binary form, which keeps int64 fields exact). Beside the records it
+// keeps the ActiveIndex of non-terminal orders in ActiveShards sorted sets
+// <prefix>active:{<shard>} (member: order id, score: UpdatedAtUnixMs).
 type Redis struct {
 	client redis.UniversalClient
 	prefix string
+	log    *slog.Logger
 	cfgErr error
 }
 
@@ -51,7 +58,10 @@ var _ Store = (*Redis)(nil)
 // NewRedis returns a store on cfg.Client. A configuration error (no client,
 // a prefix with braces) is returned by every call.
 func NewRedis(cfg RedisConfig) *Redis {
-	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix}
+	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix, log: cfg.Logger}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
 	if r.prefix == "" {
 		r.prefix = DefaultKeyPrefix
 	}
@@ -129,7 +139,9 @@ func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState,
 	return state, version, nil
 }
 
-// Put implements Store.
+// Put implements Store. An applied write also updates the ActiveIndex,
+// best-effort, in a command of its own: the index shard is another hash
+// slot than the record.
 func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (bool, error) {
 	key, raw, err := r.Record(orderID, state)
 	if err != nil {
@@ -139,12 +151,16 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 	if err != nil {
 		return false, translate("put "+orderID, err)
 	}
+	if applied == 1 {
+		r.indexBestEffort(ctx, orderID, state)
+	}
 	return applied == 1, nil
 }
 
 // Record returns the key and the encoded state of the order's projection
 // record, for a writer that stores it in another atomic step (the event
 // store's projected append) with the same layout and version guard as Put.
+// Such a writer calls IndexActive after its write landed.
 func (r *Redis) Record(orderID string, state *contracts.OrderState) (key string, encoded []byte, err error) {
 	if key, err = r.key(orderID); err != nil {
 		return "", nil, err
@@ -158,7 +174,8 @@ func (r *Redis) Record(orderID string, state *contracts.OrderState) (key string,
 	return key, encoded, nil
 }
 
-// Delete implements Store.
+// Delete implements Store. The order leaves the ActiveIndex too (a
+// rebuild of the projection puts it back).
 func (r *Redis) Delete(ctx context.Context, orderID string) error {
 	key, err := r.key(orderID)
 	if err != nil {
@@ -166,6 +183,9 @@ func (r *Redis) Delete(ctx context.Context, orderID string) error {
 	}
 	if err := r.client.Del(ctx, key).Err(); err != nil {
 		return translate("delete "+orderID, err)
+	}
+	if err := r.client.ZRem(ctx, r.activeKey(shardOf(orderID)), orderID).Err(); err != nil {
+		r.log.Warn("active-order index entry not dropped with its projection", slog.String("order", orderID), slog.Any("error", err))
 	}
 	return nil
 }

@@ -191,15 +191,34 @@ type projectedAppender struct {
 	projections *readmodel.Redis
 }
 
-// AppendProjected implements workflow.ProjectedAppender.
+// AppendProjected implements workflow.ProjectedAppender. After the append
+// of an order's first or terminal event landed it updates the read
+// model's active-order index in a command of its own (the index shard is another hash slot), best-effort: the
+// stuck-order report checks every index entry against its record, and an
+// order the index missed is found by readmodel's RebuildActiveIndex.
 func (p projectedAppender) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
 	key, encoded, err := p.projections.Record(orderID, state)
 	if err != nil {
 		return 0, err
 	}
-	return p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
+	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
 		Key: key, Version: expectedVersion + int64(len(events)), State: encoded,
 	})
+	if err != nil {
+		return v, err
+	}
+	// Only the first and the last projection touch the index: two index
+	// commands per order instead of one per event. In between the entry
+	// keeps its Created score, which only bounds the order's last change
+	// from below; the stuck report reads each candidate's projection for
+	// its real age.
+	if st := state.GetStatus(); st != contracts.OrderStatus_Created && !readmodel.Terminal(st) {
+		return v, nil
+	}
+	if ierr := p.projections.IndexActive(ctx, orderID, state); ierr != nil {
+		slog.Warn("active-order index not updated; the append and its projection are", slog.String("order", orderID), slog.Any("error", ierr))
+	}
+	return v, nil
 }
 
 // Envelopes adapts the Relocation Store's opaque first-activation

@@ -103,6 +103,16 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 		return false, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
 
+	// The takeover proofs hold a step here, its effect made and not yet
+	// recorded. Production wiring has no Fixtures: no look, no round trip.
+	if s.cfg.Fixtures != nil {
+		if g, ok := s.cfg.Fixtures.(EffectGate); ok {
+			if err := g.HoldBeforeAppend(ctx, o.state.StartSourceCommandID, step.String(), o.generation); err != nil {
+				return false, fmt.Errorf("order %s held before the append of %s: %w", o.id, step, err)
+			}
+		}
+	}
+
 	// A runner fixture may ask for the terminal event without its
 	// projection (spec §9.2-3); it is taken before the append so the
 	// projection can travel with the event otherwise.
@@ -131,9 +141,27 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 			o.projectionBehind = true
 			return true, err
 		}
+		if errors.Is(err, ErrFenced) {
+			// A newer owner took the order (relocation or takeover):
+			// nothing of this step was recorded, and this owner stops.
+			s.log.Warn("append refused: fenced", "order", o.id, "step", step.String(),
+				"generation", o.generation, "fence", fmt.Sprintf("%d/%d", o.fence.Generation, o.fence.Epoch))
+		}
 		return false, err
 	}
 	return true, nil
+}
+
+// EffectGate is implemented by Fixtures that can also hold a step after its
+// module call returned and before its event is appended: an owner killed
+// or paused there has made an external effect it has not recorded, which
+// is what the takeover proofs need. Step looks for it only when Fixtures
+// is set.
+type EffectGate interface {
+	// HoldBeforeAppend returns once no gate armed for the order's start
+	// holds step at this owner's generation, or with an error when ctx
+	// ends first (the step is then retried as after any transient error).
+	HoldBeforeAppend(ctx context.Context, startSourceCommandID, step string, generation int64) error
 }
 
 // guardRepeatedEffect refuses a step whose external effect the fold

@@ -337,6 +337,53 @@ func (x *Retry) GetReason() string {
 	return ""
 }
 
+// GoneRecorded tells every member that a member was recorded gone in the
+// Location Store, so each lookup reads the gone records at once instead of
+// waiting for its next periodic read.
+type GoneRecorded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemberId      string                 `protobuf:"bytes,1,opt,name=memberId,proto3" json:"memberId,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GoneRecorded) Reset() {
+	*x = GoneRecorded{}
+	mi := &file_cluster_location_location_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GoneRecorded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GoneRecorded) ProtoMessage() {}
+
+func (x *GoneRecorded) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_location_location_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GoneRecorded.ProtoReflect.Descriptor instead.
+func (*GoneRecorded) Descriptor() ([]byte, []int) {
+	return file_cluster_location_location_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GoneRecorded) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
 var File_cluster_location_location_proto protoreflect.FileDescriptor
 
 const file_cluster_location_location_proto_rawDesc = "" +
@@ -358,7 +405,9 @@ const file_cluster_location_location_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12E\n" +
 	"\afailure\x18\x04 \x01(\x0e2+.shoppingmall.location.v1.ActivationFailureR\afailure\"\x1f\n" +
 	"\x05Retry\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*s\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"*\n" +
+	"\fGoneRecorded\x12\x1a\n" +
+	"\bmemberId\x18\x01 \x01(\tR\bmemberId*s\n" +
 	"\x10ActivationReason\x12!\n" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
@@ -383,13 +432,14 @@ func file_cluster_location_location_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_location_location_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_location_location_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_cluster_location_location_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_cluster_location_location_proto_goTypes = []any{
 	(ActivationReason)(0),  // 0: shoppingmall.location.v1.ActivationReason
 	(ActivationFailure)(0), // 1: shoppingmall.location.v1.ActivationFailure
 	(*Activate)(nil),       // 2: shoppingmall.location.v1.Activate
 	(*Activated)(nil),      // 3: shoppingmall.location.v1.Activated
 	(*Retry)(nil),          // 4: shoppingmall.location.v1.Retry
+	(*GoneRecorded)(nil),   // 5: shoppingmall.location.v1.GoneRecorded
 }
 var file_cluster_location_location_proto_depIdxs = []int32{
 	0, // 0: shoppingmall.location.v1.Activate.reason:type_name -> shoppingmall.location.v1.ActivationReason
@@ -412,7 +462,7 @@ func file_cluster_location_location_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_location_location_proto_rawDesc), len(file_cluster_location_location_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

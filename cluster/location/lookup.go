@@ -3,6 +3,9 @@
 // hosts grains on a member, and the cluster context that turns a dead owner
 // into a fast, typed ErrUnavailable. It never fails over: a Ready identity
 // whose owner left the topology stays where it is until an operator acts.
+// A member seen leaving is recorded gone, so that every member treats its
+// identities alike and the member itself, should it still run, fences
+// itself (gone.go, selffence.go).
 //
 // It knows nothing of orders, HTTP or the event stream; it must not import
 // actors/..., edge or eventstore.
@@ -116,8 +119,9 @@ const (
 	// Pending: the record is Creating or Moving at the grain's generation;
 	// its activator has not committed yet.
 	Pending
-	// Superseded: the record names another owner or generation, or none.
-	// The grain owns nothing and must stop without touching the record.
+	// Superseded: the record names another owner or generation, or none,
+	// or this member is recorded gone or fenced itself. The grain owns
+	// nothing and must stop without touching the record.
 	Superseded
 )
 
@@ -157,6 +161,7 @@ type Lookup struct {
 	named     chan struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
+	gone      goneState
 }
 
 type resolveCall struct {
@@ -215,6 +220,7 @@ func (l *Lookup) OnMemberLeft(f func(memberID, address string)) {
 // before any member is known.
 func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.cluster = c
+	l.startGone()
 	l.kinds = map[string]bool{}
 	for _, k := range kinds {
 		if k != pcluster.TopicActorKind {
@@ -229,6 +235,8 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 			l.onTopology(e)
 		case *remote.EndpointTerminatedEvent:
 			l.onEndpointTerminated(e.Address)
+		case *GoneRecorded:
+			l.nudgeGone()
 		case *pcluster.ActivationTerminated:
 			if e.ClusterIdentity != nil {
 				c.PidCache.RemoveByValue(e.ClusterIdentity.Identity, e.ClusterIdentity.Kind, e.Pid)
@@ -246,7 +254,6 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 		l.activator = pid
 	}
 	if l.cfg.NodeName != "" {
-		l.stop = make(chan struct{})
 		go l.publishName(sys.ID)
 	}
 }
@@ -309,6 +316,7 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 		}
 	}
 	l.members, l.byAddress = members, byAddr
+	l.updateLiveGone()
 	joins := append([]func(string, string, []string){}, l.onJoin...)
 	leaves := append([]func(string, string){}, l.onLeave...)
 	self := l.cluster != nil && members[l.cluster.ActorSystem.ID] != nil
@@ -316,6 +324,7 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 	if self {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
+	l.observeLeft(t.Left)
 	for _, m := range t.Joined {
 		for _, f := range joins {
 			f(m.Id, m.Address(), m.Kinds)
@@ -379,13 +388,14 @@ func (l *Lookup) Live(memberID string) bool {
 	return l.members[memberID] != nil
 }
 
-// Eligible returns the live members hosting kind, sorted by id.
+// Eligible returns the live members hosting kind that are not recorded
+// gone, sorted by id.
 func (l *Lookup) Eligible(kind string) []*pcluster.Member {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []*pcluster.Member
 	for _, m := range l.members {
-		if m.HasKind(kind) {
+		if m.HasKind(kind) && !l.isGone(m.Id) {
 			out = append(out, m)
 		}
 	}
@@ -421,11 +431,15 @@ func (l *Lookup) Forget(kind, id string, pid *actor.PID) {
 
 // Resolve returns the pid of the identity's owner, activating it when the
 // identity is Missing. Warm calls are answered from the pid cache without a
-// Redis round trip. A Ready identity whose owner has left the topology is
+// Redis round trip. A Ready identity whose owner has left the topology, or
+// is recorded gone (even if this lookup still sees it live), is
 // ErrUnavailable at once; nothing is activated anywhere.
 func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
 	if pid, ok := l.cluster.PidCache.Get(id, kind); ok && pid != nil {
-		return pid, nil
+		if !l.goneAddress(pid.Address) {
+			return pid, nil
+		}
+		l.cluster.PidCache.RemoveByValue(id, kind, pid)
 	}
 	if err := l.WaitReady(ctx); err != nil {
 		return nil, err
@@ -471,9 +485,12 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 			if !l.Live(rec.Owner) {
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
 			}
+			if l.isGone(rec.Owner) {
+				return nil, fmt.Errorf("%w: %s is owned by member %s, which is recorded gone", ErrUnavailable, id, rec.Owner)
+			}
 			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
-		case rec.Status == Moving && !l.Live(rec.Owner):
-			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left", ErrUnavailable, id, rec.Owner)
+		case rec.Status == Moving && (!l.Live(rec.Owner) || l.isGone(rec.Owner)):
+			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left or is recorded gone", ErrUnavailable, id, rec.Owner)
 		}
 		// Creating or Moving: wait for Ready.
 		t := time.NewTimer(backoff)
@@ -625,6 +642,9 @@ func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, d
 
 // Confirm implements Placement.
 func (l *Lookup) Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error) {
+	if l.selfFenced() {
+		return Superseded, nil
+	}
 	rec, err := l.store.Get(ctx, kind, id)
 	if err != nil {
 		return Pending, err
@@ -653,7 +673,9 @@ func (l *Lookup) repairDeadPID(ctx context.Context, kind, id string, pid *actor.
 	l.mu.Lock()
 	owner, live := l.byAddress[pid.Address]
 	l.mu.Unlock()
-	if !live {
+	if !live || l.isGone(owner) {
+		// A gone member's records stay as they are until an operator
+		// takes them over.
 		return false, nil
 	}
 	ok, err := l.store.ReleaseDead(ctx, kind, id, owner, pid.Id)
@@ -673,7 +695,8 @@ func (l *Lookup) NodeNames(ctx context.Context) (map[string]string, error) {
 	return l.store.MemberNames(ctx)
 }
 
-// MemberByNode finds the live member id published under a node name.
+// MemberByNode finds the live member id published under a node name,
+// not recorded gone.
 func (l *Lookup) MemberByNode(ctx context.Context, node string) (*pcluster.Member, error) {
 	names, err := l.store.MemberNames(ctx)
 	if err != nil {
@@ -682,7 +705,7 @@ func (l *Lookup) MemberByNode(ctx context.Context, node string) (*pcluster.Membe
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, n := range names {
-		if n == node {
+		if n == node && !l.isGone(id) {
 			if m := l.members[id]; m != nil {
 				return m, nil
 			}

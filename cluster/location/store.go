@@ -161,9 +161,10 @@ return 1
 `)
 
 // CommitReady records the activation as Ready if token still holds the
-// creation lock. It fails with ErrLockLost otherwise.
+// creation lock. It fails with ErrLockLost otherwise. The owner's index
+// entry (see Owned) goes out in the same round trip, just before.
 func (s *Store) CommitReady(ctx context.Context, kind, id, token string, rec Record) error {
-	n, err := commitReady.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.lockKey(kind, id)},
+	n, err := s.indexedEval(ctx, rec.Owner, kind, id, commitReady, []string{s.recKey(kind, id), s.lockKey(kind, id)},
 		token, rec.Owner, rec.PIDAddress, rec.PIDID, rec.Generation).Int()
 	if err != nil {
 		return translate(err)
@@ -189,15 +190,16 @@ func (s *Store) AbortCreate(ctx context.Context, kind, id, token string) error {
 // release empties the authority fields; with discard it gives the
 // generation back, and a record back at generation 0 is deleted, so an
 // activation that found nothing to own (a probe for an unknown id) leaves
-// no key behind.
+// no key behind. It answers the owner it released, for the index.
 var release = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return {0} end
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
 if ARGV[2] == '1' then
   local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
   if g > 1 then redis.call('HSET', KEYS[1], 'generation', g - 1) else redis.call('HDEL', KEYS[1], 'generation') end
 end
-return 1
+return {1, owner}
 `)
 
 // Release makes a Ready identity Missing if pidID is still its owner pid.
@@ -209,11 +211,18 @@ func (s *Store) Release(ctx context.Context, kind, id, pidID string, discard boo
 	if discard {
 		d = "1"
 	}
-	n, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, d).Int()
+	res, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, d).Slice()
 	if err != nil {
 		return false, translate(err)
 	}
-	return n == 1, nil
+	if n, _ := res[0].(int64); n != 1 {
+		return false, nil
+	}
+	if len(res) > 1 {
+		owner, _ := res[1].(string)
+		s.unindex(ctx, owner, kind, id)
+	}
+	return true, nil
 }
 
 var extendCreate = redis.NewScript(`
@@ -254,6 +263,9 @@ func (s *Store) ReleaseDead(ctx context.Context, kind, id, owner, pidID string) 
 	if err != nil {
 		return false, translate(err)
 	}
+	if n == 1 {
+		s.unindex(ctx, owner, kind, id)
+	}
 	return n == 1, nil
 }
 
@@ -280,24 +292,32 @@ func (s *Store) BeginMove(ctx context.Context, kind, id, pidID, opID string) (in
 	return g, nil
 }
 
+// commitMove answers the source owner it replaced, for the index (an empty
+// string on a repeat).
 var commitMove = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
-if st == 'Ready' and redis.call('HGET', KEYS[1], 'pidId') == ARGV[4] then return 1 end
-if st ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return 0 end
+if st == 'Ready' and redis.call('HGET', KEYS[1], 'pidId') == ARGV[4] then return {1, ''} end
+if st ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return {0} end
+local source = redis.call('HGET', KEYS[1], 'owner') or ''
 redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4])
 redis.call('HDEL', KEYS[1], 'moveOp')
-return 1
+return {1, source}
 `)
 
 // CommitMove makes the target the Ready owner, generation unchanged.
-// Repeating it after success is a no-op.
+// Repeating it after success is a no-op. The target's index entry goes
+// out in the same round trip; the source's is dropped after.
 func (s *Store) CommitMove(ctx context.Context, kind, id, opID string, target Record) error {
-	n, err := commitMove.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, opID, target.Owner, target.PIDAddress, target.PIDID).Int()
+	res, err := s.indexedEval(ctx, target.Owner, kind, id, commitMove, []string{s.recKey(kind, id)},
+		opID, target.Owner, target.PIDAddress, target.PIDID).Slice()
 	if err != nil {
 		return translate(err)
 	}
-	if n != 1 {
+	if n, _ := res[0].(int64); n != 1 {
 		return fmt.Errorf("%w: move %s of %s is not in progress", ErrNotOwner, opID, id)
+	}
+	if source, _ := res[1].(string); source != "" && source != target.Owner {
+		s.unindex(ctx, source, kind, id)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package relocation owns the Relocation Store: per order, the first
 // activation envelope (the serialized command that first activated it) and
-// the records of its planned-relocation operations.
+// the records of its operations: planned relocations and takeovers of a
+// lost owner's authority (Operation.Kind).
 //
 // The store keeps envelopes as opaque bytes, so it must not import
 // actors/..., edge, eventstore or readmodel; callers encode and decode. Its

@@ -45,6 +45,10 @@ const (
 	OpTargetActivated OpState = "target-activated"
 	OpCommitted       OpState = "committed"
 	OpAborted         OpState = "aborted"
+	// OpFenced: a takeover raised the order's fence and is recorded, but
+	// its Location record may not be reset yet; repeating the takeover
+	// with the same operation id finishes it (then OpCommitted).
+	OpFenced OpState = "fenced"
 )
 
 // Final reports whether the operation has ended; a final record is frozen.
@@ -52,23 +56,51 @@ func (s OpState) Final() bool { return s == OpCommitted || s == OpAborted }
 
 func (s OpState) valid() bool {
 	switch s {
-	case OpMoving, OpTargetActivated, OpCommitted, OpAborted:
+	case OpMoving, OpTargetActivated, OpCommitted, OpAborted, OpFenced:
 		return true
 	}
 	return false
 }
 
-// Operation is one planned relocation of one order.
+// OpKind tells what an operation did to its order.
+type OpKind string
+
+const (
+	// KindRelocation: a planned relocation of a live order, same
+	// generation. It is the zero value, so records written before kinds
+	// existed read as relocations.
+	KindRelocation OpKind = ""
+	// KindTakeover: an operator (or the takeover policy) retired a lost
+	// owner's authority: fence raised past Generation, Location record
+	// reset to Missing at NewGeneration.
+	KindTakeover OpKind = "takeover"
+)
+
+func (k OpKind) valid() bool { return k == KindRelocation || k == KindTakeover }
+
+// Operation is one planned relocation, or one takeover, of one order.
 type Operation struct {
 	ID      string
 	OrderID string
+	Kind    OpKind
 	// Source and Target are node names (e.g. workflow-a), never addresses,
-	// so a record stays meaningful after processes restart.
-	Source     string
-	Target     string
+	// so a record stays meaningful after processes restart. A takeover
+	// names the old owner's node as Source and no Target: the next
+	// command picks the new owner.
+	Source string
+	Target string
+	// Generation is the generation the operation found; a relocation
+	// keeps it, a takeover retires it.
 	Generation int64
-	State      OpState
-	Error      string
+	// NewGeneration is a takeover's generation after it: the fence and the
+	// Location record stand there, and the next activation is above it.
+	NewGeneration int64
+	// Member is the member id (incarnation) of the owner a takeover
+	// retired; Caller says who asked for the operation.
+	Member string
+	Caller string
+	State  OpState
+	Error  string
 	// StartedAtUnixMs is fixed by the first write; later writes cannot
 	// change it, so the order of Operations is stable.
 	StartedAtUnixMs int64
@@ -175,16 +207,17 @@ return 1
 
 // putOp writes one operation record and its place in the order's list.
 // KEYS: op hash, ops zset. ARGV: id, orderId, source, target, generation,
-// state, error, startedAt, updatedAt.
+// state, error, startedAt, updatedAt, kind, newGeneration, member, caller.
 // A final record is frozen: repeating the same final state with the same
 // source, target and generation is accepted unchanged (a retried commit);
-// anything else is refused. startedAt and the list position come from the
-// first write only.
+// anything else is refused. An operation never changes its kind.
+// startedAt and the list position come from the first write only.
 var putOp = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'state', 'orderId', 'source', 'target', 'generation', 'startedAt')
+local cur = redis.call('HMGET', KEYS[1], 'state', 'orderId', 'source', 'target', 'generation', 'startedAt', 'kind')
 local started = ARGV[8]
 if cur[1] then
   if cur[2] ~= ARGV[2] then return 'order' end
+  if (cur[7] or '') ~= ARGV[10] then return 'kind' end
   if cur[1] == 'committed' or cur[1] == 'aborted' then
     if cur[1] == ARGV[6] and cur[3] == ARGV[3] and cur[4] == ARGV[4] and cur[5] == ARGV[5] then
       return 'unchanged'
@@ -197,6 +230,9 @@ redis.call('HSET', KEYS[1],
   'id', ARGV[1], 'orderId', ARGV[2], 'source', ARGV[3], 'target', ARGV[4],
   'generation', ARGV[5], 'state', ARGV[6], 'error', ARGV[7],
   'startedAt', started, 'updatedAt', ARGV[9])
+if ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[1], 'kind', ARGV[10], 'newGeneration', ARGV[11], 'member', ARGV[12], 'caller', ARGV[13])
+end
 redis.call('ZADD', KEYS[2], 'NX', started, ARGV[1])
 return 'ok'
 `)
@@ -217,8 +253,11 @@ func (s *Store) PutOperation(ctx context.Context, op Operation) error {
 	if !op.State.valid() {
 		return fmt.Errorf("%w: operation %q state %q", ErrInvalidArgument, op.ID, op.State)
 	}
-	if op.Generation < 0 {
-		return fmt.Errorf("%w: operation %q generation %d", ErrInvalidArgument, op.ID, op.Generation)
+	if !op.Kind.valid() {
+		return fmt.Errorf("%w: operation %q kind %q", ErrInvalidArgument, op.ID, op.Kind)
+	}
+	if op.Generation < 0 || op.NewGeneration < 0 {
+		return fmt.Errorf("%w: operation %q generation %d, new generation %d", ErrInvalidArgument, op.ID, op.Generation, op.NewGeneration)
 	}
 	ok, err := claimOpID.Run(ctx, s.rdb, []string{s.opIndexKey(op.ID)}, op.OrderID).Int()
 	if err != nil {
@@ -229,7 +268,7 @@ func (s *Store) PutOperation(ctx context.Context, op Operation) error {
 	}
 	res, err := putOp.Run(ctx, s.rdb, []string{s.opKey(op.OrderID, op.ID), s.opsKey(op.OrderID)},
 		op.ID, op.OrderID, op.Source, op.Target, op.Generation, string(op.State), op.Error,
-		op.StartedAtUnixMs, op.UpdatedAtUnixMs).Text()
+		op.StartedAtUnixMs, op.UpdatedAtUnixMs, string(op.Kind), op.NewGeneration, op.Member, op.Caller).Text()
 	if err != nil {
 		return translate(err)
 	}
@@ -238,6 +277,8 @@ func (s *Store) PutOperation(ctx context.Context, op Operation) error {
 		return nil
 	case "final":
 		return fmt.Errorf("%w: operation %q of order %q is final", ErrConflict, op.ID, op.OrderID)
+	case "kind":
+		return fmt.Errorf("%w: operation %q of order %q is of another kind than %q", ErrConflict, op.ID, op.OrderID, op.Kind)
 	default:
 		return fmt.Errorf("%w: operation %q is recorded for another order than %q", ErrConflict, op.ID, op.OrderID)
 	}
@@ -300,8 +341,9 @@ func (s *Store) Operations(ctx context.Context, orderID string) ([]Operation, er
 	return ops, nil
 }
 
-// OpenOperation returns the order's latest operation that is not final, so
-// an interrupted relocation can be found and repeated to completion. ok is
+// OpenOperation returns the order's latest operation that is not final, of
+// any kind, so an interrupted relocation or takeover can be found and
+// repeated to completion. ok is
 // false when every operation has ended or there is none.
 func (s *Store) OpenOperation(ctx context.Context, orderID string) (Operation, bool, error) {
 	ops, err := s.Operations(ctx, orderID)
@@ -318,14 +360,19 @@ func (s *Store) OpenOperation(ctx context.Context, orderID string) (Operation, b
 
 func operationFrom(m map[string]string) Operation {
 	gen, _ := strconv.ParseInt(m["generation"], 10, 64)
+	newGen, _ := strconv.ParseInt(m["newGeneration"], 10, 64)
 	started, _ := strconv.ParseInt(m["startedAt"], 10, 64)
 	updated, _ := strconv.ParseInt(m["updatedAt"], 10, 64)
 	return Operation{
 		ID:              m["id"],
 		OrderID:         m["orderId"],
+		Kind:            OpKind(m["kind"]),
 		Source:          m["source"],
 		Target:          m["target"],
 		Generation:      gen,
+		NewGeneration:   newGen,
+		Member:          m["member"],
+		Caller:          m["caller"],
 		State:           OpState(m["state"]),
 		Error:           m["error"],
 		StartedAtUnixMs: started,

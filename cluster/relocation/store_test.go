@@ -424,3 +424,53 @@ func TestRedisFailureIsUnavailable(t *testing.T) {
 	_, err = store.Operations(ctx, "order-c")
 	require.ErrorIs(t, err, relocation.ErrUnavailable)
 }
+
+// TestTakeoverOperationRecord: a takeover is recorded with who asked,
+// which incarnation lost the order and both generations; it is repeated
+// from fenced to committed, then frozen, and never turns into a relocation.
+func TestTakeoverOperationRecord(t *testing.T) {
+	store, _, _ := newStore(t)
+	ctx := testCtx(t)
+	op := relocation.Operation{
+		ID: "tk-1", OrderID: "order-tk", Kind: relocation.KindTakeover,
+		Source: "workflow-a", Member: "member-a-1", Caller: "operator cli",
+		Generation: 4, NewGeneration: 5, State: relocation.OpFenced,
+		StartedAtUnixMs: 1_000, UpdatedAtUnixMs: 1_000,
+	}
+	require.NoError(t, store.PutOperation(ctx, op))
+	got, err := store.GetOperation(ctx, "tk-1")
+	require.NoError(t, err)
+	require.Equal(t, op, got)
+	require.False(t, got.State.Final(), "a fenced takeover is not done: its record may not be reset yet")
+	open, ok, err := store.OpenOperation(ctx, "order-tk")
+	require.NoError(t, err)
+	require.True(t, ok, "a half-done takeover is found to be finished")
+	require.Equal(t, "tk-1", open.ID)
+
+	// A repeat finishes it.
+	done := op
+	done.State, done.UpdatedAtUnixMs = relocation.OpCommitted, 2_000
+	require.NoError(t, store.PutOperation(ctx, op), "a repeat of the fenced step is harmless")
+	require.NoError(t, store.PutOperation(ctx, done))
+	require.NoError(t, store.PutOperation(ctx, done), "a repeated commit is harmless")
+	got, err = store.GetOperation(ctx, "tk-1")
+	require.NoError(t, err)
+	require.Equal(t, done, got)
+
+	again := done
+	again.NewGeneration, again.Generation = 7, 6
+	require.ErrorIs(t, store.PutOperation(ctx, again), relocation.ErrConflict, "a committed takeover is frozen")
+
+	reloc := relocation.Operation{ID: "tk-2", OrderID: "order-tk", Kind: relocation.KindTakeover,
+		Generation: 5, NewGeneration: 6, State: relocation.OpFenced}
+	require.NoError(t, store.PutOperation(ctx, reloc))
+	reloc.Kind, reloc.State = relocation.KindRelocation, relocation.OpMoving
+	require.ErrorIs(t, store.PutOperation(ctx, reloc), relocation.ErrConflict, "an operation never changes its kind")
+	require.ErrorIs(t, store.PutOperation(ctx, relocation.Operation{ID: "tk-3", OrderID: "order-tk", Kind: "evict", State: relocation.OpFenced}),
+		relocation.ErrInvalidArgument)
+
+	ops, err := store.Operations(ctx, "order-tk")
+	require.NoError(t, err)
+	require.Len(t, ops, 2)
+	require.Equal(t, relocation.KindTakeover, ops[0].Kind)
+}

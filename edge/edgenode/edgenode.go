@@ -20,6 +20,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 )
 
@@ -36,6 +37,15 @@ type Config struct {
 	SelfCheck bool
 	// Admin enables /admin/.
 	Admin bool
+	// AdminToken is the bearer token of the admin listener
+	// (API.Server.ServeAdmin), which serves /admin/, /self-check/ and
+	// /debug/pprof/; required with Admin or SelfCheck.
+	AdminToken string
+	// TakeoverAfter, when positive, turns on the takeover policy
+	// (cluster/takeover.Policy): an order whose command found its owner
+	// gone is taken over once the owner's gone record is this old. Zero
+	// keeps Unavailable until an operator acts.
+	TakeoverAfter time.Duration
 	// Evidence receives raw evidence lines; it must accept concurrent
 	// writes (one Write per line), as os.Stdout does.
 	Evidence io.Writer
@@ -48,6 +58,10 @@ type API struct {
 	Server *edge.Server
 	Routes *edge.RouteObserver
 	Client *grain.Client
+	// Takeover takes lost owners' orders over (the admin routes); Policy
+	// is the -takeover-after policy, nil when off.
+	Takeover *takeover.Service
+	Policy   *takeover.Policy
 }
 
 // topology counts live workflow members as this member sees them, and
@@ -140,18 +154,44 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		return nil, err
 	}
 	client := grain.NewClient(m.Lookup, grain.WithRelocations(st.Relocation))
+	tk, err := takeover.New(takeover.Config{
+		Kind: grain.KindName, Location: st.Location, Relocations: st.Relocation, Fences: st.Events,
+		Live: m.Lookup.Live, DropRoute: m.Lookup.DropRoute, Logger: cfg.Logger,
+	})
+	if err != nil {
+		m.Stop()
+		routes.Close()
+		return nil, err
+	}
+	var orders edge.Orders = client
+	var policy *takeover.Policy
+	if cfg.TakeoverAfter > 0 {
+		policy, err = takeover.NewPolicy(takeover.PolicyConfig{Service: tk, After: cfg.TakeoverAfter,
+			Caller: "policy -takeover-after=" + cfg.TakeoverAfter.String() + " at " + cfg.Cluster.NodeName, Logger: cfg.Logger})
+		if err != nil {
+			m.Stop()
+			routes.Close()
+			return nil, err
+		}
+		orders = edge.OrdersWithTakeoverPolicy(client, policy)
+	}
 	ecfg := edge.Config{
 		NodeID:         cfg.Cluster.NodeName,
 		Idempotency:    st.Commerce.Idempotency(),
 		Carts:          st.Commerce.Carts(),
 		ReadModel:      st.ReadModel,
-		Orders:         client,
+		Orders:         orders,
 		Topology:       topology{l: m.Lookup, stores: st},
 		Operator:       client,
 		Admin:          cfg.Admin,
+		AdminToken:     cfg.AdminToken,
+		Takeover:       tk,
 		RequestTimeout: cfg.RequestTimeout,
 		Evidence:       cfg.Evidence,
 		Logger:         cfg.Logger,
+	}
+	if idx, ok := st.ReadModel.(edge.ActiveOrders); ok && cfg.Admin {
+		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
 	}
 	if cfg.SelfCheck {
 		ecfg.SelfCheck = &edge.SelfCheck{
@@ -167,11 +207,14 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	}
 	srv, err := edge.New(ecfg)
 	if err != nil {
+		if policy != nil {
+			policy.Close()
+		}
 		m.Stop()
 		routes.Close()
 		return nil, err
 	}
-	return &API{Member: m, Server: srv, Routes: routes, Client: client}, nil
+	return &API{Member: m, Server: srv, Routes: routes, Client: client, Takeover: tk, Policy: policy}, nil
 }
 
 // Stop shuts the HTTP edge down (waiting for requests in flight until ctx
@@ -179,6 +222,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 // strands nothing.
 func (a *API) Stop(ctx context.Context) error {
 	err := a.Server.Shutdown(ctx)
+	if a.Policy != nil {
+		a.Policy.Close()
+	}
 	a.Routes.Close()
 	a.Member.Stop()
 	return err

@@ -43,10 +43,14 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 }
 
 type apiNode struct {
-	name string
-	api  *edgenode.API
-	url  string
+	name     string
+	api      *edgenode.API
+	url      string
+	adminURL string // the admin listener: /admin/ and /self-check/
 }
+
+// adminToken is the APIs' admin bearer token.
+const adminToken = "edgetest-admin-token"
 
 type harness struct {
 	t         *testing.T
@@ -130,23 +134,28 @@ func (h *harness) startAPI(ctx context.Context, name string) {
 		RequestTimeout: requestTimeout,
 		SelfCheck:      true,
 		Admin:          true,
+		AdminToken:     adminToken,
 		Evidence:       io.MultiWriter(h.ev(name), tlogWriter{h.t}),
 		Logger:         h.logger(name),
 	})
 	require.NoError(h.t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(h.t, err)
-	served := make(chan error, 1)
+	adm, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(h.t, err)
+	served := make(chan error, 2)
 	go func() { served <- a.Server.Serve(ln) }()
+	go func() { served <- a.Server.ServeAdmin(adm) }()
 	h.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = a.Server.Shutdown(ctx)
 		require.ErrorIs(h.t, <-served, http.ErrServerClosed)
+		require.ErrorIs(h.t, <-served, http.ErrServerClosed)
 		a.Routes.Close()
 		a.Member.Crash()
 	})
-	h.apis = append(h.apis, &apiNode{name: name, api: a, url: "http://" + ln.Addr().String()})
+	h.apis = append(h.apis, &apiNode{name: name, api: a, url: "http://" + ln.Addr().String(), adminURL: "http://" + adm.Addr().String()})
 }
 
 // do sends one request and returns status and body.
@@ -156,8 +165,17 @@ func (h *harness) do(method string, a *apiNode, path, body string) (int, []byte)
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, a.url+path, rd)
+	base := a.url
+	admin := strings.HasPrefix(path, "/admin/") || strings.HasPrefix(path, "/self-check/")
+	if admin {
+		// The admin surface has its own listener and token.
+		base = a.adminURL
+	}
+	req, err := http.NewRequest(method, base+path, rd)
 	require.NoError(h.t, err)
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+	}
 	res, err := h.http.Do(req)
 	require.NoError(h.t, err)
 	defer res.Body.Close()

@@ -1,7 +1,7 @@
 // Package eventstoretest is the behavioural contract of eventstore.Store,
 // runnable against any implementation: ordering and envelope fidelity,
 // expected-version checks, gapless versions, source-command dedupe and the
-// owner fence, including concurrent writers.
+// owner fence, including concurrent writers and a takeover's raised fence.
 //
 // It depends only on eventstore and the standard library; an
 // implementation's own tests supply the store.
@@ -41,6 +41,9 @@ func RunContract(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"OpenRaisesFence", testOpenRaisesFence},
 		{"StaleWriterIsFenced", testStaleWriter},
 		{"ConcurrentWritersOneWinnerPerVersion", testRace},
+		{"RaiseFenceRetiresOldWriter", testRaiseFence},
+		{"RaiseFenceNeverLowersAndRepeats", testRaiseFenceRepeat},
+		{"RaiseFenceBeforeTheFirstEvent", testRaiseFenceNoStream},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -440,4 +443,93 @@ func testRace(t *testing.T, s eventstore.Store) {
 		t.Fatalf("no append conflicted: the %d writers never raced", writers)
 	}
 	t.Logf("%d writers: %d successes, %d version conflicts, %d distinct winners", writers, total, conflicts.Load(), len(wins))
+}
+
+func mustRaise(t *testing.T, s eventstore.Store, order string, min int64) eventstore.Fence {
+	t.Helper()
+	f, err := s.RaiseFence(ctxT(t), order, min)
+	if err != nil {
+		t.Fatalf("RaiseFence(%s, %d): %v", order, min, err)
+	}
+	return f
+}
+
+// testRaiseFence: a takeover raises the fence past the owner's generation;
+// the owner, alive or not, can never append or reopen at its generation,
+// and the next owner opens above it and writes.
+func testRaiseFence(t *testing.T, s eventstore.Store) {
+	o := orderID(t, "tk")
+	old, _ := mustOpen(t, s, o, 3)
+	mustAppend(t, s, o, 0, old, event(o, "e1", "T", "c1", "1"))
+
+	if f := mustRaise(t, s, o, 4); f != (eventstore.Fence{Generation: 4, Epoch: 0}) {
+		t.Fatalf("RaiseFence(4) over {3 1} = %+v, want {4 0}", f)
+	}
+	_, err := s.Append(ctxT(t), o, 1, old, []eventstore.Envelope{event(o, "zombie", "T", "c2", "z")})
+	wantErr(t, err, eventstore.ErrFenced, "the old owner's append after the takeover")
+	_, _, err = s.Open(ctxT(t), o, 3)
+	wantErr(t, err, eventstore.ErrFenced, "the old owner reopening at its generation")
+	// Nobody holds epoch 0: even a writer claiming the raised token is refused.
+	_, err = s.Append(ctxT(t), o, 1, eventstore.Fence{Generation: 4, Epoch: 0}, []eventstore.Envelope{event(o, "x", "T", "", "x")})
+	wantErr(t, err, eventstore.ErrFenced, "an append with the raised token itself")
+	wantLen(t, s, o, 1)
+
+	next, evs := mustOpen(t, s, o, 5)
+	if next != (eventstore.Fence{Generation: 5, Epoch: 1}) || len(evs) != 1 {
+		t.Fatalf("Open(5) after RaiseFence(4) = %+v with %d events, want {5 1} and 1", next, len(evs))
+	}
+	mustAppend(t, s, o, 1, next, event(o, "e2", "T", "c2", "2"))
+	wantVersions(t, wantLen(t, s, o, 2))
+}
+
+// testRaiseFenceRepeat: a repeated takeover changes nothing, and a raise
+// never lowers a newer fence, so a late repeat cannot fence the new owner.
+func testRaiseFenceRepeat(t *testing.T, s eventstore.Store) {
+	o := orderID(t, "tkr")
+	f1, _ := mustOpen(t, s, o, 1)
+	mustAppend(t, s, o, 0, f1, event(o, "e1", "T", "", "1"))
+	a := mustRaise(t, s, o, 2)
+	b := mustRaise(t, s, o, 2)
+	if a != b || a != (eventstore.Fence{Generation: 2, Epoch: 0}) {
+		t.Fatalf("RaiseFence(2) twice = %+v then %+v, want {2 0} both", a, b)
+	}
+	if f := mustRaise(t, s, o, 1); f != a {
+		t.Fatalf("RaiseFence(1) after RaiseFence(2) = %+v, want %+v unchanged", f, a)
+	}
+	// Open at the raised generation itself takes epoch 1.
+	g2, _ := mustOpen(t, s, o, 2)
+	if g2 != (eventstore.Fence{Generation: 2, Epoch: 1}) {
+		t.Fatalf("Open(2) after RaiseFence(2) = %+v, want {2 1}", g2)
+	}
+	// A late repeat of the same takeover leaves the new owner's fence alone.
+	if f := mustRaise(t, s, o, 2); f != g2 {
+		t.Fatalf("RaiseFence(2) after Open(2) = %+v, want %+v unchanged", f, g2)
+	}
+	mustAppend(t, s, o, 1, g2, event(o, "e2", "T", "", "2"))
+	if _, err := s.RaiseFence(ctxT(t), o, 0); err == nil {
+		t.Fatal("RaiseFence(0) succeeded; generations start at 1")
+	}
+}
+
+// testRaiseFenceNoStream: a takeover before the first event still fences
+// the old owner, which would otherwise establish the fence with its first
+// append.
+func testRaiseFenceNoStream(t *testing.T, s eventstore.Store) {
+	o := orderID(t, "tkn")
+	old, _ := mustOpen(t, s, o, 1) // nothing stored yet
+	if f := mustRaise(t, s, o, 2); f != (eventstore.Fence{Generation: 2, Epoch: 0}) {
+		t.Fatalf("RaiseFence(2) without a stream = %+v, want {2 0}", f)
+	}
+	_, err := s.Append(ctxT(t), o, 0, old, []eventstore.Envelope{event(o, "zombie", "T", "start", "z")})
+	wantErr(t, err, eventstore.ErrFenced, "the old owner's first append after the takeover")
+	wantLen(t, s, o, 0)
+	_, _, err = s.Open(ctxT(t), o, 1)
+	wantErr(t, err, eventstore.ErrFenced, "Open below a raised fence without a stream")
+
+	next, evs := mustOpen(t, s, o, 3)
+	if next != (eventstore.Fence{Generation: 3, Epoch: 1}) || len(evs) != 0 {
+		t.Fatalf("Open(3) = %+v with %d events, want {3 1} and none", next, len(evs))
+	}
+	mustAppend(t, s, o, 0, next, event(o, "e1", "T", "start", "1"))
+	wantLen(t, s, o, 1)
 }

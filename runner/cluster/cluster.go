@@ -11,6 +11,17 @@
 // /healthz and /readyz; the runner itself does not judge by it. Processes are stopped by their PID only
 // (SIGTERM, a bounded wait, then SIGKILL), never by name.
 //
+// Once started, the cluster supervises its nodes as Kubernetes'
+// restartPolicy Always would: a node whose process exits on its own (a
+// workflow member that fenced itself exits 3) is started again under the
+// same name, with backoff (see Config.RestartPolicy). Who restarts a node
+// is explicit: each node is either managed (the supervisor restarts it)
+// or held by the caller. Kill and Stop take a node out of supervision
+// before they signal it, so a runner that stops a node on purpose
+// (smoke, crashtest, faulttest, bench) restarts it itself with Restart,
+// which hands it back to the supervisor; Unmanage does the same for a
+// caller that stops a node by other means.
+//
 // It owns processes and log files, nothing of the order domain: it must
 // not import edge, actors/..., the framework package cluster, or any
 // store; its only project import is runner/redisserver.
@@ -89,7 +100,11 @@ type Config struct {
 	// RedisPersist keeps the Redis data on disk under RunDir/redis.
 	RedisPersist bool
 	// SelfCheck and Admin start the API processes with -self-check and
-	// -admin; Fixtures starts the workflow processes with -fixtures.
+	// -admin; Fixtures starts the workflow processes with -fixtures. Every
+	// API gets an admin listener on a free loopback port (AdminURL; its
+	// /admin/ and /self-check/ routes exist only with these flags) and the
+	// cluster's admin token, which Start generates and writes to
+	// <RunDir>/admin.token (mode 0600; AdminToken, ReadAdminToken).
 	SelfCheck bool
 	Admin     bool
 	Fixtures  bool
@@ -104,6 +119,16 @@ type Config struct {
 	// (a workflow drains its live orders, up to its 30 s drain timeout,
 	// before it leaves).
 	StopGrace time.Duration
+	// RestartPolicy is what happens when a managed node's process exits
+	// on its own after Start returned; default RestartAlways.
+	RestartPolicy RestartPolicy
+	// RestartBackoff is the delay before the first such restart of a
+	// node; it doubles with each restart up to 10s and starts over once
+	// an incarnation ran for 30s. Default 250ms.
+	RestartBackoff time.Duration
+	// OnRestart, if set, is told each time the supervisor started a node
+	// again, with the new PID (e.g. to rewrite a state file).
+	OnRestart func(name string, pid int)
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// BeforeNodes, if set, runs once Redis answers and before any node
@@ -116,6 +141,7 @@ type node struct {
 	role            Role
 	httpPort        int // API only
 	opsPort         int // workflow only: its -ops-http port
+	adminPort       int // API only: its -admin-http port
 	automanagedPort int
 	logPath         string
 	pidPath         string
@@ -126,6 +152,15 @@ type node struct {
 	// killed: the current incarnation was killed on purpose, so its exit
 	// is no failure.
 	killed bool
+	// managed: the supervisor restarts the node when its current
+	// incarnation exits. startNode sets it (Start, Restart, the
+	// supervisor's own restarts); Kill, Unmanage and Stop clear it before
+	// anything is signalled: the caller holds the node from then on.
+	managed   bool
+	startedAt time.Time
+	// backoff is the delay before the next supervisor restart.
+	backoff  time.Duration
+	restarts []SupervisorRestart
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent
@@ -139,6 +174,19 @@ type Cluster struct {
 	nodes map[string]*node
 	order []string // start order
 	seeds string
+	// adminToken is every API's admin bearer token; it reaches them
+	// through their environment, never their command line.
+	adminToken string
+	// started is closed once Start succeeded; only then does the
+	// supervisor restart nodes (a node that exits during Start fails it,
+	// and Stop closes closing).
+	started  chan struct{}
+	stopping bool
+	// closing is closed by Stop; restarting counts supervisor restarts
+	// under way, which Stop waits for so that it leaves no process behind.
+	closing    chan struct{}
+	closeOnce  sync.Once
+	restarting sync.WaitGroup
 }
 
 // Start starts Redis and the four nodes, then waits until every API log
@@ -163,17 +211,27 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.RestartPolicy == "" {
+		cfg.RestartPolicy = RestartAlways
+	}
+	if cfg.RestartPolicy != RestartAlways && cfg.RestartPolicy != RestartNever {
+		return nil, fmt.Errorf("%w: restart policy %q", ErrConfig, cfg.RestartPolicy)
+	}
+	if cfg.RestartBackoff <= 0 {
+		cfg.RestartBackoff = defaultRestartBackoff
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: run dir: %w", err)
 	}
 
 	// Redis, two API HTTP ports, four automanaged ports, two workflow
 	// operations ports.
-	ports, err := freePorts(9)
+	// Two API admin ports last.
+	ports, err := freePorts(11)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], nodes: map[string]*node{}}
+	c := &Cluster{cfg: cfg, port: ports[0], nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
 	amPorts := ports[3:7]
 	seeds := make([]string, len(amPorts))
 	for i, p := range amPorts {
@@ -181,12 +239,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c.seeds = strings.Join(seeds, ",")
 	for i, name := range APINodes {
-		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i]})
+		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[9+i]})
 	}
 	for i, name := range WorkflowNodes {
 		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[7+i]})
 	}
 
+	if c.adminToken, err = writeAdminToken(dir); err != nil {
+		return nil, err
+	}
 	c.redis, err = redisserver.Start(ctx, c.redisConfig())
 	if err != nil {
 		return nil, fmt.Errorf("cluster: redis: %w", err)
@@ -214,6 +275,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		_ = c.Stop()
 		return nil, err
 	}
+	close(c.started)
 	return c, nil
 }
 
@@ -259,7 +321,8 @@ func (c *Cluster) args(n *node) []string {
 	}
 	if n.role == RoleAPI {
 		a := append([]string{}, common...)
-		a = append(a, "-http", "127.0.0.1:"+strconv.Itoa(n.httpPort), "-request-timeout", c.cfg.RequestTimeout.String())
+		a = append(a, "-http", "127.0.0.1:"+strconv.Itoa(n.httpPort), "-request-timeout", c.cfg.RequestTimeout.String(),
+			"-admin-http", "127.0.0.1:"+strconv.Itoa(n.adminPort))
 		if c.cfg.SelfCheck {
 			a = append(a, "-self-check")
 		}
@@ -284,17 +347,19 @@ func (c *Cluster) startNode(n *node) error {
 	if n.role == RoleWorkflow {
 		bin = c.cfg.WorkflowBin
 	}
-	p, err := startProcess(n.name, bin, c.args(n), c.cfg.Env, n.logPath, n.pidPath)
+	p, err := startProcess(n.name, bin, c.args(n), c.env(n), n.logPath, n.pidPath)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	n.proc, n.startOffset, n.killed = p, off, false
+	n.managed, n.startedAt = c.cfg.RestartPolicy == RestartAlways, time.Now()
 	c.mu.Unlock()
+	go c.supervise(n, p)
 	if n.role == RoleWorkflow {
 		c.cfg.Logf("%s pid=%d ops=%s log=%s", n.name, p.pid(), c.OpsURL(n.name), n.logPath)
 	} else {
-		c.cfg.Logf("%s pid=%d http=%s log=%s", n.name, p.pid(), c.APIURL(n.name), n.logPath)
+		c.cfg.Logf("%s pid=%d http=%s admin=%s log=%s", n.name, p.pid(), c.APIURL(n.name), c.AdminURL(n.name), n.logPath)
 	}
 	return nil
 }
@@ -372,7 +437,8 @@ func (c *Cluster) node(name string) (*node, error) {
 }
 
 // Kill sends SIGKILL to the node's process and waits until it is reaped:
-// a crash, with no graceful drain.
+// a crash, with no graceful drain. It first takes the node out of
+// supervision: the caller restarts it (Restart), or nobody does.
 func (c *Cluster) Kill(name string) error {
 	n, err := c.node(name)
 	if err != nil {
@@ -381,6 +447,7 @@ func (c *Cluster) Kill(name string) error {
 	c.mu.Lock()
 	p := n.proc
 	n.killed = true
+	n.managed = false
 	c.mu.Unlock()
 	if p == nil {
 		return nil
@@ -390,7 +457,8 @@ func (c *Cluster) Kill(name string) error {
 }
 
 // Restart starts a stopped or killed node again under the same name, as a
-// new incarnation, its log opened in append mode, and waits for the lines
+// new incarnation, and hands it back to the supervisor (with
+// RestartAlways), its log opened in append mode, and waits for the lines
 // its new incarnation writes after the restart: an API's own readiness
 // lines of spec §10.1, or for a workflow node the line of WorkflowJoined
 // in its own log. (The APIs announce a workflow's object route once per
@@ -444,6 +512,16 @@ func WorkflowJoined(node string) Matcher {
 // process by its PID, SIGTERM first and SIGKILL after StopGrace. It is safe
 // to call more than once.
 func (c *Cluster) Stop() error {
+	// Out of supervision first, and no restart under way: a node that
+	// exits from here on stays down.
+	c.mu.Lock()
+	c.stopping = true
+	for _, n := range c.nodes {
+		n.managed = false
+	}
+	c.mu.Unlock()
+	c.closeOnce.Do(func() { close(c.closing) })
+	c.restarting.Wait()
 	var errs []error
 	stop := func(names []string) {
 		var wg sync.WaitGroup
@@ -554,7 +632,7 @@ func (c *Cluster) Running(name string) bool {
 
 // State describes the running processes for a state file.
 func (c *Cluster) State() State {
-	st := State{RunDir: c.cfg.RunDir}
+	st := State{RunDir: c.cfg.RunDir, AdminTokenFile: AdminTokenPath(c.cfg.RunDir)}
 	if r := c.redisServer(); r != nil {
 		st.Redis = ProcessState{Name: "redis", PID: r.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
 		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
@@ -564,6 +642,7 @@ func (c *Cluster) State() State {
 		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort}
 		if n.role == RoleAPI {
 			ps.URL = c.APIURL(name)
+			ps.AdminURL = c.AdminURL(name)
 		} else {
 			ps.OpsURL = c.OpsURL(name)
 		}

@@ -24,7 +24,10 @@ type ProcessState struct {
 	// URL is an API's public base URL, or Redis' URL.
 	URL string `json:"url,omitempty"`
 	// OpsURL is a workflow's operations listener (/healthz, /readyz).
-	OpsURL          string `json:"opsUrl,omitempty"`
+	OpsURL string `json:"opsUrl,omitempty"`
+	// AdminURL is an API's admin listener (/admin/, /self-check/,
+	// /debug/pprof/); it needs the token of State.AdminTokenFile.
+	AdminURL        string `json:"adminUrl,omitempty"`
 	Log             string `json:"log,omitempty"`
 	AutomanagedPort int    `json:"automanagedPort,omitempty"`
 }
@@ -32,10 +35,13 @@ type ProcessState struct {
 // State is what clusterctl keeps in <run dir>/cluster.json while a
 // cluster runs.
 type State struct {
-	RunDir     string         `json:"runDir"`
-	Supervisor ProcessState   `json:"supervisor"`
-	Redis      ProcessState   `json:"redis"`
-	Nodes      []ProcessState `json:"nodes"`
+	RunDir string `json:"runDir"`
+	// AdminTokenFile holds the APIs' admin bearer token (mode 0600); the
+	// token itself is never in the state file.
+	AdminTokenFile string         `json:"adminTokenFile,omitempty"`
+	Supervisor     ProcessState   `json:"supervisor"`
+	Redis          ProcessState   `json:"redis"`
+	Nodes          []ProcessState `json:"nodes"`
 }
 
 // Processes lists every process of the state, nodes first, then Redis,

@@ -17,11 +17,13 @@ import (
 )
 
 // hooks calls one API process's runner-only /self-check/* hooks and its
-// /admin/* operations. Only the runner uses it, before the client starts
-// (fixtures) or after it finished (evidence).
+// /admin/* operations, on the API's admin listener with the admin bearer
+// token. Only the runner uses it, before the client starts (fixtures) or
+// after it finished (evidence).
 type hooks struct {
-	base string
-	hc   *http.Client
+	base  string // the admin listener's base URL
+	token string
+	hc    *http.Client
 }
 
 // hookError is a hook that did not answer 200.
@@ -50,6 +52,7 @@ func (h *hooks) do(ctx context.Context, method, path string, body []byte) ([]byt
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
 	res, err := h.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", call, err)

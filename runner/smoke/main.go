@@ -5,8 +5,9 @@
 //  2. start a private Redis (every store) and seed run-specific data: a
 //     cart with ample stock, a cart whose stock cannot cover it and a
 //     declining payment method, apart from the success path's own;
-//  3. start api-a, api-b (-self-check -admin) and workflow-a, workflow-b
-//     (-fixtures) through runner/cluster;
+//  3. start api-a, api-b (-self-check -admin, each with an admin listener
+//     on loopback and the cluster's generated admin token) and workflow-a,
+//     workflow-b (-fixtures) through runner/cluster;
 //  4. wait, bounded, for the readiness lines of spec §10.1 in each API log;
 //  5. prepare the fixtures through the runner-only hooks, write the
 //     fixtures file, run the client once and require its
@@ -167,10 +168,21 @@ func (r *runner) run(ctx context.Context, base string) error {
 	}()
 	r.logf("ready: %s and %s announced kind=http and kind=object-route for %s and %s",
 		cluster.APIA, cluster.APIB, cluster.WorkflowA, cluster.WorkflowB)
+	// The hooks live on each API's admin listener, behind the cluster's
+	// admin token: both are read from the cluster's state, as an operator
+	// reads them from cluster.json and admin.token.
+	st := r.cl.State()
+	token, err := cluster.ReadAdminToken(filepath.Dir(st.AdminTokenFile))
+	if err != nil {
+		return err
+	}
 	for _, api := range cluster.APINodes {
-		u := r.cl.APIURL(api)
-		r.pub = append(r.pub, &client.API{BaseURL: u, HTTP: r.hc})
-		r.hk = append(r.hk, &hooks{base: u, hc: r.hc})
+		n, ok := st.Node(api)
+		if !ok || n.AdminURL == "" {
+			return fmt.Errorf("the cluster state names no admin address for %s", api)
+		}
+		r.pub = append(r.pub, &client.API{BaseURL: r.cl.APIURL(api), HTTP: r.hc})
+		r.hk = append(r.hk, &hooks{base: n.AdminURL, token: token, hc: r.hc})
 	}
 
 	// 5a. Fixtures through the hooks.

@@ -11,6 +11,13 @@
 // are relocated to another member (or closed when none is left) before the
 // process leaves the cluster and exits 0.
 //
+// A member that finds itself recorded gone (another member saw it leave
+// the topology, e.g. after a long pause), or that cannot read the Location
+// Store for longer than -lease, fences itself: its grains stop where they
+// are, nothing is released or relocated, it logs "self-fenced: <why>" and
+// the process exits with status 3 so that its supervisor starts it again
+// as a new member.
+//
 // The operations listener (-ops-http, net/http) answers /healthz (the
 // process runs) and /readyz (the stores answer a PING and the member has
 // joined; otherwise 503 with a JSON body naming what is missing). It
@@ -20,6 +27,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -34,6 +42,9 @@ import (
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "order-workflow:", err)
+		if errors.Is(err, node.ErrSelfFenced) {
+			os.Exit(node.SelfFenceExitCode)
+		}
 		os.Exit(1)
 	}
 }
@@ -42,6 +53,7 @@ type options struct {
 	procflags.Common
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
+	lease                              time.Duration
 	opsHTTP                            string
 }
 
@@ -52,6 +64,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Minute, "passivate an order idle this long, releasing its authority (0 never); bounds the grains a member holds")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "default grain call timeout")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
+	fs.DurationVar(&o.lease, "lease", node.DefaultLease, "self-fence (exit 3) once the Location Store has not answered for this long: the member may have been recorded gone meanwhile")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
 	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	return o, o.Parse(fs, args)
@@ -116,7 +129,23 @@ func run(args []string) error {
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
 		"ops", ops.Addr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
 
-	<-ctx.Done()
+	// The watch ends with SIGTERM: a drain hands orders off through the
+	// Location Store's own checks.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	fenced := make(chan error, 1)
+	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
+	select {
+	case err := <-fenced:
+		if err != nil {
+			// Logged by the node as "self-fenced: ..."; no drain: the
+			// orders stay where they are.
+			log.Error("exiting for a restart as a new member", "exitCode", node.SelfFenceExitCode)
+			return err
+		}
+	case <-ctx.Done():
+	}
+	stopWatch()
 	ready.Draining()
 	log.Info("draining")
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), o.drain)

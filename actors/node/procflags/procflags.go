@@ -33,6 +33,9 @@ type Common struct {
 	StatsFile       string
 	LogFormat       string
 	LogLevel        string
+	// ClusterTLS is the cluster link's mutual TLS (PEM files); empty is
+	// plain text.
+	ClusterTLS cluster.TLS
 }
 
 // Register adds the shared flags to fs with this process kind's defaults.
@@ -51,6 +54,9 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.IntVar(&c.AutomanagedPort, "automanaged-port", defaultAutomanagedPort, "this member's automanaged port")
 	fs.StringVar(&c.Seeds, "seeds", "127.0.0.1:6331,127.0.0.1:6332,127.0.0.1:6333,127.0.0.1:6334", "every member's host:automanaged-port")
 	fs.DurationVar(&c.Refresh, "refresh", 500*time.Millisecond, "membership refresh interval (bounds how fast a killed member is seen to leave)")
+	fs.StringVar(&c.ClusterTLS.CertFile, "cluster-tls-cert", "", "cluster link mutual TLS: this member's certificate (PEM; serverAuth and clientAuth, a SAN for the advertised host)")
+	fs.StringVar(&c.ClusterTLS.KeyFile, "cluster-tls-key", "", "cluster link mutual TLS: the certificate's private key (PEM)")
+	fs.StringVar(&c.ClusterTLS.CAFile, "cluster-tls-ca", "", "cluster link mutual TLS: the CA every member's certificate must chain to (PEM)")
 	fs.StringVar(&c.StatsFile, "stats-file", "", "write Redis round trips and CPU seconds as JSON to this file on SIGUSR1 and at exit ({node} = node name)")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -70,6 +76,9 @@ func (c *Common) Parse(fs *flag.FlagSet, args []string) error {
 	}
 	if c.Provider == string(cluster.ProviderTest) {
 		return errors.New("-provider test works only inside one process; use automanaged")
+	}
+	if t := c.ClusterTLS; t.Enabled() && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
+		return errors.New("-cluster-tls-cert, -cluster-tls-key and -cluster-tls-ca go together")
 	}
 	return nil
 }
@@ -123,7 +132,7 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 	return cluster.Config{
 		NodeName: c.Node, Host: c.Bind, Port: c.Port, AdvertisedHost: c.AdvertisedHost,
 		Provider: cluster.Provider(c.Provider), AutomanagedPort: c.AutomanagedPort,
-		Seeds: seeds, RefreshTTL: c.Refresh, Logger: log,
+		Seeds: seeds, RefreshTTL: c.Refresh, TLS: c.ClusterTLS, Logger: log,
 	}
 }
 

@@ -66,3 +66,22 @@ func TestOpenDoesNotWaitForRedis(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, node.ErrStoresUnavailable)
 }
+
+func TestClusterTLSFlagsReachTheClusterConfig(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, "workflow-a", 6333)
+	t.Setenv("SHOPPINGMALL_CLUSTER_TLS_CA", "certs/ca.pem")
+	require.NoError(t, c.Parse(fs, []string{"-cluster-tls-cert", "certs/cert.pem", "-cluster-tls-key", "certs/key.pem"}))
+	tls := c.Cluster(nil).TLS
+	require.Equal(t, "certs/cert.pem", tls.CertFile)
+	require.Equal(t, "certs/key.pem", tls.KeyFile)
+	require.Equal(t, "certs/ca.pem", tls.CAFile)
+
+	var half Common
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	half.Register(fs, "workflow-a", 6333)
+	require.ErrorContains(t, half.Parse(fs, []string{"-cluster-tls-cert", "certs/cert.pem"}), "go together")
+}

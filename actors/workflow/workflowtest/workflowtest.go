@@ -220,7 +220,7 @@ func (e *Events) Open(_ context.Context, orderID string, generation int64) (even
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st, ok := e.streams[orderID]
-	if !ok || len(st.entries) == 0 {
+	if !ok || (len(st.entries) == 0 && st.fence == nil) {
 		return eventstore.Fence{Generation: generation, Epoch: 1}, nil, nil
 	}
 	var f eventstore.Fence
@@ -250,7 +250,7 @@ func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64
 		st = &stream{}
 		e.streams[orderID] = st
 	}
-	if st.fence != nil && *st.fence != fence {
+	if st.fence != nil && (*st.fence != fence || st.fence.Epoch == 0) {
 		return 0, fmt.Errorf("fence %+v is not %+v: %w", fence, *st.fence, eventstore.ErrFenced)
 	}
 	for _, env := range events {
@@ -266,7 +266,7 @@ func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64
 	if v := int64(len(st.entries)); v != expectedVersion {
 		return 0, fmt.Errorf("stream at %d, expected %d: %w", v, expectedVersion, eventstore.ErrVersionConflict)
 	}
-	if st.fence == nil {
+	if st.fence == nil && len(events) > 0 {
 		f := fence
 		st.fence = &f
 	}
@@ -279,6 +279,25 @@ func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64
 		return 0, flt.err
 	}
 	return int64(len(st.entries)), nil
+}
+
+// RaiseFence retires every writer below minGeneration, stream or not.
+func (e *Events) RaiseFence(_ context.Context, orderID string, minGeneration int64) (eventstore.Fence, error) {
+	if minGeneration < 1 {
+		return eventstore.Fence{}, fmt.Errorf("raise fence to generation %d: generations start at 1", minGeneration)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, ok := e.streams[orderID]
+	if !ok {
+		st = &stream{}
+		e.streams[orderID] = st
+	}
+	if st.fence != nil && st.fence.Generation >= minGeneration {
+		return *st.fence, nil
+	}
+	st.fence = &eventstore.Fence{Generation: minGeneration}
+	return *st.fence, nil
 }
 
 func (e *Events) Load(_ context.Context, orderID string) ([]eventstore.Envelope, error) {

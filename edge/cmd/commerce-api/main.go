@@ -3,8 +3,26 @@
 //
 //	commerce-api -node api-a -http 127.0.0.1:8081 -redis redis://127.0.0.1:6390/0 \
 //	    -provider automanaged -automanaged-port 6331 -seeds 127.0.0.1:6331,...
-//	commerce-api admin relocate -api http://127.0.0.1:8081 -order <id> [-target workflow-b]
-//	commerce-api admin close -api http://127.0.0.1:8081 -order <id>
+//	commerce-api admin relocate -api http://127.0.0.1:9081 -order <id> [-target workflow-b]
+//	commerce-api admin close -api http://127.0.0.1:9081 -order <id>
+//	commerce-api admin stuck -api http://127.0.0.1:9081 [-older-than 1m] [-resume [-takeover]]
+//	commerce-api admin takeover -api http://127.0.0.1:9081 -order <id> | -member <node-or-member-id> [-dry-run] [-force]
+//
+// A dead Ready owner's orders answer 503 UNAVAILABLE (OWNER_GONE) until an
+// operator takes them over (admin takeover). -takeover-after DURATION
+// turns on a policy instead: the command that finds the owner gone still
+// ends Unavailable, and the order is taken over in the background once the
+// owner's gone record is that old, so that a new attempt succeeds. It is
+// off by default.
+//
+// The admin surface (/admin/ with -admin, /self-check/ with -self-check,
+// and /debug/pprof/) listens on -admin-http, loopback by default, never on
+// -http, and requires `Authorization: Bearer <token>` with the token of
+// -admin-token or SHOPPINGMALL_ADMIN_TOKEN (prefer the environment: a
+// command line is visible to every user of the host). The process refuses
+// to start with -admin or -self-check and no token. The admin subcommands
+// take -api (the admin address) and -token (default
+// SHOPPINGMALL_ADMIN_TOKEN).
 //
 // Every flag can also be set from the environment as SHOPPINGMALL_<FLAG>
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
@@ -30,6 +48,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
@@ -51,8 +70,14 @@ type options struct {
 	procflags.Common
 	httpAddr                        string
 	selfCheck, admin                bool
+	adminHTTP, adminToken           string
 	requestTimeout, shutdownTimeout time.Duration
+	takeoverAfter                   time.Duration
 }
+
+// adminListener reports whether the admin listener runs: with -admin or
+// -self-check, or with a token alone (profiles only).
+func (o options) adminListener() bool { return o.admin || o.selfCheck || o.adminToken != "" }
 
 func parse(args []string) (options, error) {
 	var o options
@@ -60,10 +85,19 @@ func parse(args []string) (options, error) {
 	o.Register(fs, "api-a", 6331)
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8081", "HTTP listen address")
 	fs.BoolVar(&o.selfCheck, "self-check", false, "enable the runner-only /self-check/ hooks")
-	fs.BoolVar(&o.admin, "admin", false, "enable /admin/ operations")
+	fs.BoolVar(&o.admin, "admin", false, "enable /admin/ operations (on -admin-http)")
+	fs.StringVar(&o.adminHTTP, "admin-http", "127.0.0.1:9081", "admin listen address: /admin/, /self-check/, /debug/pprof/ (keep it on loopback or a private network)")
+	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the admin listener requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "bound of one HTTP request")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound of a graceful stop")
-	return o, o.Parse(fs, args)
+	fs.DurationVar(&o.takeoverAfter, "takeover-after", 0, "policy: take over an order whose owner has been recorded gone this long, once a command found it gone (0: off; only an operator takes over)")
+	if err := o.Parse(fs, args); err != nil {
+		return o, err
+	}
+	if (o.admin || o.selfCheck) && strings.TrimSpace(o.adminToken) == "" {
+		return o, errors.New("-admin and -self-check need an admin token (-admin-token or SHOPPINGMALL_ADMIN_TOKEN): the admin listener never runs unauthenticated")
+	}
+	return o, nil
 }
 
 func run(args []string) error {
@@ -86,6 +120,17 @@ func run(args []string) error {
 	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
+	}
+	var adminLn net.Listener
+	if o.adminListener() {
+		if adminLn, err = net.Listen("tcp", o.adminHTTP); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		defer adminLn.Close()
+		if ap, ok := adminLn.Addr().(*net.TCPAddr); ok && !ap.IP.IsLoopback() {
+			log.Warn("the admin listener is not on loopback; only the bearer token guards it", "admin", adminLn.Addr().String())
+		}
 	}
 	ready := node.NewReadiness(stores)
 	interim, err := node.ServeInterim(ln, edgenode.StartingHandler(ready), log)
@@ -112,6 +157,8 @@ func run(args []string) error {
 		RequestTimeout: o.requestTimeout,
 		SelfCheck:      o.selfCheck,
 		Admin:          o.admin,
+		AdminToken:     o.adminToken,
+		TakeoverAfter:  o.takeoverAfter,
 		Evidence:       os.Stdout,
 		Logger:         log,
 	})
@@ -132,10 +179,14 @@ func run(args []string) error {
 		return err
 	}
 	log.Info("commerce-api started", "http", ln.Addr().String(), "member", api.Member.ID(),
-		"selfCheck", o.selfCheck, "admin", o.admin)
+		"selfCheck", o.selfCheck, "admin", o.admin, "takeoverAfter", o.takeoverAfter)
 
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- api.Server.Serve(ln) }()
+	if adminLn != nil {
+		log.Info("admin listening", "admin", adminLn.Addr().String())
+		go func() { served <- api.Server.ServeAdmin(adminLn) }()
+	}
 
 	select {
 	case <-ctx.Done():
@@ -152,52 +203,264 @@ func run(args []string) error {
 	return nil
 }
 
-// admin runs `commerce-api admin relocate|close`: it calls the API's
-// /admin/ endpoint and prints the JSON reply. Exit status 0 on 2xx, 1 on
-// an error reply, 2 on a usage error.
+const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover [flags]
+  relocate -order ID [-target NODE] [-operation ID]
+  close    -order ID
+  stuck    [-older-than 1m] [-limit N] [-resume [-takeover]] [-rebuild-index] [-json]
+  takeover -order ID | -member NODE-OR-MEMBER-ID [-dry-run] [-force] [-scan] [-operation ID] [-json]
+every subcommand: -api ADMIN_URL (the API's -admin-http) -token TOKEN (default $SHOPPINGMALL_ADMIN_TOKEN)`
+
+// admin runs `commerce-api admin <subcommand>`: it calls the API's admin
+// listener and prints the reply. Exit status 0 on success, 1 on an error
+// reply (or, for stuck -resume, an order not resumed), 2 on a usage error.
 func admin(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "relocate" && args[0] != "close") {
-		fmt.Fprintln(stderr, "usage: commerce-api admin relocate|close -api URL -order ID [-target NODE] [-operation ID]")
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, adminUsage)
 		return 2
 	}
-	op := args[0]
+	switch args[0] {
+	case "relocate", "close":
+		return adminOrderOp(args[0], args[1:], stdout, stderr)
+	case "stuck":
+		return adminStuck(args[1:], stdout, stderr)
+	case "takeover":
+		return adminTakeover(args[1:], stdout, stderr)
+	default:
+		fmt.Fprintln(stderr, adminUsage)
+		return 2
+	}
+}
+
+// defaultAdminTimeout bounds one admin request.
+const defaultAdminTimeout = 30 * time.Second
+
+// adminClient is the part every admin subcommand shares: the admin
+// address and its bearer token.
+type adminClient struct {
+	api, token string
+	timeout    time.Duration
+}
+
+func (c *adminClient) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.api, "api", "http://127.0.0.1:9081", "the API's admin base URL (its -admin-http)")
+	fs.StringVar(&c.token, "token", "", "admin bearer token (default $SHOPPINGMALL_ADMIN_TOKEN)")
+	fs.DurationVar(&c.timeout, "timeout", defaultAdminTimeout, "request timeout (stuck -resume: 10m unless set)")
+}
+
+// parse parses the subcommand's flags; the token defaults to the same
+// variable the server reads.
+func (c *adminClient) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := procflags.EnvDefaults(fs); err != nil {
+		return err
+	}
+	if c.token == "" {
+		c.token = os.Getenv("SHOPPINGMALL_ADMIN_TOKEN")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.token == "" {
+		return errors.New("an admin token is required: -token or SHOPPINGMALL_ADMIN_TOKEN")
+	}
+	return nil
+}
+
+// do sends one request and returns the status and body.
+func (c *adminClient) do(method, path, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, strings.TrimRight(c.api, "/")+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := (&http.Client{Timeout: c.timeout}).Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	return res.StatusCode, b, err
+}
+
+// adminOrderOp runs relocate or close and prints the JSON reply.
+func adminOrderOp(op string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("commerce-api admin "+op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	api := fs.String("api", "http://127.0.0.1:8081", "CommerceApi base URL")
+	var c adminClient
+	c.register(fs)
 	orderID := fs.String("order", "", "OrderId")
-	timeout := fs.Duration("timeout", 30*time.Second, "request timeout")
 	var target, operation *string
 	if op == "relocate" {
 		target = fs.String("target", "", "target workflow node (optional)")
 		operation = fs.String("operation", "", "relocation operation id (optional)")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
-	}
-	if err := procflags.EnvDefaults(fs); err != nil || *orderID == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "commerce-api admin: -order is required", err)
+	if err := c.parse(fs, args); err != nil || *orderID == "" {
+		fmt.Fprintln(stderr, "commerce-api admin "+op+": -order is required", err)
 		return 2
 	}
 	body := "{}"
 	if op == "relocate" {
 		body = fmt.Sprintf(`{"targetNode":%s,"operationId":%s}`, jsonString(*target), jsonString(*operation))
 	}
-	u := strings.TrimRight(*api, "/") + "/admin/orders/" + url.PathEscape(*orderID) + "/" + op
-	client := &http.Client{Timeout: *timeout}
-	res, err := client.Post(u, "application/json", strings.NewReader(body))
-	if err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin:", err)
-		return 1
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	status, b, err := c.do(http.MethodPost, "/admin/orders/"+url.PathEscape(*orderID)+"/"+op, body)
 	if err != nil {
 		fmt.Fprintln(stderr, "commerce-api admin:", err)
 		return 1
 	}
 	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
-	if res.StatusCode/100 != 2 {
-		fmt.Fprintln(stderr, "commerce-api admin:", res.Status)
+	if status/100 != 2 {
+		fmt.Fprintln(stderr, "commerce-api admin:", status, http.StatusText(status))
+		return 1
+	}
+	return 0
+}
+
+// stuckReport is the reply of the stuck-order routes (edge.StuckReport),
+// read loosely so the CLI does not depend on the server's package.
+type stuckReport struct {
+	OlderThan         string `json:"olderThan"`
+	AsOfUnixMs        int64  `json:"asOfUnixMs"`
+	TakeoverAvailable bool   `json:"takeoverAvailable"`
+	Orders            []struct {
+		OrderID         string `json:"orderId"`
+		Status          string `json:"status"`
+		UpdatedAtUnixMs int64  `json:"updatedAtUnixMs"`
+		Owner           struct {
+			State string `json:"state"`
+			Node  string `json:"node"`
+		} `json:"owner"`
+		Action string `json:"action"`
+		Resume *struct {
+			Done    []string `json:"done"`
+			Status  string   `json:"status"`
+			Skipped string   `json:"skipped"`
+			Error   *struct {
+				Code    string `json:"code"`
+				Reason  string `json:"reason"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"resume"`
+	} `json:"orders"`
+}
+
+// adminStuck lists the stuck orders and, with -resume, moves them.
+func adminStuck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("commerce-api admin stuck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c adminClient
+	c.register(fs)
+	olderThan := fs.Duration("older-than", time.Minute, "list non-terminal orders whose projection has not changed for this long")
+	limit := fs.Int("limit", 1000, "at most this many orders, oldest first")
+	resume := fs.Bool("resume", false, "continue every listed order whose owner is live or none")
+	takeover := fs.Bool("takeover", false, "with -resume: take over, then continue, the orders whose owner is gone")
+	rebuild := fs.Bool("rebuild-index", false, "first rebuild the read model's active-order index from a scan of the projections")
+	asJSON := fs.Bool("json", false, "print the server's JSON reply instead of a table")
+	err := c.parse(fs, args)
+	if err == nil && *takeover && !*resume {
+		err = errors.New("-takeover goes with -resume")
+	}
+	if *resume && c.timeout == defaultAdminTimeout {
+		// A resume drives every listed order, each within the API's own
+		// request timeout, a few at a time.
+		c.timeout = 10 * time.Minute
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "commerce-api admin stuck:", err)
+		return 2
+	}
+	if *rebuild {
+		status, b, err := c.do(http.MethodPost, "/admin/read-model/active-index/rebuild", "")
+		if err != nil || status != http.StatusOK {
+			fmt.Fprintln(stderr, "commerce-api admin stuck: rebuild index:", status, strings.TrimSpace(string(b)), err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "active-order index rebuilt:", strings.TrimSpace(string(b)))
+	}
+	q := url.Values{"olderThan": {olderThan.String()}, "limit": {fmt.Sprint(*limit)}}
+	method, path := http.MethodGet, "/admin/orders/stuck"
+	if *resume {
+		method, path = http.MethodPost, "/admin/orders/stuck/resume"
+		q.Set("takeover", fmt.Sprint(*takeover))
+	}
+	status, b, err := c.do(method, path+"?"+q.Encode(), "")
+	if err != nil {
+		fmt.Fprintln(stderr, "commerce-api admin stuck:", err)
+		return 1
+	}
+	if status != http.StatusOK {
+		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
+		fmt.Fprintln(stderr, "commerce-api admin stuck:", status, http.StatusText(status))
+		return 1
+	}
+	var rep stuckReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintln(stderr, "commerce-api admin stuck: decode reply:", err)
+		return 1
+	}
+	if *asJSON {
+		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
+	}
+	failed := 0
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if !*asJSON {
+		header := "ORDER\tSTATUS\tUNCHANGED\tOWNER\tACTION"
+		if *resume {
+			header += "\tRESULT"
+		}
+		fmt.Fprintln(tw, header)
+	}
+	counts := map[string]int{}
+	for _, o := range rep.Orders {
+		counts[o.Owner.State]++
+		owner := o.Owner.State
+		if o.Owner.Node != "" {
+			owner += " (" + o.Owner.Node + ")"
+		}
+		age := time.Duration(rep.AsOfUnixMs-o.UpdatedAtUnixMs) * time.Millisecond
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", o.OrderID, o.Status, age.Round(time.Second), owner, o.Action)
+		if *resume {
+			result := "not resumed"
+			switch r := o.Resume; {
+			case r == nil:
+			case r.Error != nil:
+				result = "failed: " + r.Error.Code
+				if r.Error.Reason != "" {
+					result += " " + r.Error.Reason
+				}
+				if len(r.Done) > 0 {
+					result = strings.Join(r.Done, "+") + ", then " + result
+				}
+			case r.Skipped != "":
+				result = r.Skipped
+			default:
+				result = strings.Join(r.Done, "+") + " -> " + r.Status
+			}
+			if o.Resume == nil || o.Resume.Error != nil || o.Resume.Skipped != "" {
+				failed++
+			}
+			line += "\t" + result
+		}
+		if !*asJSON {
+			fmt.Fprintln(tw, line)
+		}
+	}
+	if !*asJSON {
+		_ = tw.Flush()
+		fmt.Fprintf(stdout, "%d stuck orders unchanged for %s or more (owner live %d, gone %d, none %d); takeover %s\n",
+			len(rep.Orders), rep.OlderThan, counts["live"], counts["gone"], counts["none"],
+			map[bool]string{true: "available", false: "unavailable"}[rep.TakeoverAvailable])
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "commerce-api admin stuck: %d of %d orders not resumed\n", failed, len(rep.Orders))
 		return 1
 	}
 	return 0

@@ -1,6 +1,6 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-admin] [-self-check] [-fixtures]
+//	clusterctl up     [-run-dir .run] [-self-check] [-fixtures]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
@@ -9,9 +9,17 @@
 // then starts a detached supervisor (clusterctl serve) that starts Redis and
 // the four nodes through runner/cluster, waits for their readiness lines,
 // applies the demo seed and records every PID in <run dir>/cluster.json.
-// The supervisor keeps running after up returns; down asks it to stop the
-// processes it started (by PID) and then makes sure none of the recorded
-// PIDs is left.
+// The supervisor keeps running after up returns and restarts a node that
+// exits on its own (a workflow member that fenced itself exits 3) under
+// the same name, with backoff, like Kubernetes' restartPolicy Always; it
+// rewrites cluster.json with the new PID each time. down asks it to stop
+// the processes it started (by PID) and then makes sure none of the
+// recorded PIDs is left.
+//
+// The APIs always run with -admin: each gets an admin listener on a free
+// loopback port and the generated token of <run dir>/admin.token (mode
+// 0600); cluster.json records each admin address as adminUrl and the
+// token file as adminTokenFile, and up prints both.
 //
 // It must not import edge or the framework package cluster; it writes to a
 // store only to seed actors/commerce.
@@ -30,6 +38,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -98,7 +107,7 @@ func parse(name string, args []string) (options, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&o.runDir, "run-dir", ".run", "run directory (logs, PIDs, state, binaries)")
 	fs.StringVar(&o.goBin, "go", "go", "go command used to build the binaries")
-	fs.BoolVar(&o.admin, "admin", false, "start the APIs with -admin (relocate/close operations)")
+	fs.BoolVar(&o.admin, "admin", true, "start the APIs with -admin (always on; kept for old CLUSTER_FLAGS)")
 	fs.BoolVar(&o.selfCheck, "self-check", false, "start the APIs with -self-check (runner hooks)")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "start the workflows with -fixtures")
 	fs.StringVar(&o.file, "file", "", "seed file (commerce.LoadSeed JSON)")
@@ -238,16 +247,42 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	bin := filepath.Join(o.runDir, "bin")
-	c, err := cluster.Start(ctx, cluster.Config{
+	// The state file names the current PIDs: after a supervisor restart
+	// too, so that status and down find the new process.
+	var (
+		stateMu sync.Mutex
+		c       *cluster.Cluster
+		written bool
+	)
+	writeState := func(first bool) error {
+		stateMu.Lock()
+		defer stateMu.Unlock()
+		if !first && !written {
+			return nil
+		}
+		st := c.State()
+		st.Supervisor = cluster.SelfProcess("supervisor")
+		if err := cluster.WriteState(statePath(o.runDir), st); err != nil {
+			return err
+		}
+		written = true
+		return nil
+	}
+	c, err = cluster.Start(ctx, cluster.Config{
 		RunDir:       o.runDir,
 		APIBin:       filepath.Join(bin, "commerce-api"),
 		WorkflowBin:  filepath.Join(bin, "order-workflow"),
 		RedisPersist: true,
 		SelfCheck:    o.selfCheck,
-		Admin:        o.admin,
+		Admin:        true,
 		Fixtures:     o.fixtures,
 		Env:          cluster.ChildEnv(os.Environ()),
 		Logf:         logf,
+		OnRestart: func(name string, pid int) {
+			if err := writeState(false); err != nil {
+				logf("state after restarting %s: %v", name, err)
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -264,9 +299,7 @@ func serve(args []string) error {
 		return fmt.Errorf("demo seed: %w", err)
 	}
 	logf("demo seed applied")
-	st := c.State()
-	st.Supervisor = cluster.SelfProcess("supervisor")
-	if err := cluster.WriteState(statePath(o.runDir), st); err != nil {
+	if err := writeState(true); err != nil {
 		return err
 	}
 	logf("ready; state in %s", statePath(o.runDir))
@@ -411,6 +444,9 @@ func printSummary(w io.Writer, st cluster.State) {
 				api = n.URL
 			}
 			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", n.Name, n.URL, n.PID, n.Log)
+			if n.AdminURL != "" {
+				fmt.Fprintf(w, "  %-11s %-30s bearer token in %s\n", "", "admin "+n.AdminURL, st.AdminTokenFile)
+			}
 		} else {
 			// A workflow has no public HTTP, only its operations listener.
 			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", n.Name, "ops "+n.OpsURL, n.PID, n.Log)
@@ -428,6 +464,11 @@ func printSummary(w io.Writer, st cluster.State) {
 	fmt.Fprintf(w, "\nTry it (POST /orders, then GET the order):\n")
 	fmt.Fprintf(w, "  ORDER=$(curl -s -X POST %s/orders -H 'Content-Type: application/json' -d '%s' | sed -E 's/.*\"orderId\":\"([^\"]+)\".*/\\1/'); echo \"$ORDER\"\n", api, body)
 	fmt.Fprintf(w, "  curl -s %s/orders/$ORDER\n", api)
+	if admin := firstAdmin(st); admin != "" && st.AdminTokenFile != "" {
+		fmt.Fprintf(w, "\nAdmin (loopback only, bearer token from %s):\n", st.AdminTokenFile)
+		fmt.Fprintf(w, "  curl -s -H \"Authorization: Bearer $(cat %s)\" '%s/admin/orders/stuck?olderThan=1m'\n", st.AdminTokenFile, admin)
+		fmt.Fprintf(w, "  SHOPPINGMALL_ADMIN_TOKEN=$(cat %s) %s admin stuck -api %s\n", st.AdminTokenFile, filepath.Join(st.RunDir, "bin", "commerce-api"), admin)
+	}
 	fmt.Fprintf(w, "\nAdd data: make seed SEED=file.json    Stop: make cluster-down\n")
 }
 
@@ -437,4 +478,14 @@ func randomHex(n int) string {
 		return fmt.Sprintf("%x", time.Now().UnixNano())
 	}
 	return hex.EncodeToString(b)
+}
+
+// firstAdmin is the first API's admin address in the state.
+func firstAdmin(st cluster.State) string {
+	for _, n := range st.Nodes {
+		if n.Role == cluster.RoleAPI && n.AdminURL != "" {
+			return n.AdminURL
+		}
+	}
+	return ""
 }

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// SelfFenceExitCode is the exit status of an order-workflow process that
+// fenced itself. Its supervisor (the local cluster's, or Kubernetes with
+// restartPolicy Always) starts it again, as a new member.
+const SelfFenceExitCode = 3
+
+// DefaultLease is SelfFenceConfig.Lease when unset.
+const DefaultLease = 10 * time.Second
+
+// ErrSelfFenced: the member stopped hosting because it is recorded gone
+// (location.ErrEvicted) or lost the Location Store for longer than its
+// lease (location.ErrLeaseExpired); both stay wrapped.
+var ErrSelfFenced = errors.New("node: self-fenced")
+
+// SelfFenceConfig tunes the watch of a workflow member's own eviction.
+type SelfFenceConfig struct {
+	// Lease: see location.SelfFenceConfig; default DefaultLease.
+	Lease time.Duration
+	// Interval between reads of the member's gone record; default 500ms.
+	Interval time.Duration
+}
+
+// RunSelfFence watches whether this member was evicted until ctx ends
+// (nil). Once it was, the member stops hosting at once — its grains stop
+// where they are, nothing is released or relocated, its orders stay Ready
+// at this member id and answer Unavailable everywhere until an operator
+// takes them over — and the error, wrapping ErrSelfFenced and the cause,
+// is returned. The member must not serve again: a process exits with
+// SelfFenceExitCode so that its supervisor starts a new member.
+func (w *Workflow) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	err := w.Member.Lookup.RunSelfFence(ctx, location.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval})
+	if err == nil {
+		return nil
+	}
+	left := int64(-1)
+	if k, ok := w.Member.Cluster.TryGetClusterKind(grain.KindName); ok {
+		left = int64(k.Count())
+	}
+	w.log.Error("self-fenced: "+err.Error(), slog.String("member", w.Member.ID()), slog.Int64("grainsLeft", left),
+		slog.Bool("evicted", errors.Is(err, location.ErrEvicted)), slog.Bool("leaseExpired", errors.Is(err, location.ErrLeaseExpired)))
+	return fmt.Errorf("%w: %w", ErrSelfFenced, err)
+}
