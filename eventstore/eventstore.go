@@ -35,6 +35,14 @@ type Envelope struct {
 	SourceCommandID string
 	CreatedAtUnixMs int64
 	Data            []byte
+
+	// FenceGeneration and FenceEpoch are the writer's fence the append was
+	// checked against, recorded so that an invariant checker can prove no
+	// event was appended under a retired generation. The store sets them;
+	// Append ignores them on input. Both are 0 for entries written before
+	// the store recorded fences.
+	FenceGeneration int64
+	FenceEpoch      int64
 }
 
 // Fence is an owner's write token. Generation rises on every cold
@@ -82,7 +90,8 @@ type Store interface {
 	Append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope) (int64, error)
 
 	// Load returns every event of the order in version order, or an empty
-	// slice for an unknown order. An undecodable entry fails with ErrCorrupt.
+	// slice for an unknown order, each with the fence its writer held. An
+	// undecodable entry fails with ErrCorrupt.
 	Load(ctx context.Context, orderID string) ([]Envelope, error)
 
 	// RaiseFence retires every writer below minGeneration, in one atomic

@@ -27,6 +27,10 @@ const (
 	fieldSourceCommandID = "sourceCommandId"
 	fieldCreatedAt       = "createdAtUnixMs"
 	fieldData            = "data"
+	// The writer's fence: an addition to the spec's envelope. Entries
+	// written before it was recorded lack both fields.
+	fieldFenceGen   = "fenceGen"
+	fieldFenceEpoch = "fenceEpoch"
 )
 
 // Status codes returned by the Lua scripts as the first reply element.
@@ -52,7 +56,9 @@ type RedisConfig struct {
 //	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token
 //	<prefix>{<orderId>}:cmds    hash sourceCommandId -> first version
 //
-// A stream is append-only: its length is its version.
+// A stream is append-only: its length is its version. Each entry carries,
+// besides the envelope fields, fenceGen and fenceEpoch: the fence its
+// append was checked against.
 type Redis struct {
 	client redis.UniversalClient
 	prefix string
@@ -122,7 +128,8 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 `)
 
 // appendScript checks fence, expected version and source commands, in that
-// order, then adds the events; nothing is written unless every check passes.
+// order, then adds the events, each stamped with the fence it passed;
+// nothing is written unless every check passes.
 // A fence at epoch 0 (raised by a takeover) admits nobody.
 // With a fourth key it also writes that projection record in the same step,
 // unless a newer version is stored there (the read model's own guard).
@@ -170,7 +177,9 @@ for i = 0, n - 1 do
     'version', version,
     'sourceCommandId', ARGV[b+2],
     'createdAtUnixMs', ARGV[b+3],
-    'data', ARGV[b+4])
+    'data', ARGV[b+4],
+    'fenceGen', ARGV[2],
+    'fenceEpoch', ARGV[3])
   if ARGV[b+2] ~= '' then
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
   end
@@ -390,6 +399,18 @@ func decodeEntry(orderID, id string, pos int64, values map[string]any) (Envelope
 		return Envelope{}, corrupt(fieldVersion, "%d at position %d", env.Version, pos)
 	}
 	env.Data = []byte(data)
+	// Older entries lack the fence fields; present ones must be integers.
+	var err error
+	if _, ok := values[fieldFenceGen]; ok {
+		if env.FenceGeneration, err = integer(fieldFenceGen); err != nil {
+			return Envelope{}, err
+		}
+	}
+	if _, ok := values[fieldFenceEpoch]; ok {
+		if env.FenceEpoch, err = integer(fieldFenceEpoch); err != nil {
+			return Envelope{}, err
+		}
+	}
 	return env, nil
 }
 

@@ -210,6 +210,8 @@ func TestRedisCorruptEntry(t *testing.T) {
 		{"version", func(o string) map[string]any { return with(good(o, 3), "version", 3) }}, // a gap
 		{"createdAtUnixMs", func(o string) map[string]any { return with(good(o, 2), "createdAtUnixMs", "soon") }},
 		{"orderId", func(o string) map[string]any { return with(good(o, 2), "orderId", "someone-else") }},
+		{"fenceGen", func(o string) map[string]any { return with(good(o, 2), "fenceGen", "new") }},
+		{"fenceEpoch", func(o string) map[string]any { return with(good(o, 2), "fenceEpoch", "") }},
 	} {
 		o := fmt.Sprintf("corrupt-%d", i)
 		f, _, err := s.Open(ctx, o, 1)

@@ -528,7 +528,7 @@ func (g *orderGrain) retire(ctx actor.Context) {
 func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	gen := g.act.Generation
 	g.retire(ctx)
-	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), false); err != nil {
+	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipClosed), g.act.Kind, g.act.Identity, ctx.Self(), false); err != nil {
 		return nil, err
 	}
 	g.leave(ctx, false, false)
@@ -552,7 +552,7 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 	}
 	exists := g.order != nil && g.order.Exists()
 	g.retire(ctx)
-	if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
+	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipIdle), g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
 		g.cfg.Logger.Warn("idle release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 		return

@@ -67,6 +67,10 @@ func (s *Store) recKey(kind, id string) string  { return s.prefix + kind + ":{" 
 func (s *Store) lockKey(kind, id string) string { return s.prefix + kind + ":{" + id + "}:lock" }
 func (s *Store) membersKey() string             { return s.prefix + "members" }
 
+// historyKey shares the record's hash tag, so the scripts that change a
+// record append to it in the same step, on the same Redis Cluster slot.
+func (s *Store) historyKey(kind, id string) string { return s.prefix + kind + ":{" + id + "}:history" }
+
 func checkIdentity(id string) error {
 	if id == "" || strings.ContainsAny(id, "{}") {
 		return fmt.Errorf("%w: identity %q", ErrInvalidIdentity, id)
@@ -153,10 +157,13 @@ func (s *Store) BeginCreate(ctx context.Context, kind, id, token string, ttl tim
 	return false, 0, Record{Status: Status(res[0]), Owner: res[1], PIDAddress: res[2], PIDID: res[3], Generation: g, MoveOp: res[5]}, nil
 }
 
-var commitReady = redis.NewScript(`
+// KEYS: record, lock, history. ARGV: token, owner, pidAddress, pidId,
+// generation, nowUnixMs.
+var commitReady = redis.NewScript(historyLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4], 'generation', ARGV[5])
 redis.call('DEL', KEYS[2])
+history(KEYS[3], 'activation', ARGV[2], ARGV[5], ARGV[6])
 return 1
 `)
 
@@ -164,8 +171,9 @@ return 1
 // creation lock. It fails with ErrLockLost otherwise. The owner's index
 // entry (see Owned) goes out in the same round trip, just before.
 func (s *Store) CommitReady(ctx context.Context, kind, id, token string, rec Record) error {
-	n, err := s.indexedEval(ctx, rec.Owner, kind, id, commitReady, []string{s.recKey(kind, id), s.lockKey(kind, id)},
-		token, rec.Owner, rec.PIDAddress, rec.PIDID, rec.Generation).Int()
+	n, err := s.indexedEval(ctx, rec.Owner, kind, id, commitReady,
+		[]string{s.recKey(kind, id), s.lockKey(kind, id), s.historyKey(kind, id)},
+		token, rec.Owner, rec.PIDAddress, rec.PIDID, rec.Generation, nowUnixMs()).Int()
 	if err != nil {
 		return translate(err)
 	}
@@ -190,15 +198,24 @@ func (s *Store) AbortCreate(ctx context.Context, kind, id, token string) error {
 // release empties the authority fields; with discard it gives the
 // generation back, and a record back at generation 0 is deleted, so an
 // activation that found nothing to own (a probe for an unknown id) leaves
-// no key behind. It answers the owner it released, for the index.
-var release = redis.NewScript(`
+// no key behind: its history goes with it. It answers the owner it
+// released, for the index.
+//
+// KEYS: record, history. ARGV: pidId, discard ('1'), history kind,
+// nowUnixMs.
+var release = redis.NewScript(historyLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return {0} end
 local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
 if ARGV[2] == '1' then
-  local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
   if g > 1 then redis.call('HSET', KEYS[1], 'generation', g - 1) else redis.call('HDEL', KEYS[1], 'generation') end
+  if g <= 1 then
+    redis.call('DEL', KEYS[2])
+    return {1, owner}
+  end
 end
+history(KEYS[2], ARGV[3], owner, g, ARGV[4])
 return {1, owner}
 `)
 
@@ -211,7 +228,12 @@ func (s *Store) Release(ctx context.Context, kind, id, pidID string, discard boo
 	if discard {
 		d = "1"
 	}
-	res, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, pidID, d).Slice()
+	kindOf := releaseReason(ctx)
+	if discard {
+		kindOf = OwnershipDiscarded
+	}
+	res, err := release.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.historyKey(kind, id)},
+		pidID, d, string(kindOf), nowUnixMs()).Slice()
 	if err != nil {
 		return false, translate(err)
 	}
@@ -244,10 +266,12 @@ func (s *Store) ExtendCreate(ctx context.Context, kind, id, token string, ttl ti
 	return nil
 }
 
-var releaseDead = redis.NewScript(`
+// KEYS: record, history. ARGV: owner, pidId, nowUnixMs.
+var releaseDead = redis.NewScript(historyLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
    or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
+history(KEYS[2], 'repair', ARGV[1], redis.call('HGET', KEYS[1], 'generation') or '0', ARGV[3])
 return 1
 `)
 
@@ -259,7 +283,8 @@ func (s *Store) ReleaseDead(ctx context.Context, kind, id, owner, pidID string) 
 	if err := checkIdentity(id); err != nil {
 		return false, err
 	}
-	n, err := releaseDead.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, owner, pidID).Int()
+	n, err := releaseDead.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.historyKey(kind, id)},
+		owner, pidID, nowUnixMs()).Int()
 	if err != nil {
 		return false, translate(err)
 	}
@@ -293,14 +318,17 @@ func (s *Store) BeginMove(ctx context.Context, kind, id, pidID, opID string) (in
 }
 
 // commitMove answers the source owner it replaced, for the index (an empty
-// string on a repeat).
-var commitMove = redis.NewScript(`
+// string on a repeat). A repeat records no second history entry.
+//
+// KEYS: record, history. ARGV: opId, owner, pidAddress, pidId, nowUnixMs.
+var commitMove = redis.NewScript(historyLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'Ready' and redis.call('HGET', KEYS[1], 'pidId') == ARGV[4] then return {1, ''} end
 if st ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return {0} end
 local source = redis.call('HGET', KEYS[1], 'owner') or ''
 redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4])
 redis.call('HDEL', KEYS[1], 'moveOp')
+history(KEYS[2], 'relocation', ARGV[2], redis.call('HGET', KEYS[1], 'generation') or '0', ARGV[5])
 return {1, source}
 `)
 
@@ -308,8 +336,8 @@ return {1, source}
 // Repeating it after success is a no-op. The target's index entry goes
 // out in the same round trip; the source's is dropped after.
 func (s *Store) CommitMove(ctx context.Context, kind, id, opID string, target Record) error {
-	res, err := s.indexedEval(ctx, target.Owner, kind, id, commitMove, []string{s.recKey(kind, id)},
-		opID, target.Owner, target.PIDAddress, target.PIDID).Slice()
+	res, err := s.indexedEval(ctx, target.Owner, kind, id, commitMove, []string{s.recKey(kind, id), s.historyKey(kind, id)},
+		opID, target.Owner, target.PIDAddress, target.PIDID, nowUnixMs()).Slice()
 	if err != nil {
 		return translate(err)
 	}

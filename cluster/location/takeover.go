@@ -173,9 +173,10 @@ func (o ResetOutcome) String() string {
 // released (Missing at the old generation) is moved to the new generation
 // too, so generations stay in step with the raised fence.
 //
-// KEYS: record. ARGV: owner, oldGeneration, newGeneration.
+// KEYS: record, history. ARGV: owner, oldGeneration, newGeneration,
+// nowUnixMs.
 // Reply: {outcome, status, generation}.
-var resetTakenOver = redis.NewScript(`
+var resetTakenOver = redis.NewScript(historyLua + `
 local st = redis.call('HGET', KEYS[1], 'status') or ''
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
 if g >= tonumber(ARGV[3]) then return {'already', st, tostring(g)} end
@@ -186,6 +187,7 @@ if (st == 'Ready' or st == 'Moving') and redis.call('HGET', KEYS[1], 'owner') ~=
 end
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId', 'moveOp')
 redis.call('HSET', KEYS[1], 'generation', ARGV[3])
+history(KEYS[2], 'takeover', ARGV[1], ARGV[3], ARGV[4])
 return {'reset', '', ARGV[3]}
 `)
 
@@ -203,7 +205,8 @@ func (s *Store) ResetTakenOver(ctx context.Context, kind, id, owner string, oldG
 	if owner == "" || newGeneration <= oldGeneration {
 		return 0, fmt.Errorf("%w: reset of %s from member %q generation %d to %d", ErrInvalidIdentity, id, owner, oldGeneration, newGeneration)
 	}
-	res, err := resetTakenOver.Run(ctx, s.rdb, []string{s.recKey(kind, id)}, owner, oldGeneration, newGeneration).StringSlice()
+	res, err := resetTakenOver.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.historyKey(kind, id)},
+		owner, oldGeneration, newGeneration, nowUnixMs()).StringSlice()
 	if err != nil {
 		return 0, translate(err)
 	}

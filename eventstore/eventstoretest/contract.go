@@ -44,6 +44,7 @@ func RunContract(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		{"RaiseFenceRetiresOldWriter", testRaiseFence},
 		{"RaiseFenceNeverLowersAndRepeats", testRaiseFenceRepeat},
 		{"RaiseFenceBeforeTheFirstEvent", testRaiseFenceNoStream},
+		{"LoadReturnsTheWritersFence", testWriterFence},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -532,4 +533,49 @@ func testRaiseFenceNoStream(t *testing.T, s eventstore.Store) {
 	}
 	mustAppend(t, s, o, 0, next, event(o, "e1", "T", "start", "1"))
 	wantLen(t, s, o, 1)
+}
+
+// testWriterFence: every loaded entry names the fence its append passed,
+// so a checker can tell which owner wrote it; entries written after a
+// takeover's raised fence carry the new generation, earlier ones keep the
+// old one. Open returns the same stamps as Load.
+func testWriterFence(t *testing.T, s eventstore.Store) {
+	o := orderID(t, "wf")
+	g1, _ := mustOpen(t, s, o, 1)
+	mustAppend(t, s, o, 0, g1, event(o, "e1", "T", "c1", "1"), event(o, "e2", "T", "c1", "2"))
+	// A relocation within the generation: the next writer has epoch 2.
+	g1e2, _ := mustOpen(t, s, o, 1)
+	if g1e2 != (eventstore.Fence{Generation: 1, Epoch: 2}) {
+		t.Fatalf("reopen at generation 1 = %+v, want {1 2}", g1e2)
+	}
+	// The caller's envelope fields are not trusted: the store stamps the fence.
+	forged := event(o, "e3", "T", "c3", "3")
+	forged.FenceGeneration, forged.FenceEpoch = 99, 99
+	mustAppend(t, s, o, 2, g1e2, forged)
+
+	mustRaise(t, s, o, 2) // takeover
+	_, err := s.Append(ctxT(t), o, 3, g1e2, []eventstore.Envelope{event(o, "zombie", "T", "cz", "z")})
+	wantErr(t, err, eventstore.ErrFenced, "the retired owner's append")
+	g3, _ := mustOpen(t, s, o, 3)
+	mustAppend(t, s, o, 3, g3, event(o, "e4", "T", "c4", "4"))
+
+	want := []eventstore.Fence{g1, g1, g1e2, g3}
+	check := func(what string, evs []eventstore.Envelope) {
+		t.Helper()
+		if len(evs) != len(want) {
+			t.Fatalf("%s: %d events, want %d", what, len(evs), len(want))
+		}
+		for i, e := range evs {
+			got := eventstore.Fence{Generation: e.FenceGeneration, Epoch: e.FenceEpoch}
+			if got != want[i] {
+				t.Fatalf("%s: event v%d (%s) has writer fence %+v, want %+v", what, e.Version, e.EventID, got, want[i])
+			}
+		}
+	}
+	check("Load", mustLoad(t, s, o))
+	_, evs := mustOpen(t, s, o, 3)
+	check("Open", evs)
+	if want[3].Generation != 3 || want[3].Epoch != 1 {
+		t.Fatalf("the writer after the takeover holds %+v, want {3 1}", want[3])
+	}
 }

@@ -1,0 +1,61 @@
+package eventstore_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+// An entry written before the store recorded fences has no fenceGen or
+// fenceEpoch; it must still load, with a zero writer fence, next to newer
+// entries that carry theirs. The projected append stamps the fence too.
+func TestRedisWriterFenceStampsAndLegacyEntries(t *testing.T) {
+	srv := redisserver.ForTest(t)
+	c := newClient(t, srv)
+	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	ctx := ctxT(t)
+	const o = "legacy-1"
+
+	legacy := map[string]any{
+		"eventId": "old", "orderId": o, "eventType": "T", "version": 1,
+		"sourceCommandId": "", "createdAtUnixMs": 1, "data": "{}",
+	}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "sm:es:{" + o + "}:stream", Values: legacy}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f, evs, err := s.Open(ctx, o, 2)
+	if err != nil {
+		t.Fatalf("Open over a legacy entry: %v", err)
+	}
+	if len(evs) != 1 || evs[0].FenceGeneration != 0 || evs[0].FenceEpoch != 0 {
+		t.Fatalf("legacy entry opened as %+v, want one entry with a zero fence", evs)
+	}
+	ev := []eventstore.Envelope{{EventID: "new", EventType: "T", CreatedAtUnixMs: 2, Data: []byte("{}")}}
+	if _, err := s.AppendProjected(ctx, o, 1, f, ev, eventstore.Projection{Key: "rm:{" + o + "}", Version: 2, State: []byte("s")}); err != nil {
+		t.Fatalf("projected append: %v", err)
+	}
+	evs, err = s.Load(ctx, o)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("Load has %d entries, want 2", len(evs))
+	}
+	if evs[0].FenceGeneration != 0 || evs[0].FenceEpoch != 0 {
+		t.Fatalf("legacy entry loaded with fence (%d, %d), want (0, 0)", evs[0].FenceGeneration, evs[0].FenceEpoch)
+	}
+	if got := (eventstore.Fence{Generation: evs[1].FenceGeneration, Epoch: evs[1].FenceEpoch}); got != f {
+		t.Fatalf("projected entry loaded with fence %+v, want the writer's %+v", got, f)
+	}
+	raw, err := c.XRange(ctx, "sm:es:{"+o+"}:stream", "-", "+").Result()
+	if err != nil || len(raw) != 2 {
+		t.Fatalf("XRANGE: %v %v", raw, err)
+	}
+	t.Logf("stored fields of the new entry: %v", raw[1].Values)
+	if raw[1].Values["fenceGen"] != "2" || raw[1].Values["fenceEpoch"] != "1" {
+		t.Fatalf("stored entry fields %v, want fenceGen=2 fenceEpoch=1", raw[1].Values)
+	}
+}
