@@ -7,7 +7,7 @@ GO ?= go
 MULTI_MEMBER := ./cluster/clustertest/... ./edge/edgetest/...
 RUN_DIR ?= $(CURDIR)/.run
 
-.PHONY: test fmt-check vet k8s-compile store-evidence unit fault-test admin-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench
+.PHONY: test fmt-check vet k8s-compile store-evidence unit fault-test admin-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench soak
 
 test: redis fmt-check vet k8s-compile unit fault-test admin-test pause-test takeover-test multi-member store-evidence
 
@@ -121,3 +121,11 @@ bench: redis
 	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
 	@awk '/WarmCall\/location/ {l+=$$3; nl++} /WarmCall\/disthash/ {d+=$$3; nd++} END { if (nl && nd) printf "warm call (mean of %d runs): location %d ns/op, disthash %d ns/op, location/disthash = %.2f\n", nl, l/nl, d/nd, (l/nl)/(d/nd); else { print "warm call: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
 	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(BENCH_FLAGS)
+
+# Seeded chaos soak (runner/soak): its own cluster, a mixed load through the
+# public API, a fault schedule drawn from the seed, the operator's quiet
+# period, then the invariant checker (runner/soak/check) over Redis and the
+# client's log. Results and the history in $(RUN_DIR)/soak. SOAK_FLAGS may
+# set -duration (default 2m) and -seed (default: from the clock, printed).
+soak: redis
+	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(SOAK_FLAGS)

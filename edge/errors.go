@@ -56,6 +56,10 @@ const (
 	// ReasonCanceled: the request was canceled (the client went away or
 	// the server is stopping) before it completed.
 	ReasonCanceled = "CANCELED"
+	// ReasonStarting: this API process is still waiting for its stores or
+	// for its cluster member to join; it answers every route so that
+	// clients retry instead of failing on a refused connection.
+	ReasonStarting = "STARTING"
 )
 
 // Retry-After values, in seconds. A store blip or a timeout is worth a

@@ -256,7 +256,8 @@ const readyzStoreTimeout = 800 * time.Millisecond
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !s.listening.Load() {
-		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "the HTTP listener is not up"})
+		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStarting,
+			Message: "the HTTP listener is not up", retryAfter: retryAfterSoon})
 		return
 	}
 	if sc, ok := s.cfg.Topology.(StoreCheck); ok {
@@ -273,7 +274,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if n := s.cfg.Topology.WorkflowMembers(); n == 0 {
-		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Message: "no order workflow member is in the topology"})
+		s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonNoEligibleMember,
+			Message: "no order workflow member is in the topology", retryAfter: retryAfterNoMember})
 	} else {
 		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "workflowMembers": n})
 	}

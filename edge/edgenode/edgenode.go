@@ -86,7 +86,7 @@ func StartingHandler(ready *node.Readiness) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 			return
 		}
-		body := map[string]string{"code": edge.CodeUnavailable, "message": "starting"}
+		body := map[string]string{"code": edge.CodeUnavailable, "message": "starting", "reason": edge.ReasonStarting}
 		if r.URL.Path == "/readyz" {
 			ctx, cancel := context.WithTimeout(r.Context(), node.DefaultReadyzTimeout)
 			// Like the edge's own /readyz, the public reply names the

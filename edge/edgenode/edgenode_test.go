@@ -66,6 +66,7 @@ func TestStartingHandlerSaysWhyNotReady(t *testing.T) {
 	code, rep, _ = get(t, h, "/orders/ord-1")
 	require.Equal(t, http.StatusServiceUnavailable, code, "orders are not refused as unknown while starting")
 	require.Equal(t, "starting", rep.Error.Message)
+	require.Equal(t, edge.ReasonStarting, rep.Error.Reason, "every 503 names its reason")
 }
 
 func TestStartingHandlerWaitsForTheMember(t *testing.T) {
@@ -76,7 +77,7 @@ func TestStartingHandlerWaitsForTheMember(t *testing.T) {
 	code, rep, _ := get(t, StartingHandler(node.NewReadiness(s)), "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "starting: the cluster member has not joined", rep.Error.Message)
-	require.Empty(t, rep.Error.Reason)
+	require.Equal(t, edge.ReasonStarting, rep.Error.Reason)
 }
 
 // unusedOrders satisfies edge.Orders; readiness never calls it.

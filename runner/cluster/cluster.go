@@ -1,7 +1,7 @@
 // Package cluster starts and stops a local ShoppingMall cluster as
 // operating-system processes: a private redis-server, the CommerceApi
 // processes api-a and api-b and the OrderWorkflow processes workflow-a and
-// workflow-b. Each node's stdout and stderr are appended to
+// workflow-b (Config.Workflows adds workflow-c and on). Each node's stdout and stderr are appended to
 // <RunDir>/<node>.log and its PID is kept in <RunDir>/pids/<node>.pid.
 //
 // Readiness is judged only by the sample's own lines of spec §10.1, read
@@ -129,6 +129,10 @@ type Config struct {
 	// OnRestart, if set, is told each time the supervisor started a node
 	// again, with the new PID (e.g. to rewrite a state file).
 	OnRestart func(name string, pid int)
+	// Workflows is how many workflow nodes run (workflow-a, workflow-b,
+	// workflow-c, ...); zero means len(WorkflowNodes). A soak runs three so
+	// that a killed member's orders always have two places to go.
+	Workflows int
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// BeforeNodes, if set, runs once Redis answers and before any node
@@ -169,6 +173,9 @@ type Cluster struct {
 	cfg   Config
 	redis *redisserver.Server
 	port  int // Redis TCP port
+
+	// workflows names the workflow nodes, in start order.
+	workflows []string
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -224,25 +231,35 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: run dir: %w", err)
 	}
 
-	// Redis, two API HTTP ports, four automanaged ports, two workflow
-	// operations ports.
-	// Two API admin ports last.
-	ports, err := freePorts(11)
+	workflows := append([]string(nil), WorkflowNodes...)
+	if cfg.Workflows > 26 || cfg.Workflows < 0 {
+		return nil, fmt.Errorf("%w: %d workflows", ErrConfig, cfg.Workflows)
+	}
+	if cfg.Workflows > 0 {
+		workflows = workflows[:0]
+		for i := range cfg.Workflows {
+			workflows = append(workflows, "workflow-"+string(rune('a'+i)))
+		}
+	}
+	w := len(workflows)
+	// Redis, two API HTTP ports, one automanaged port per node, one
+	// operations port per workflow, two API admin ports last.
+	ports, err := freePorts(7 + 2*w)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
-	amPorts := ports[3:7]
+	c := &Cluster{cfg: cfg, port: ports[0], workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	amPorts := ports[3 : 5+w]
 	seeds := make([]string, len(amPorts))
 	for i, p := range amPorts {
 		seeds[i] = "127.0.0.1:" + strconv.Itoa(p)
 	}
 	c.seeds = strings.Join(seeds, ",")
 	for i, name := range APINodes {
-		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[9+i]})
+		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[5+2*w+i]})
 	}
-	for i, name := range WorkflowNodes {
-		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[7+i]})
+	for i, name := range workflows {
+		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[5+w+i]})
 	}
 
 	if c.adminToken, err = writeAdminToken(dir); err != nil {
@@ -265,7 +282,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 
 	// Workflows first: the APIs announce object routes as members join.
-	for _, name := range append(append([]string(nil), WorkflowNodes...), APINodes...) {
+	for _, name := range append(append([]string(nil), c.workflows...), APINodes...) {
 		if err := c.startNode(c.nodes[name]); err != nil {
 			_ = c.Stop()
 			return nil, err
@@ -371,7 +388,7 @@ func (c *Cluster) waitAllReady(ctx context.Context) error {
 	for _, api := range APINodes {
 		n := c.nodes[api]
 		want := []Matcher{Exact(ReadyHTTPLine(api))}
-		for _, wf := range WorkflowNodes {
+		for _, wf := range c.workflows {
 			want = append(want, Exact(ReadyRouteLine(api, wf)))
 		}
 		waits = append(waits, logWait{path: n.logPath, from: n.startOffset, want: Lines(want...)})
@@ -481,7 +498,7 @@ func (c *Cluster) Restart(ctx context.Context, name string) error {
 	var want []Matcher
 	if n.role == RoleAPI {
 		want = append(want, Exact(ReadyHTTPLine(name)))
-		for _, wf := range WorkflowNodes {
+		for _, wf := range c.workflows {
 			want = append(want, Exact(ReadyRouteLine(name, wf)))
 		}
 	} else {
@@ -547,8 +564,8 @@ func (c *Cluster) Stop() error {
 		wg.Wait()
 	}
 	stop(APINodes)
-	for i := len(WorkflowNodes) - 1; i >= 0; i-- {
-		stop(WorkflowNodes[i : i+1])
+	for i := len(c.workflows) - 1; i >= 0; i-- {
+		stop(c.workflows[i : i+1])
 	}
 	if r := c.redisServer(); r != nil {
 		if err := r.Stop(); err != nil {
@@ -558,6 +575,9 @@ func (c *Cluster) Stop() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Workflows names this cluster's workflow nodes, in start order.
+func (c *Cluster) Workflows() []string { return append([]string(nil), c.workflows...) }
 
 // RedisURL is the URL of the cluster's Redis (every store shares it).
 func (c *Cluster) RedisURL() string { return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0" }

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	rcluster "github.com/shoppingmall-go/shoppingmall/runner/cluster"
+)
+
+// The fault kinds of the schedule.
+const (
+	faultWorkflowKill  = "workflow-kill"
+	faultWorkflowPause = "workflow-pause"
+	faultRedisKill     = "redis-kill"
+	faultAPIKill       = "api-kill"
+	faultRelocate      = "relocate"
+	faultWorkflowDrain = "workflow-drain"
+)
+
+// workflowNodes are the soak cluster's workflow members (Config.Workflows).
+var workflowNodes = []string{rcluster.WorkflowA, rcluster.WorkflowB, "workflow-c"}
+
+var faultKinds = []string{faultWorkflowKill, faultWorkflowPause, faultRedisKill, faultAPIKill, faultRelocate, faultWorkflowDrain}
+
+// Fault is one scheduled fault and, once run, what it did.
+type Fault struct {
+	N      int           `json:"n"`
+	At     time.Duration `json:"atNs"`
+	Kind   string        `json:"kind"`
+	Target string        `json:"target"`
+	// Hold is the pause length, or how long Redis stays down.
+	Hold time.Duration `json:"holdNs,omitempty"`
+
+	InjectedAtUnixMs int64 `json:"injectedAtUnixMs,omitempty"`
+	EndedAtUnixMs    int64 `json:"endedAtUnixMs,omitempty"`
+	Injected         bool  `json:"injected"`
+	Effective        bool  `json:"effective"`
+	// TakenOver counts orders a takeover after the fault moved.
+	TakenOver int      `json:"takenOver,omitempty"`
+	Evicted   bool     `json:"evicted,omitempty"`
+	Rejoined  bool     `json:"rejoined,omitempty"`
+	Detail    []string `json:"detail,omitempty"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("#%d +%s %s %s", f.N, f.At.Round(time.Millisecond), f.Kind, f.Target)
+	if f.Hold > 0 {
+		s += " for " + f.Hold.Round(time.Millisecond).String()
+	}
+	return s
+}
+
+// schedule draws the fault schedule from the seed alone: each round is a
+// permutation of every kind, so a short run still sees each one.
+func schedule(seed uint64, d time.Duration) []Fault {
+	r := rand.New(rand.NewPCG(seed, 0xfa0175))
+	var out []Fault
+	at := 5 * time.Second
+	for n := 1; ; {
+		for _, k := range r.Perm(len(faultKinds)) {
+			if at > d-3*time.Second {
+				return out
+			}
+			f := Fault{N: n, At: at, Kind: faultKinds[k]}
+			switch f.Kind {
+			case faultWorkflowKill, faultWorkflowDrain:
+				f.Target = workflowNodes[r.IntN(len(workflowNodes))]
+			case faultWorkflowPause:
+				f.Target = workflowNodes[r.IntN(len(workflowNodes))]
+				f.Hold = time.Second + time.Duration(r.IntN(4000))*time.Millisecond
+			case faultRedisKill:
+				f.Target = "redis-server"
+				// Long enough to outlast the stores' own short retries.
+				f.Hold = 1500*time.Millisecond + time.Duration(r.IntN(2000))*time.Millisecond
+			case faultAPIKill:
+				f.Target = rcluster.APINodes[r.IntN(len(rcluster.APINodes))]
+			case faultRelocate:
+				f.Target = "live orders"
+			}
+			out = append(out, f)
+			n++
+			at += 6*time.Second + time.Duration(r.IntN(4000))*time.Millisecond
+		}
+	}
+}
+
+// faulter runs the schedule against the cluster, one fault at a time.
+type faulter struct {
+	c      *rcluster.Cluster
+	loc    *location.Store
+	log    *clientLog
+	http   *http.Client
+	seed   uint64
+	mu     sync.Mutex
+	faults []Fault
+	// lastEnd is when the last fault ended.
+	lastEnd time.Time
+}
+
+func (f *faulter) admin(ctx context.Context, method, path, body string) (int, []byte, error) {
+	var lastErr error
+	for _, api := range rcluster.APINodes {
+		if !f.c.Running(api) {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, method, f.c.AdminURL(api)+path, strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+f.c.AdminToken())
+		req.Header.Set("Content-Type", "application/json")
+		res, err := f.http.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+		res.Body.Close()
+		if res.StatusCode >= 500 {
+			lastErr = fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, strings.TrimSpace(string(b)))
+			continue
+		}
+		return res.StatusCode, b, nil
+	}
+	if lastErr == nil {
+		lastErr = fmt.Errorf("%s %s: no API running", method, path)
+	}
+	return 0, nil, lastErr
+}
+
+// takeover takes over every order of a member id or node name, retrying
+// a transient failure; it returns how many orders moved.
+// With expect (a member just killed) an answer of 0 orders is asked again
+// until the deadline: the dead incarnation counts only once the cluster has
+// seen it leave.
+func (f *faulter) takeover(ctx context.Context, member string, expect bool) (int, string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, b, err := f.admin(cctx, http.MethodPost, "/admin/members/"+url.PathEscape(member)+"/takeover?caller=soak", "{}")
+		cancel()
+		if err == nil && st == http.StatusOK {
+			var rep struct {
+				Orders []struct {
+					Outcome string `json:"outcome"`
+				} `json:"orders"`
+				Failed []json.RawMessage `json:"failed"`
+			}
+			_ = json.Unmarshal(b, &rep)
+			n := 0
+			for _, o := range rep.Orders {
+				if o.Outcome == "taken-over" {
+					n++
+				}
+			}
+			if (len(rep.Failed) == 0 && (n > 0 || !expect)) || time.Now().After(deadline) {
+				return n, fmt.Sprintf("takeover %s: %d taken over, %d failed", member, n, len(rep.Failed))
+			}
+		} else if err == nil && (st != http.StatusConflict || time.Now().After(deadline)) {
+			return 0, fmt.Sprintf("takeover %s: HTTP %d %s", member, st, strings.TrimSpace(string(b)))
+		} else if err == nil {
+			// 409: the member is not yet seen gone (still in the
+			// topology); the cluster notices within seconds.
+			err = fmt.Errorf("HTTP %d %s", st, strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Sprintf("takeover %s: %v", member, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// ensureRunning restarts a node the runner holds until it runs.
+func (f *faulter) ensureRunning(ctx context.Context, name string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if f.c.Running(name) && f.c.Managed(name) {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+		err := f.c.Restart(cctx, name)
+		cancel()
+		if err == nil || (f.c.Running(name) && f.c.Managed(name)) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("restart %s: %w", name, err)
+		}
+		logf("restart %s failed, again: %v", name, err)
+		time.Sleep(time.Second)
+	}
+}
+
+// waitRejoined waits until the supervisor restarted name after since.
+func (f *faulter) waitRejoined(ctx context.Context, name string, since time.Time, budget time.Duration) bool {
+	deadline := time.Now().Add(budget)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, r := range f.c.Restarts(name) {
+			if r.At.After(since) && f.c.Running(name) {
+				return true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
+}
+
+func (f *faulter) goneSince(ctx context.Context, node string, since time.Time) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g, err := f.loc.Gone(cctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range g {
+		if m.Node == node && m.LeftAtUnixMs >= since.UnixMilli()-1000 {
+			return true
+		}
+	}
+	return false
+}
+
+// run injects each fault at its time; it returns when the schedule is
+// done or ctx ends.
+func (f *faulter) run(ctx context.Context, start time.Time, sched []Fault) {
+	for _, ft := range sched {
+		wait := time.Until(start.Add(ft.At))
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		logf("FAULT %s", ft)
+		ft = f.inject(ctx, ft)
+		ft.EndedAtUnixMs = time.Now().UnixMilli()
+		eff := fmt.Sprint(ft.Effective)
+		if ft.Kind == faultRedisKill {
+			eff = "judged once every answer is in"
+		}
+		logf("FAULT #%d %s done: effective=%s %s", ft.N, ft.Kind, eff, strings.Join(ft.Detail, "; "))
+		f.mu.Lock()
+		f.faults = append(f.faults, ft)
+		f.lastEnd = time.Now()
+		f.mu.Unlock()
+	}
+}
+
+func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
+	note := func(format string, a ...any) { ft.Detail = append(ft.Detail, fmt.Sprintf(format, a...)) }
+	at := time.Now()
+	ft.InjectedAtUnixMs = at.UnixMilli()
+	switch ft.Kind {
+	case faultWorkflowKill:
+		if err := f.c.Kill(ft.Target); err != nil {
+			note("kill: %v", err)
+			return ft
+		}
+		ft.Injected = true
+		n, d := f.takeover(ctx, ft.Target, true)
+		ft.TakenOver, ft.Effective = n, n > 0
+		note("%s", d)
+		if err := f.ensureRunning(ctx, ft.Target); err != nil {
+			note("%v", err)
+		}
+	case faultWorkflowPause:
+		pid := f.c.PID(ft.Target)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			note("SIGSTOP: %v", err)
+			return ft
+		}
+		ft.Injected = true
+		time.Sleep(ft.Hold)
+		ft.Evicted = f.goneSince(ctx, ft.Target, at)
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			note("SIGCONT: %v", err)
+		}
+		// The gone record may be written just as the pause ends.
+		for i := 0; !ft.Evicted && i < 10; i++ {
+			time.Sleep(300 * time.Millisecond)
+			ft.Evicted = f.goneSince(ctx, ft.Target, at)
+		}
+		if ft.Evicted {
+			// A member recorded gone fences itself, exits and is
+			// restarted by the supervisor.
+			ft.Rejoined = f.waitRejoined(ctx, ft.Target, at, 30*time.Second)
+			n, d := f.takeover(ctx, ft.Target, true)
+			ft.TakenOver = n
+			note("%s", d)
+		}
+		note("evicted=%v rejoined=%v", ft.Evicted, ft.Rejoined)
+		ft.Effective = ft.Evicted && ft.Rejoined
+	case faultRedisKill:
+		if err := f.c.KillRedis(); err != nil {
+			note("kill redis: %v", err)
+			return ft
+		}
+		ft.Injected = true
+		time.Sleep(ft.Hold)
+		for try := 0; ; try++ {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := f.c.RestartRedis(cctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			note("restart redis: %v", err)
+			if try > 5 || ctx.Err() != nil {
+				return ft
+			}
+			time.Sleep(time.Second)
+		}
+		// Effectiveness (a STORE_UNAVAILABLE answer) is judged at the end,
+		// when late answers are in.
+	case faultAPIKill:
+		before := f.transportErrors()
+		if err := f.c.Kill(ft.Target); err != nil {
+			note("kill: %v", err)
+			return ft
+		}
+		ft.Injected = true
+		time.Sleep(300 * time.Millisecond)
+		if err := f.ensureRunning(ctx, ft.Target); err != nil {
+			note("%v", err)
+		}
+		after := f.transportErrors()
+		note("transport errors during the outage: %d", after-before)
+		ft.Effective = after > before
+	case faultRelocate:
+		ft.Injected = true
+		r := rand.New(rand.NewPCG(f.seed, uint64(ft.N)))
+		moved := 0
+		for range 3 {
+			id := f.log.randomLive(r)
+			if id == "" {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			st, b, err := f.admin(cctx, http.MethodPost, "/admin/orders/"+url.PathEscape(id)+"/relocate", "{}")
+			cancel()
+			if err == nil && st == http.StatusOK {
+				moved++
+			}
+			note("relocate %s: %d %v %.120s", id, st, err, strings.TrimSpace(string(b)))
+		}
+		ft.Effective = moved > 0
+	case faultWorkflowDrain:
+		pid := f.c.PID(ft.Target)
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			note("SIGTERM: %v", err)
+			return ft
+		}
+		ft.Injected = true
+		// The node stays managed: the supervisor starts it again once
+		// it has drained and exited.
+		ft.Rejoined = f.waitRejoined(ctx, ft.Target, at, 60*time.Second)
+		ft.Effective = ft.Rejoined
+		note("drained and restarted=%v", ft.Rejoined)
+	}
+	return ft
+}
+
+func (f *faulter) transportErrors() int {
+	_, _, errs := f.log.snapshot()
+	return errs["transport"]
+}
+
+func (f *faulter) done() ([]Fault, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Fault(nil), f.faults...), f.lastEnd
+}
