@@ -221,10 +221,21 @@ func departed(id string) []*pcluster.Member {
 	return []*pcluster.Member{{Id: id, Host: "127.0.0.1", Port: 1}}
 }
 
-func recorded(t *testing.T, s *Store, id string) bool {
+// recorded reads the gone record. It runs inside Eventually and Never,
+// whose last tick may outlive the test (and its store client), so it only
+// reports; notRecorded asserts the outcome synchronously afterwards.
+func recorded(_ *testing.T, s *Store, id string) bool {
 	_, ok, err := s.IsGone(context.Background(), id)
-	require.NoError(t, err)
-	return ok
+	return err == nil && ok
+}
+
+func notRecorded(t *testing.T, s *Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, ok, err := s.IsGone(ctx(t), id)
+		require.NoError(t, err)
+		require.False(t, ok, "%s recorded gone", id)
+	}
 }
 
 // A departure is recorded in the background; one seen right after this
@@ -253,6 +264,7 @@ func TestDeparturesAreRecordedUnlessThisProcessStalledOrIsGone(t *testing.T) {
 	l.observeLeft(departed("m-live-2"))
 	require.Never(t, func() bool { return recorded(t, s, "m-live-1") || recorded(t, s, "m-live-2") },
 		300*time.Millisecond, 20*time.Millisecond, "a stalled process recorded a departure")
+	notRecorded(t, s, "m-live-1", "m-live-2")
 
 	// Out of quarantine, but this member is itself recorded gone.
 	l.gone.quietUntil.Store(0)
@@ -261,4 +273,5 @@ func TestDeparturesAreRecordedUnlessThisProcessStalledOrIsGone(t *testing.T) {
 	l.observeLeft(departed("m-live-3"))
 	require.Never(t, func() bool { return recorded(t, s, "m-live-3") },
 		300*time.Millisecond, 20*time.Millisecond, "a member recorded gone recorded another")
+	notRecorded(t, s, "m-live-3")
 }
