@@ -11,9 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -50,46 +51,9 @@ type env struct {
 	hc     *http.Client
 }
 
-var (
-	binDir   string
-	buildErr error
-	buildOne sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// binaries builds commerce-api and order-workflow once per test binary.
-func binaries(t *testing.T) (api, workflow string) {
-	t.Helper()
-	buildOne.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "admintest-bin"); buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = filepath.Join("..", "..", "..")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
-}
-
 func start(t *testing.T) *env {
 	t.Helper()
-	apiBin, wfBin := binaries(t)
+	apiBin, wfBin := proctest.Binaries(t)
 	runDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -379,3 +343,5 @@ func TestStuckOrderReportAndResume(t *testing.T) {
 	require.Equal(t, 0, code, text)
 	e.waitStatus(gone, contracts.OrderStatus_Confirmed)
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 )
 
 // activationSkipPattern matches the API's structured log line for an
@@ -95,7 +94,7 @@ func TestColdStartSurvivesFrozenMember(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	frozenAt := time.Now()
 	t.Logf("SIGSTOP %s pid=%d", frozen, pid)
-	require.Eventually(t, func() bool { return procState(pid) == "T" }, time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return proctest.ProcState(pid) == "T" }, time.Second, 5*time.Millisecond,
 		"%s pid %d did not stop", frozen, pid)
 
 	res := make([]attempt, frozenStarts)
@@ -204,18 +203,4 @@ func memberID(t *testing.T, path, node string) string {
 		}
 	}
 	return id
-}
-
-// procState is the one-letter state of pid from /proc (T: stopped).
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || len(s) < i+3 {
-		return ""
-	}
-	return s[i+2 : i+3]
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -55,44 +56,6 @@ func seed() commerce.Seed {
 	}
 }
 
-var (
-	binDir   string
-	buildErr error
-	buildOne sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// binaries builds commerce-api and order-workflow once per test binary.
-func binaries(t *testing.T) (api, workflow string) {
-	t.Helper()
-	buildOne.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "faulttest-bin")
-		if buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = filepath.Join("..", "..", "..")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
-}
-
 // fixture is one started cluster with its clients.
 type fixture struct {
 	c        *cluster.Cluster
@@ -114,7 +77,7 @@ type clusterOpts struct {
 // slow the teardown). On failure it logs the tail of every log.
 func startCluster(t *testing.T, o clusterOpts) *fixture {
 	t.Helper()
-	apiBin, wfBin := binaries(t)
+	apiBin, wfBin := proctest.Binaries(t)
 	if o.requestTimeout <= 0 {
 		o.requestTimeout = 10 * time.Second
 	}
@@ -357,3 +320,5 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

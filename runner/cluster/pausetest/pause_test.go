@@ -7,14 +7,14 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -42,43 +42,6 @@ const (
 	ordersPerAPI = 4
 )
 
-var (
-	binDir   string
-	buildErr error
-	buildOne sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-func binaries(t *testing.T) (api, workflow string) {
-	t.Helper()
-	buildOne.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "pausetest-bin")
-		if buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = filepath.Join("..", "..", "..")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
-}
-
 type fixture struct {
 	c    *cluster.Cluster
 	apis map[string]*client.API
@@ -91,7 +54,7 @@ type fixture struct {
 // with the demo catalogue seeded first.
 func startCluster(t *testing.T) *fixture {
 	t.Helper()
-	apiBin, wfBin := binaries(t)
+	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Config{
@@ -163,19 +126,6 @@ func (f *fixture) workflowMembers(api string) int {
 		return -1
 	}
 	return body.WorkflowMembers
-}
-
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || len(s) < i+3 {
-		return ""
-	}
-	return s[i+2 : i+3]
 }
 
 func ownerGone(rep client.Reply) bool {
@@ -258,7 +208,7 @@ func TestPausedOwnerIsRecordedGoneFencesItselfAndCapacityReturns(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	stopAt := time.Now()
 	t.Logf("SIGSTOP %s pid=%d member=%s, owning %d orders", paused, pid, oldMember, len(owned[paused]))
-	require.Eventually(t, func() bool { return procState(pid) == "T" }, time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return proctest.ProcState(pid) == "T" }, time.Second, 5*time.Millisecond)
 	// While it is stopped, watch for its gone record (pacing: the pause
 	// lasts pauseFor whatever happens).
 	var recordedAt time.Time
@@ -383,3 +333,5 @@ func TestPausedOwnerIsRecordedGoneFencesItselfAndCapacityReturns(t *testing.T) {
 	}
 	require.Positive(t, onNew, "the restarted %s takes new orders", paused)
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

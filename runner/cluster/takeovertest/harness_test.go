@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -130,44 +130,6 @@ func (e *env) checkHeld(h heldOrder) {
 	}
 }
 
-var (
-	binDir   string
-	buildErr error
-	buildOne sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// binaries builds commerce-api and order-workflow once per test binary.
-func binaries(t *testing.T) (api, workflow string) {
-	t.Helper()
-	buildOne.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "takeovertest-bin")
-		if buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = filepath.Join("..", "..", "..")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
-}
-
 // env is one started cluster with its clients and store readers.
 type env struct {
 	t      *testing.T
@@ -190,7 +152,7 @@ type env struct {
 // SHOPPINGMALL_<FLAG>=value settings to every node.
 func startCluster(t *testing.T, extraEnv ...string) *env {
 	t.Helper()
-	apiBin, wfBin := binaries(t)
+	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Config{
@@ -503,20 +465,6 @@ func (e *env) checkEffects(orders []heldOrder) {
 		reservations, payments, skuA, a, keptA, skuB, b, keptB)
 }
 
-// procState is the process state letter from /proc (T: stopped).
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || len(s) < i+3 {
-		return ""
-	}
-	return s[i+2 : i+3]
-}
-
 // refusedAppends returns the orders of the structured log lines
 // `append refused: fenced` in the log at path, from offset from, written
 // by an owner at generation gen.
@@ -539,3 +487,5 @@ func refusedAppends(t *testing.T, path string, from int64, gen int64) []string {
 	}
 	return orders
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/cluster/proctest"
 )
 
 // freezeBudget bounds the SIGSTOP: protoactor's automanaged health check
@@ -59,7 +60,7 @@ func TestZombieCannotWrite(t *testing.T) {
 	t.Cleanup(cont) // never leave it stopped
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	stoppedAt := time.Now()
-	require.Eventually(t, func() bool { return procState(pid) == "T" }, time.Second, 5*time.Millisecond, "%s did not stop", victim)
+	require.Eventually(t, func() bool { return proctest.ProcState(pid) == "T" }, time.Second, 5*time.Millisecond, "%s did not stop", victim)
 
 	status, body := e.admin(http.MethodPost, "/admin/members/"+victim+"/takeover?force=true&caller=zombie-test")
 	require.Equal(t, http.StatusOK, status, "%s", body)
