@@ -181,13 +181,18 @@ func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	o.MemberJoined("m-a", "127.0.0.1:2", wf)
 	o.MemberJoined("m-b", "127.0.0.1:3", append([]string{"other"}, wf...))
 	eventually(t, 5*time.Second, func() bool { return len(o.Targets()) == 2 }, "both routes announced")
-	// workflow-a restarted: a new member id under the same name.
+	// workflow-a restarted: a new member id under the same name. Its
+	// lookup resolves "workflow-a" again; Close waits for the announce
+	// that follows, so a second ready line would be counted below.
+	names.mu.Lock()
+	before := names.lookups
+	names.mu.Unlock()
 	o.MemberJoined("m-a2", "127.0.0.1:2", wf)
 	eventually(t, 5*time.Second, func() bool {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		return o.pending["m-a2"]
-	}, "restart observed")
+		names.mu.Lock()
+		defer names.mu.Unlock()
+		return names.lookups > before
+	}, "the restarted member's name looked up")
 	o.Close()
 	require.Equal(t, []string{"workflow-a", "workflow-b"}, o.Targets())
 	require.Equal(t, 1, ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-a"))
