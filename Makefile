@@ -27,38 +27,38 @@ k8s-compile:
 	$(GO) vet -tags k8s ./cluster/
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/cluster/faulttest -e /runner/cluster/admintest -e /runner/cluster/pausetest -e /runner/cluster/takeovertest)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest)
 
-# Real-process fault proofs (runner/cluster/faulttest): Redis SIGKILLed and
+# Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
 # starts. Run alone, not beside the unit packages, since their timings
 # assume the two cores are theirs; still under -race.
 fault-test:
-	$(GO) test -race -count=1 -timeout 8m ./runner/cluster/faulttest/
+	$(GO) test -race -count=1 -timeout 8m ./runner/localcluster/faulttest/
 
-# Real-process proof of the locked admin surface (runner/cluster/admintest):
+# Real-process proof of the locked admin surface (runner/localcluster/admintest):
 # 401 without or with a wrong token, 404 on the public port, 200 with it;
 # the stuck-order report lists a held order and -resume finishes it.
 admin-test:
-	$(GO) test -race -count=1 -timeout 5m ./runner/cluster/admintest/
+	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
 
-# Real-process proof of self-fencing (runner/cluster/pausetest): a workflow
+# Real-process proof of self-fencing (runner/localcluster/pausetest): a workflow
 # owning orders is SIGSTOPped 3.5 s, is recorded gone, fences itself, exits
 # 3 and is restarted by the supervisor; prints the pause-to-capacity figure
 # (the whole output when it fails).
 pause-test:
-	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/cluster/pausetest/ 2>&1); rc=$$?; \
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/pausetest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
-# Real-process proofs of takeover (runner/cluster/takeovertest): orders held
+# Real-process proofs of takeover (runner/localcluster/takeovertest): orders held
 # at every step between module call and append, their owner SIGKILLed and
 # taken over by the CLI, all terminal with each effect once; a SIGSTOPped
 # owner taken over with force cannot write after SIGCONT; -takeover-after
 # takes a killed owner's order over after the first OWNER_GONE. Prints the
 # figures (the whole output when it fails).
 takeover-test:
-	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/cluster/takeovertest/ 2>&1); rc=$$?; \
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/takeovertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
@@ -93,7 +93,7 @@ build:
 # Local cluster in the background under $(RUN_DIR) (state in cluster.json).
 # CLUSTER_FLAGS may add -self-check, -fixtures. Admin is always on, on
 # loopback, with the generated token in $(RUN_DIR)/admin.token.
-CLUSTERCTL = $(GO) run ./runner/cluster/cmd/clusterctl
+CLUSTERCTL = $(GO) run ./runner/localcluster/cmd/clusterctl
 
 cluster-up: redis
 	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) $(CLUSTER_FLAGS)

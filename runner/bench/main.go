@@ -1,5 +1,5 @@
 // Command bench is `make bench`: it starts its own local cluster (Redis,
-// api-a, api-b, workflow-a, workflow-b, through runner/cluster), seeds a
+// api-a, api-b, workflow-a, workflow-b, through runner/localcluster), seeds a
 // run-specific catalogue, drives a closed-loop HTTP load through the public
 // API only, and reports throughput, latencies, Redis round trips and
 // commands per order, CPU per order per process, and the throughput Redis
@@ -31,7 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
-	rcluster "github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 type options struct {
@@ -100,10 +100,10 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
-	env := append(rcluster.ChildEnv(os.Environ()),
+	env := append(localcluster.ChildEnv(os.Environ()),
 		"SHOPPINGMALL_STATS_FILE="+filepath.Join(statsDir, node.StatsNodePlaceholder+".json"))
 	logf("starting cluster in %s", dir)
-	c, err := rcluster.Start(ctx, rcluster.Config{
+	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: env,
 		StopGrace: 15 * time.Second,
 		Logf:      func(f string, a ...any) { logf(f, a...) },
@@ -117,7 +117,7 @@ func run(ctx context.Context, o options) (err error) {
 		// order (thousands, no idle timeout) and API leaves that wait on
 		// those members, so every node is killed and Redis stopped.
 		logf("stopping cluster (nodes killed: the run's figures are already read)")
-		for _, n := range append(append([]string{}, rcluster.APINodes...), rcluster.WorkflowNodes...) {
+		for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 			if kerr := c.Kill(n); kerr != nil {
 				logf("kill %s: %v", n, kerr)
 			}
@@ -139,7 +139,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
-	apis := []string{c.APIURL(rcluster.APIA), c.APIURL(rcluster.APIB)}
+	apis := []string{c.APIURL(localcluster.APIA), c.APIURL(localcluster.APIB)}
 	gen := newLoad(loadConfig{
 		APIs: apis, Concurrency: o.concurrency, Poll: o.poll, PollTimeout: o.pollTimeout,
 		RunID: runID, IDs: ids, InventoryPct: o.inventoryPct, PaymentPct: o.paymentPct,
@@ -154,7 +154,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	procs := map[string]int{}
-	for _, n := range append(append([]string{}, rcluster.APINodes...), rcluster.WorkflowNodes...) {
+	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 		procs[n] = c.PID(n)
 	}
 	statsPath := func(n string) string { return filepath.Join(statsDir, n+".json") }

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
-	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 var (
@@ -243,11 +243,11 @@ func (r *runner) evSameStream(ctx context.Context) (string, error) {
 			return "", err
 		}
 		if !slices.Equal(a.Events, b.Events) {
-			return "", fmt.Errorf("order %s: %s sees %v, %s sees %v", id, cluster.APIA, a.Events, cluster.APIB, b.Events)
+			return "", fmt.Errorf("order %s: %s sees %v, %s sees %v", id, localcluster.APIA, a.Events, localcluster.APIB, b.Events)
 		}
 		owners[a.OwnerNode]++
 	}
-	return fmt.Sprintf("%d orders, identical streams via %s and %s (owners %v)", len(r.res.Concurrent), cluster.APIA, cluster.APIB, owners), nil
+	return fmt.Sprintf("%d orders, identical streams via %s and %s (owners %v)", len(r.res.Concurrent), localcluster.APIA, localcluster.APIB, owners), nil
 }
 
 func (r *runner) evKilled(ctx context.Context) (string, error) {
@@ -263,8 +263,8 @@ func (r *runner) evKilled(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("order %s is now owned by %s, not its dead owner %s: failover", k.orderID, ev.OwnerNode, k.owner)
 	}
 	started := 0
-	for _, wf := range cluster.WorkflowNodes {
-		n, err := cluster.CountLines(r.cl.LogPath(wf), 0, cluster.Exact(startedLine(k.orderID)))
+	for _, wf := range localcluster.WorkflowNodes {
+		n, err := localcluster.CountLines(r.cl.LogPath(wf), 0, localcluster.Exact(startedLine(k.orderID)))
 		if err != nil {
 			return "", err
 		}
@@ -282,7 +282,7 @@ func (r *runner) evNeverCreated(ctx context.Context) (string, error) {
 		if _, found, err := r.hk[i].evidence(ctx, id); err != nil {
 			return "", err
 		} else if found {
-			return "", fmt.Errorf("order %s has a stream via %s after continue/rebuild", id, cluster.APINodes[i])
+			return "", fmt.Errorf("order %s has a stream via %s after continue/rebuild", id, localcluster.APINodes[i])
 		}
 	}
 	return fmt.Sprintf("order %s has no stream", id), nil
@@ -323,17 +323,17 @@ func startedLine(id string) string {
 // logStarted: at least one started line of this run's orders in each
 // workflow node's log, each log waited on separately.
 func (r *runner) logStarted(ctx context.Context) (string, error) {
-	m := cluster.MatchFunc("shoppingmall-order started order=<an order of this run> spot=shoppingmall.order-workflow/<same>", func(l string) bool {
+	m := localcluster.MatchFunc("shoppingmall-order started order=<an order of this run> spot=shoppingmall.order-workflow/<same>", func(l string) bool {
 		g := startedLineRE.FindStringSubmatch(l)
 		return g != nil && g[1] == g[2] && r.orders[g[1]]
 	})
 	var parts []string
-	for _, wf := range cluster.WorkflowNodes {
+	for _, wf := range localcluster.WorkflowNodes {
 		path := r.cl.LogPath(wf)
-		if err := cluster.WaitLines(ctx, path, 0, r.poll, cluster.Want{Line: m, AtLeast: 1}); err != nil {
+		if err := localcluster.WaitLines(ctx, path, 0, r.poll, localcluster.Want{Line: m, AtLeast: 1}); err != nil {
 			return "", err
 		}
-		n, err := cluster.CountLines(path, 0, m)
+		n, err := localcluster.CountLines(path, 0, m)
 		if err != nil {
 			return "", err
 		}
@@ -349,8 +349,8 @@ func (r *runner) logEvidence(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := r.cl.LogPath(cluster.APIA)
-	from, err := cluster.LogSize(path)
+	path := r.cl.LogPath(localcluster.APIA)
+	from, err := localcluster.LogSize(path)
 	if err != nil {
 		return "", err
 	}
@@ -359,7 +359,7 @@ func (r *runner) logEvidence(ctx context.Context) (string, error) {
 		return "", err
 	}
 	line := fmt.Sprintf("shoppingmall-evidence order=%s events=%d", id, len(ev.Events))
-	if err := cluster.WaitLines(ctx, path, from, r.poll, cluster.Lines(cluster.Exact(line))...); err != nil {
+	if err := localcluster.WaitLines(ctx, path, from, r.poll, localcluster.Lines(localcluster.Exact(line))...); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%q in %s", line, path), nil
@@ -370,13 +370,13 @@ func (r *runner) logEvidence(ctx context.Context) (string, error) {
 func (r *runner) logReplayed(ctx context.Context) (string, error) {
 	rl := r.relocated
 	line := fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", rl.orderID, rl.generation)
-	if err := cluster.WaitLines(ctx, r.cl.LogPath(rl.target), 0, r.poll, cluster.Lines(cluster.Exact(line))...); err != nil {
+	if err := localcluster.WaitLines(ctx, r.cl.LogPath(rl.target), 0, r.poll, localcluster.Lines(localcluster.Exact(line))...); err != nil {
 		return "", err
 	}
 	total := 0
 	var parts []string
-	for _, wf := range cluster.WorkflowNodes {
-		n, err := cluster.CountLines(r.cl.LogPath(wf), 0, cluster.Exact(line))
+	for _, wf := range localcluster.WorkflowNodes {
+		n, err := localcluster.CountLines(r.cl.LogPath(wf), 0, localcluster.Exact(line))
 		if err != nil {
 			return "", err
 		}
@@ -393,10 +393,10 @@ func (r *runner) logReplayed(ctx context.Context) (string, error) {
 // It runs last, after every wait above, so the logs hold everything the
 // run produced.
 func (r *runner) logRepeated(ctx context.Context) (string, error) {
-	m := cluster.MatchFunc("shoppingmall-order external-effect-repeated order=<any>", repeatedRE.MatchString)
+	m := localcluster.MatchFunc("shoppingmall-order external-effect-repeated order=<any>", repeatedRE.MatchString)
 	var parts []string
-	for _, wf := range cluster.WorkflowNodes {
-		n, err := cluster.CountLines(r.cl.LogPath(wf), 0, m)
+	for _, wf := range localcluster.WorkflowNodes {
+		n, err := localcluster.CountLines(r.cl.LogPath(wf), 0, m)
 		if err != nil {
 			return "", err
 		}

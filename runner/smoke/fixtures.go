@@ -13,7 +13,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
-	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 type relocRecord struct {
@@ -55,11 +55,11 @@ func stateJSON(st *contracts.OrderState) string {
 }
 
 func (r *runner) noteState(api int, st *contracts.OrderState) {
-	r.last = cluster.APINodes[api] + " GET /orders/" + st.GetOrderId() + ": " + stateJSON(st)
+	r.last = localcluster.APINodes[api] + " GET /orders/" + st.GetOrderId() + ": " + stateJSON(st)
 }
 
 func (r *runner) noteEvidence(api int, ev *evidence) {
-	r.last = cluster.APINodes[api] + " evidence: " + ev.String()
+	r.last = localcluster.APINodes[api] + " evidence: " + ev.String()
 }
 
 // wait sleeps one poll interval, or returns the context's error.
@@ -151,7 +151,7 @@ func lastEvent(ev *evidence) string {
 	return ev.Events[len(ev.Events)-1].EventType
 }
 
-func isWorkflowNode(name string) bool { return slices.Contains(cluster.WorkflowNodes, name) }
+func isWorkflowNode(name string) bool { return slices.Contains(localcluster.WorkflowNodes, name) }
 
 // prepareFixtures prepares every runner-side fixture of spec §9.2 and §9.3
 // before the client runs. The planned relocation goes first, while both
@@ -212,7 +212,7 @@ func (r *runner) fixtureRelocation(ctx context.Context) error {
 	}
 	target := otherWorkflow(before.OwnerNode)
 	targetLog := r.cl.LogPath(target)
-	from, err := cluster.LogSize(targetLog)
+	from, err := localcluster.LogSize(targetLog)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func (r *runner) fixtureRelocation(ctx context.Context) error {
 		return fmt.Errorf("%w: the parked order moved on during relocation: %s", errFixture, after)
 	}
 	replayed := fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", id, before.Generation)
-	if err := cluster.WaitLines(ctx, targetLog, from, r.poll, cluster.Lines(cluster.Exact(replayed))...); err != nil {
+	if err := localcluster.WaitLines(ctx, targetLog, from, r.poll, localcluster.Lines(localcluster.Exact(replayed))...); err != nil {
 		return err
 	}
 	st, err := r.hk[0].releaseGate(ctx, key, id)
@@ -258,10 +258,10 @@ func (r *runner) fixtureRelocation(ctx context.Context) error {
 }
 
 func otherWorkflow(node string) string {
-	if node == cluster.WorkflowA {
-		return cluster.WorkflowB
+	if node == localcluster.WorkflowA {
+		return localcluster.WorkflowB
 	}
-	return cluster.WorkflowA
+	return localcluster.WorkflowA
 }
 
 func (r *runner) fixtureKill(ctx context.Context) error {
@@ -281,7 +281,7 @@ func (r *runner) fixtureKill(ctx context.Context) error {
 		return err
 	}
 	victim := ev.OwnerNode
-	watcher := cluster.APINodes[1]
+	watcher := localcluster.APINodes[1]
 	from, err := logSize(r.cl.LogPath(watcher))
 	if err != nil {
 		return err
@@ -292,7 +292,7 @@ func (r *runner) fixtureKill(ctx context.Context) error {
 	// The passive sign that the cluster saw the owner go: the API's own
 	// topology line, read from its log (never a request of ours).
 	left := "shoppingmall-topology left node=" + watcher + " target=" + victim
-	if err := cluster.WaitLines(ctx, r.cl.LogPath(watcher), from, r.poll, cluster.Lines(cluster.Exact(left))...); err != nil {
+	if err := localcluster.WaitLines(ctx, r.cl.LogPath(watcher), from, r.poll, localcluster.Lines(localcluster.Exact(left))...); err != nil {
 		return fmt.Errorf("after SIGKILL of %s: %w", victim, err)
 	}
 	// From then on the public continue ends in Unavailable at once.
@@ -339,7 +339,7 @@ func (r *runner) awaitUnavailable(ctx context.Context, api int, id string) error
 		if err != nil {
 			return err
 		}
-		r.last = cluster.APINodes[api] + " continue " + id + ": " + rep.String()
+		r.last = localcluster.APINodes[api] + " continue " + id + ": " + rep.String()
 		switch {
 		case ownerGone(rep):
 			return nil

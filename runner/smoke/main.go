@@ -7,7 +7,7 @@
 //     declining payment method, apart from the success path's own;
 //  3. start api-a, api-b (-self-check -admin, each with an admin listener
 //     on loopback and the cluster's generated admin token) and workflow-a,
-//     workflow-b (-fixtures) through runner/cluster;
+//     workflow-b (-fixtures) through runner/localcluster;
 //  4. wait, bounded, for the readiness lines of spec §10.1 in each API log;
 //  5. prepare the fixtures through the runner-only hooks, write the
 //     fixtures file, run the client once and require its
@@ -23,7 +23,7 @@
 //
 // Server facts come only through the hooks and the node logs: it must not
 // import edge, eventstore, readmodel, actors/workflow, actors/grain or the
-// framework package cluster. It touches a store once, to seed
+// framework package localcluster. It touches a store once, to seed
 // actors/commerce before any process starts.
 package main
 
@@ -49,7 +49,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
-	"github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 const (
@@ -63,7 +63,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r := &runner{out: os.Stdout, goBin: *goBin, poll: cluster.DefaultPoll,
+	r := &runner{out: os.Stdout, goBin: *goBin, poll: localcluster.DefaultPoll,
 		hc: &http.Client{Timeout: 30 * time.Second}}
 	err := r.run(ctx, *runDir)
 	if err != nil {
@@ -85,13 +85,13 @@ type runner struct {
 	out   io.Writer
 	goBin string
 	hc    *http.Client
-	poll  cluster.Poll
+	poll  localcluster.Poll
 
 	dir    string // this run's directory
 	binDir string
 	runID  string
 
-	cl  *cluster.Cluster
+	cl  *localcluster.Cluster
 	pub []*client.API // public order API of api-a, api-b
 	hk  []*hooks      // hooks of api-a, api-b
 
@@ -145,14 +145,14 @@ func (r *runner) run(ctx context.Context, base string) error {
 
 	// 2–4. Redis and seed, four processes, bounded readiness.
 	r.prepareSeed()
-	r.cl, err = cluster.Start(ctx, cluster.Config{
+	r.cl, err = localcluster.Start(ctx, localcluster.Config{
 		RunDir:      r.dir,
 		APIBin:      filepath.Join(r.binDir, "commerce-api"),
 		WorkflowBin: filepath.Join(r.binDir, "order-workflow"),
 		SelfCheck:   true,
 		Admin:       true,
 		Fixtures:    true,
-		Env:         cluster.ChildEnv(os.Environ()),
+		Env:         localcluster.ChildEnv(os.Environ()),
 		Poll:        r.poll,
 		Logf:        func(f string, a ...any) { r.logf(f, a...) },
 		BeforeNodes: r.applySeed,
@@ -167,16 +167,16 @@ func (r *runner) run(ctx context.Context, base string) error {
 		}
 	}()
 	r.logf("ready: %s and %s announced kind=http and kind=object-route for %s and %s",
-		cluster.APIA, cluster.APIB, cluster.WorkflowA, cluster.WorkflowB)
+		localcluster.APIA, localcluster.APIB, localcluster.WorkflowA, localcluster.WorkflowB)
 	// The hooks live on each API's admin listener, behind the cluster's
 	// admin token: both are read from the cluster's state, as an operator
-	// reads them from cluster.json and admin.token.
+	// reads them from localcluster.json and admin.token.
 	st := r.cl.State()
-	token, err := cluster.ReadAdminToken(filepath.Dir(st.AdminTokenFile))
+	token, err := localcluster.ReadAdminToken(filepath.Dir(st.AdminTokenFile))
 	if err != nil {
 		return err
 	}
-	for _, api := range cluster.APINodes {
+	for _, api := range localcluster.APINodes {
 		n, ok := st.Node(api)
 		if !ok || n.AdminURL == "" {
 			return fmt.Errorf("the cluster state names no admin address for %s", api)

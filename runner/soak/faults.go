@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
-	rcluster "github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 // The fault kinds of the schedule.
@@ -28,7 +28,7 @@ const (
 )
 
 // workflowNodes are the soak cluster's workflow members (Config.Workflows).
-var workflowNodes = []string{rcluster.WorkflowA, rcluster.WorkflowB, "workflow-c"}
+var workflowNodes = []string{localcluster.WorkflowA, localcluster.WorkflowB, "workflow-c"}
 
 var faultKinds = []string{faultWorkflowKill, faultWorkflowPause, faultRedisKill, faultAPIKill, faultRelocate, faultWorkflowDrain}
 
@@ -83,7 +83,7 @@ func schedule(seed uint64, d time.Duration) []Fault {
 				// Long enough to outlast the stores' own short retries.
 				f.Hold = 1500*time.Millisecond + time.Duration(r.IntN(2000))*time.Millisecond
 			case faultAPIKill:
-				f.Target = rcluster.APINodes[r.IntN(len(rcluster.APINodes))]
+				f.Target = localcluster.APINodes[r.IntN(len(localcluster.APINodes))]
 			case faultRelocate:
 				f.Target = "live orders"
 			}
@@ -96,7 +96,7 @@ func schedule(seed uint64, d time.Duration) []Fault {
 
 // faulter runs the schedule against the cluster, one fault at a time.
 type faulter struct {
-	c      *rcluster.Cluster
+	c      *localcluster.Cluster
 	loc    *location.Store
 	log    *clientLog
 	http   *http.Client
@@ -109,7 +109,7 @@ type faulter struct {
 
 func (f *faulter) admin(ctx context.Context, method, path, body string) (int, []byte, error) {
 	var lastErr error
-	for _, api := range rcluster.APINodes {
+	for _, api := range localcluster.APINodes {
 		if !f.c.Running(api) {
 			continue
 		}

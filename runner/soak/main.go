@@ -1,5 +1,5 @@
 // Command soak is `make soak`: a seeded chaos soak. It starts its own
-// local cluster (runner/cluster: redis-server with its append-only file,
+// local cluster (runner/localcluster: redis-server with its append-only file,
 // the API and workflow processes), seeds stock that runs out and payment
 // methods that approve and decline, drives a mixed load through the
 // public HTTP API only, and injects a fault schedule drawn from -seed

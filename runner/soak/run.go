@@ -18,7 +18,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
-	rcluster "github.com/shoppingmall-go/shoppingmall/runner/cluster"
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 	"github.com/shoppingmall-go/shoppingmall/runner/soak/check"
 )
 
@@ -100,8 +100,8 @@ func run(ctx context.Context, o options) (bool, error) {
 			return false, err
 		}
 	}
-	c, err := rcluster.Start(ctx, rcluster.Config{
-		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: rcluster.ChildEnv(os.Environ()),
+	c, err := localcluster.Start(ctx, localcluster.Config{
+		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: localcluster.ChildEnv(os.Environ()),
 		Workflows: len(workflowNodes), RedisPersist: true, Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
 		Logf: func(f string, a ...any) { logf(f, a...) },
 	})
@@ -110,7 +110,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	defer func() {
 		logf("stopping cluster")
-		for _, n := range append(append([]string{}, rcluster.APINodes...), c.Workflows()...) {
+		for _, n := range append(append([]string{}, localcluster.APINodes...), c.Workflows()...) {
 			_ = c.Kill(n)
 		}
 		if err := c.Stop(); err != nil {
@@ -134,7 +134,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	start := time.Now()
 	loadEnd := start.Add(o.duration)
 	ld := &load{log: clog, ids: ids, runID: runID, retryBy: loadEnd.Add(o.settle)}
-	for _, n := range rcluster.APINodes {
+	for _, n := range localcluster.APINodes {
 		ld.apis = append(ld.apis, &client.API{BaseURL: c.APIURL(n), HTTP: hc})
 		ld.names = append(ld.names, n)
 	}

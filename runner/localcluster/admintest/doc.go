@@ -1,0 +1,7 @@
+// Package admintest proves with real processes that the admin surface is
+// locked and that the stuck-order report finds and resumes a held order:
+// a local cluster (runner/localcluster) with the admin listeners on loopback
+// and the generated token, the commerce-api admin CLI against it, and the
+// runner's GateStop fixture holding an order at InventoryReserved. It
+// holds only tests.
+package admintest

@@ -1,0 +1,688 @@
+// Package localcluster starts and stops a local ShoppingMall cluster as
+// operating-system processes: a private redis-server, the CommerceApi
+// processes api-a and api-b and the OrderWorkflow processes workflow-a and
+// workflow-b (Config.Workflows adds workflow-c and on). Each node's stdout and stderr are appended to
+// <RunDir>/<node>.log and its PID is kept in <RunDir>/pids/<node>.pid.
+//
+// Readiness is judged only by the sample's own lines of spec §10.1, read
+// passively from each node's log separately, as whole lines, polling every
+// 100 ms at most 300 times. Each workflow node also gets an operations
+// listener (-ops-http on a free loopback port, see OpsURL) for operators'
+// /healthz and /readyz; the runner itself does not judge by it. Processes are stopped by their PID only
+// (SIGTERM, a bounded wait, then SIGKILL), never by name.
+//
+// Once started, the cluster supervises its nodes as Kubernetes'
+// restartPolicy Always would: a node whose process exits on its own (a
+// workflow member that fenced itself exits 3) is started again under the
+// same name, with backoff (see Config.RestartPolicy). Who restarts a node
+// is explicit: each node is either managed (the supervisor restarts it)
+// or held by the caller. Kill and Stop take a node out of supervision
+// before they signal it, so a runner that stops a node on purpose
+// (smoke, crashtest, faulttest, bench) restarts it itself with Restart,
+// which hands it back to the supervisor; Unmanage does the same for a
+// caller that stops a node by other means.
+//
+// It owns processes and log files, nothing of the order domain: it must
+// not import edge, actors/..., the framework package cluster, or any
+// store; its only project import is runner/redisserver.
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+// Role is what a node runs.
+type Role string
+
+const (
+	RoleAPI      Role = "api"
+	RoleWorkflow Role = "workflow"
+)
+
+// The node names spec §10.1 fixes.
+const (
+	APIA      = "api-a"
+	APIB      = "api-b"
+	WorkflowA = "workflow-a"
+	WorkflowB = "workflow-b"
+)
+
+var (
+	// APINodes and WorkflowNodes list the nodes in start order.
+	APINodes      = []string{APIA, APIB}
+	WorkflowNodes = []string{WorkflowA, WorkflowB}
+)
+
+var (
+	// ErrConfig: the configuration cannot start a cluster.
+	ErrConfig = errors.New("cluster: invalid configuration")
+	// ErrUnknownNode: no node of that name.
+	ErrUnknownNode = errors.New("cluster: unknown node")
+	// ErrNodeExited: a node exited while it was expected to run.
+	ErrNodeExited = errors.New("cluster: node exited")
+	// ErrNodeRunning: Restart of a node that still runs.
+	ErrNodeRunning = errors.New("cluster: node still running")
+)
+
+// ReadyHTTPLine is the line an API node prints once its listener accepts.
+func ReadyHTTPLine(api string) string {
+	return "shoppingmall-ready kind=http node=" + api
+}
+
+// ReadyRouteLine is the line an API node prints once it passively sees the
+// workflow node's object capability in the topology.
+func ReadyRouteLine(api, workflow string) string {
+	return "shoppingmall-ready kind=object-route node=" + api + " target=" + workflow
+}
+
+// Config describes the cluster to start.
+type Config struct {
+	// RunDir holds logs, PID files and the Redis data; created if needed.
+	RunDir string
+	// APIBin and WorkflowBin are the built commerce-api and order-workflow
+	// executables.
+	APIBin      string
+	WorkflowBin string
+	// RedisBin is the redis-server executable; default from PATH.
+	RedisBin string
+	// RedisPersist keeps the Redis data on disk under RunDir/redis.
+	RedisPersist bool
+	// SelfCheck and Admin start the API processes with -self-check and
+	// -admin; Fixtures starts the workflow processes with -fixtures. Every
+	// API gets an admin listener on a free loopback port (AdminURL; its
+	// /admin/ and /self-check/ routes exist only with these flags) and the
+	// cluster's admin token, which Start generates and writes to
+	// <RunDir>/admin.token (mode 0600; AdminToken, ReadAdminToken).
+	SelfCheck bool
+	Admin     bool
+	Fixtures  bool
+	// RequestTimeout is the APIs' -request-timeout; default 10s.
+	RequestTimeout time.Duration
+	// Env is every node's environment; nil inherits the caller's. See
+	// ChildEnv.
+	Env []string
+	// Poll is the readiness budget; zero means DefaultPoll.
+	Poll Poll
+	// StopGrace bounds the wait after SIGTERM before SIGKILL; default 40s
+	// (a workflow drains its live orders, up to its 30 s drain timeout,
+	// before it leaves).
+	StopGrace time.Duration
+	// RestartPolicy is what happens when a managed node's process exits
+	// on its own after Start returned; default RestartAlways.
+	RestartPolicy RestartPolicy
+	// RestartBackoff is the delay before the first such restart of a
+	// node; it doubles with each restart up to 10s and starts over once
+	// an incarnation ran for 30s. Default 250ms.
+	RestartBackoff time.Duration
+	// OnRestart, if set, is told each time the supervisor started a node
+	// again, with the new PID (e.g. to rewrite a state file).
+	OnRestart func(name string, pid int)
+	// Workflows is how many workflow nodes run (workflow-a, workflow-b,
+	// workflow-c, ...); zero means len(WorkflowNodes). A soak runs three so
+	// that a killed member's orders always have two places to go.
+	Workflows int
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+	// BeforeNodes, if set, runs once Redis answers and before any node
+	// starts (spec §10 step 2: stores and seed data first).
+	BeforeNodes func(ctx context.Context, redisURL string) error
+}
+
+type node struct {
+	name            string
+	role            Role
+	httpPort        int // API only
+	opsPort         int // workflow only: its -ops-http port
+	adminPort       int // API only: its -admin-http port
+	automanagedPort int
+	logPath         string
+	pidPath         string
+	proc            *process
+	// startOffset is the log size when the current incarnation started:
+	// readiness looks only at lines written after it.
+	startOffset int64
+	// killed: the current incarnation was killed on purpose, so its exit
+	// is no failure.
+	killed bool
+	// managed: the supervisor restarts the node when its current
+	// incarnation exits. startNode sets it (Start, Restart, the
+	// supervisor's own restarts); Kill, Unmanage and Stop clear it before
+	// anything is signalled: the caller holds the node from then on.
+	managed   bool
+	startedAt time.Time
+	// backoff is the delay before the next supervisor restart.
+	backoff  time.Duration
+	restarts []SupervisorRestart
+}
+
+// Cluster is a running local cluster. Its methods are safe for concurrent
+// use.
+type Cluster struct {
+	cfg   Config
+	redis *redisserver.Server
+	port  int // Redis TCP port
+
+	// workflows names the workflow nodes, in start order.
+	workflows []string
+
+	mu    sync.Mutex
+	nodes map[string]*node
+	order []string // start order
+	seeds string
+	// adminToken is every API's admin bearer token; it reaches them
+	// through their environment, never their command line.
+	adminToken string
+	// started is closed once Start succeeded; only then does the
+	// supervisor restart nodes (a node that exits during Start fails it,
+	// and Stop closes closing).
+	started  chan struct{}
+	stopping bool
+	// closing is closed by Stop; restarting counts supervisor restarts
+	// under way, which Stop waits for so that it leaves no process behind.
+	closing    chan struct{}
+	closeOnce  sync.Once
+	restarting sync.WaitGroup
+}
+
+// Start starts Redis and the four nodes, then waits until every API log
+// holds its readiness lines (kind=http, and kind=object-route for each
+// workflow node). On any failure everything started is stopped again.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.RunDir == "" || cfg.APIBin == "" || cfg.WorkflowBin == "" {
+		return nil, fmt.Errorf("%w: RunDir, APIBin and WorkflowBin are required", ErrConfig)
+	}
+	dir, err := filepath.Abs(cfg.RunDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: run dir: %v", ErrConfig, err)
+	}
+	cfg.RunDir = dir
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 40 * time.Second
+	}
+	cfg.Poll = cfg.Poll.orDefault()
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.RestartPolicy == "" {
+		cfg.RestartPolicy = RestartAlways
+	}
+	if cfg.RestartPolicy != RestartAlways && cfg.RestartPolicy != RestartNever {
+		return nil, fmt.Errorf("%w: restart policy %q", ErrConfig, cfg.RestartPolicy)
+	}
+	if cfg.RestartBackoff <= 0 {
+		cfg.RestartBackoff = defaultRestartBackoff
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: run dir: %w", err)
+	}
+
+	workflows := append([]string(nil), WorkflowNodes...)
+	if cfg.Workflows > 26 || cfg.Workflows < 0 {
+		return nil, fmt.Errorf("%w: %d workflows", ErrConfig, cfg.Workflows)
+	}
+	if cfg.Workflows > 0 {
+		workflows = workflows[:0]
+		for i := range cfg.Workflows {
+			workflows = append(workflows, "workflow-"+string(rune('a'+i)))
+		}
+	}
+	w := len(workflows)
+	// Redis, two API HTTP ports, one automanaged port per node, one
+	// operations port per workflow, two API admin ports last.
+	ports, err := freePorts(7 + 2*w)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, port: ports[0], workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	amPorts := ports[3 : 5+w]
+	seeds := make([]string, len(amPorts))
+	for i, p := range amPorts {
+		seeds[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	c.seeds = strings.Join(seeds, ",")
+	for i, name := range APINodes {
+		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[5+2*w+i]})
+	}
+	for i, name := range workflows {
+		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[5+w+i]})
+	}
+
+	if c.adminToken, err = writeAdminToken(dir); err != nil {
+		return nil, err
+	}
+	c.redis, err = redisserver.Start(ctx, c.redisConfig())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis: %w", err)
+	}
+	if err := os.WriteFile(c.redisPIDPath(), []byte(strconv.Itoa(c.redis.PID())+"\n"), 0o644); err != nil {
+		_ = c.redis.Stop()
+		return nil, fmt.Errorf("cluster: redis pid file: %w", err)
+	}
+	cfg.Logf("redis-server pid=%d url=%s", c.redis.PID(), c.redis.URL())
+	if cfg.BeforeNodes != nil {
+		if err := cfg.BeforeNodes(ctx, c.RedisURL()); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+	}
+
+	// Workflows first: the APIs announce object routes as members join.
+	for _, name := range append(append([]string(nil), c.workflows...), APINodes...) {
+		if err := c.startNode(c.nodes[name]); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+	}
+	if err := c.waitAllReady(ctx); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	close(c.started)
+	return c, nil
+}
+
+func (c *Cluster) add(n *node) {
+	n.logPath = filepath.Join(c.cfg.RunDir, n.name+".log")
+	n.pidPath = filepath.Join(c.cfg.RunDir, "pids", n.name+".pid")
+	c.nodes[n.name] = n
+	c.order = append(c.order, n.name)
+}
+
+func (c *Cluster) redisPIDPath() string { return filepath.Join(c.cfg.RunDir, "pids", "redis.pid") }
+
+// freePorts reserves n distinct free TCP ports on 127.0.0.1 by listening
+// on port 0, then releases them for the processes to bind.
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("cluster: pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (c *Cluster) args(n *node) []string {
+	common := []string{
+		"-node", n.name,
+		"-redis", c.RedisURL(),
+		"-provider", "automanaged",
+		"-bind", "127.0.0.1",
+		"-port", "0",
+		"-automanaged-port", strconv.Itoa(n.automanagedPort),
+		"-seeds", c.seeds,
+	}
+	if n.role == RoleAPI {
+		a := append([]string{}, common...)
+		a = append(a, "-http", "127.0.0.1:"+strconv.Itoa(n.httpPort), "-request-timeout", c.cfg.RequestTimeout.String(),
+			"-admin-http", "127.0.0.1:"+strconv.Itoa(n.adminPort))
+		if c.cfg.SelfCheck {
+			a = append(a, "-self-check")
+		}
+		if c.cfg.Admin {
+			a = append(a, "-admin")
+		}
+		return a
+	}
+	a := append(append([]string{}, common...), "-idle-timeout", "0", "-ops-http", "127.0.0.1:"+strconv.Itoa(n.opsPort))
+	if c.cfg.Fixtures {
+		a = append(a, "-fixtures")
+	}
+	return a
+}
+
+func (c *Cluster) startNode(n *node) error {
+	off, err := LogSize(n.logPath)
+	if err != nil {
+		return err
+	}
+	bin := c.cfg.APIBin
+	if n.role == RoleWorkflow {
+		bin = c.cfg.WorkflowBin
+	}
+	p, err := startProcess(n.name, bin, c.args(n), c.env(n), n.logPath, n.pidPath)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n.proc, n.startOffset, n.killed = p, off, false
+	n.managed, n.startedAt = c.cfg.RestartPolicy == RestartAlways, time.Now()
+	c.mu.Unlock()
+	go c.supervise(n, p)
+	if n.role == RoleWorkflow {
+		c.cfg.Logf("%s pid=%d ops=%s log=%s", n.name, p.pid(), c.OpsURL(n.name), n.logPath)
+	} else {
+		c.cfg.Logf("%s pid=%d http=%s admin=%s log=%s", n.name, p.pid(), c.APIURL(n.name), c.AdminURL(n.name), n.logPath)
+	}
+	return nil
+}
+
+// waitAllReady waits for every API's readiness lines, each API log on its
+// own, failing early if any node exits.
+func (c *Cluster) waitAllReady(ctx context.Context) error {
+	var waits []logWait
+	for _, api := range APINodes {
+		n := c.nodes[api]
+		want := []Matcher{Exact(ReadyHTTPLine(api))}
+		for _, wf := range c.workflows {
+			want = append(want, Exact(ReadyRouteLine(api, wf)))
+		}
+		waits = append(waits, logWait{path: n.logPath, from: n.startOffset, want: Lines(want...)})
+	}
+	return c.wait(ctx, c.order, waits)
+}
+
+type logWait struct {
+	path string
+	from int64
+	want []Want
+}
+
+// wait runs the log waits concurrently, each on its own file, and fails as
+// soon as one fails or one of the watched nodes exits.
+func (c *Cluster) wait(ctx context.Context, watch []string, waits []logWait) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for _, name := range watch {
+		n := c.nodes[name]
+		c.mu.Lock()
+		p, killed := n.proc, n.killed
+		c.mu.Unlock()
+		if p == nil || killed {
+			// A node killed on purpose is not watched.
+			continue
+		}
+		go func() {
+			select {
+			case <-p.exited:
+				cancel(fmt.Errorf("%w: %s pid %d (%v); log %s:\n%s", ErrNodeExited, name, p.pid(), p.waitErr, n.logPath, Tail(n.logPath, 20)))
+			case <-ctx.Done():
+			}
+		}()
+	}
+	errs := make([]error, len(waits))
+	var wg sync.WaitGroup
+	for i, w := range waits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = WaitLines(ctx, w.path, w.from, c.cfg.Poll, w.want...)
+		}()
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("cluster: not ready: %w\nlog %s:\n%s", err, waits[i].path, Tail(waits[i].path, 20))
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) node(name string) (*node, error) {
+	n, ok := c.nodes[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNode, name)
+	}
+	return n, nil
+}
+
+// Kill sends SIGKILL to the node's process and waits until it is reaped:
+// a crash, with no graceful drain. It first takes the node out of
+// supervision: the caller restarts it (Restart), or nobody does.
+func (c *Cluster) Kill(name string) error {
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	p := n.proc
+	n.killed = true
+	n.managed = false
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	c.cfg.Logf("SIGKILL %s pid=%d", name, p.pid())
+	return p.kill()
+}
+
+// Restart starts a stopped or killed node again under the same name, as a
+// new incarnation, and hands it back to the supervisor (with
+// RestartAlways), its log opened in append mode, and waits for the lines
+// its new incarnation writes after the restart: an API's own readiness
+// lines of spec §10.1, or for a workflow node the line of WorkflowJoined
+// in its own log. (The APIs announce a workflow's object route once per
+// node name for their lifetime, so a restarted workflow-a is not
+// announced again.)
+func (c *Cluster) Restart(ctx context.Context, name string) error {
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	p := n.proc
+	c.mu.Unlock()
+	if p != nil && p.running() {
+		return fmt.Errorf("%w: %s pid %d", ErrNodeRunning, name, p.pid())
+	}
+	if err := c.startNode(n); err != nil {
+		return err
+	}
+	var want []Matcher
+	if n.role == RoleAPI {
+		want = append(want, Exact(ReadyHTTPLine(name)))
+		for _, wf := range c.workflows {
+			want = append(want, Exact(ReadyRouteLine(name, wf)))
+		}
+	} else {
+		want = append(want, WorkflowJoined(name))
+	}
+	return c.wait(ctx, c.order, []logWait{{path: n.logPath, from: n.startOffset, want: Lines(want...)}})
+}
+
+// WorkflowJoined matches the structured (JSON) log record an
+// order-workflow process writes once its member has joined the cluster:
+// {"msg":"order-workflow started","node":<name>,...} as one whole line.
+// It gates a restart only; it is never a success criterion.
+func WorkflowJoined(node string) Matcher {
+	return MatchFunc(`{"msg":"order-workflow started","node":"`+node+`",...}`, func(line string) bool {
+		if !strings.HasPrefix(line, "{") {
+			return false
+		}
+		var rec struct {
+			Msg  string `json:"msg"`
+			Node string `json:"node"`
+		}
+		return json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "order-workflow started" && rec.Node == node
+	})
+}
+
+// Stop stops the APIs, then the workflow nodes one after another (each
+// drains its live orders to a member still running), then Redis: every
+// process by its PID, SIGTERM first and SIGKILL after StopGrace. It is safe
+// to call more than once.
+func (c *Cluster) Stop() error {
+	// Out of supervision first, and no restart under way: a node that
+	// exits from here on stays down.
+	c.mu.Lock()
+	c.stopping = true
+	for _, n := range c.nodes {
+		n.managed = false
+	}
+	c.mu.Unlock()
+	c.closeOnce.Do(func() { close(c.closing) })
+	c.restarting.Wait()
+	var errs []error
+	stop := func(names []string) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, name := range names {
+			n := c.nodes[name]
+			c.mu.Lock()
+			p := n.proc
+			c.mu.Unlock()
+			if p == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := p.stop(c.cfg.StopGrace); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	stop(APINodes)
+	for i := len(c.workflows) - 1; i >= 0; i-- {
+		stop(c.workflows[i : i+1])
+	}
+	if r := c.redisServer(); r != nil {
+		if err := r.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+		os.Remove(c.redisPIDPath())
+	}
+	return errors.Join(errs...)
+}
+
+// Workflows names this cluster's workflow nodes, in start order.
+func (c *Cluster) Workflows() []string { return append([]string(nil), c.workflows...) }
+
+// RedisURL is the URL of the cluster's Redis (every store shares it).
+func (c *Cluster) RedisURL() string { return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0" }
+
+// RedisPID is the redis-server's PID.
+func (c *Cluster) RedisPID() int { return c.redisServer().PID() }
+
+// redisServer is the current redis-server; RestartRedis replaces it.
+func (c *Cluster) redisServer() *redisserver.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redis
+}
+
+// RedisPort is the redis-server's TCP port on 127.0.0.1.
+func (c *Cluster) RedisPort() int { return c.port }
+
+// RunDir is the absolute run directory.
+func (c *Cluster) RunDir() string { return c.cfg.RunDir }
+
+// APIURL is the public base URL of an API node, e.g. http://127.0.0.1:8081.
+func (c *Cluster) APIURL(name string) string {
+	n, ok := c.nodes[name]
+	if !ok || n.role != RoleAPI {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(n.httpPort)
+}
+
+// OpsURL is the base URL of a workflow node's operations listener
+// (/healthz, /readyz), e.g. http://127.0.0.1:40123.
+func (c *Cluster) OpsURL(name string) string {
+	n, ok := c.nodes[name]
+	if !ok || n.role != RoleWorkflow {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(n.opsPort)
+}
+
+// LogPath is the node's log file.
+func (c *Cluster) LogPath(name string) string {
+	if n, ok := c.nodes[name]; ok {
+		return n.logPath
+	}
+	return ""
+}
+
+// PID is the PID of the node's current incarnation, 0 if never started.
+func (c *Cluster) PID(name string) int {
+	n, ok := c.nodes[name]
+	if !ok {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.proc == nil {
+		return 0
+	}
+	return n.proc.pid()
+}
+
+// Running reports whether the node's current incarnation runs.
+func (c *Cluster) Running(name string) bool {
+	n, ok := c.nodes[name]
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return n.proc != nil && n.proc.running()
+}
+
+// State describes the running processes for a state file.
+func (c *Cluster) State() State {
+	st := State{RunDir: c.cfg.RunDir, AdminTokenFile: AdminTokenPath(c.cfg.RunDir)}
+	if r := c.redisServer(); r != nil {
+		st.Redis = ProcessState{Name: "redis", PID: r.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
+		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
+	}
+	for _, name := range c.order {
+		n := c.nodes[name]
+		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort}
+		if n.role == RoleAPI {
+			ps.URL = c.APIURL(name)
+			ps.AdminURL = c.AdminURL(name)
+		} else {
+			ps.OpsURL = c.OpsURL(name)
+		}
+		if ps.PID != 0 {
+			ps.StartTime, _ = processStartTime(ps.PID)
+		}
+		st.Nodes = append(st.Nodes, ps)
+	}
+	return st
+}
+
+// Tail returns the last n lines of the file at path, for error messages.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,15 @@
+//go:build unix && !linux
+
+package localcluster
+
+import "syscall"
+
+// sysProcAttr: only Linux can tie a child's lifetime to its parent's;
+// elsewhere a process group of its own still keeps Ctrl-C for the runner.
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func DetachedProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
+// processStartTime is unknown without /proc; 0 makes identity checks rely
+// on the PID alone.
+func processStartTime(int) (uint64, error) { return 0, nil }

@@ -1,0 +1,116 @@
+package localcluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// ErrNoState: no state file, so no cluster was started from this run dir
+// (or it was stopped).
+var ErrNoState = errors.New("cluster: no state file")
+
+// ProcessState is one process of a running cluster, as a state file
+// records it.
+type ProcessState struct {
+	Name string `json:"name"`
+	Role Role   `json:"role,omitempty"`
+	PID  int    `json:"pid"`
+	// StartTime is the kernel's start time of PID (Linux), so a PID the
+	// system later reuses is never mistaken for this process.
+	StartTime uint64 `json:"startTime,omitempty"`
+	// URL is an API's public base URL, or Redis' URL.
+	URL string `json:"url,omitempty"`
+	// OpsURL is a workflow's operations listener (/healthz, /readyz).
+	OpsURL string `json:"opsUrl,omitempty"`
+	// AdminURL is an API's admin listener (/admin/, /self-check/,
+	// /debug/pprof/); it needs the token of State.AdminTokenFile.
+	AdminURL        string `json:"adminUrl,omitempty"`
+	Log             string `json:"log,omitempty"`
+	AutomanagedPort int    `json:"automanagedPort,omitempty"`
+}
+
+// State is what clusterctl keeps in <run dir>/cluster.json while a
+// cluster runs.
+type State struct {
+	RunDir string `json:"runDir"`
+	// AdminTokenFile holds the APIs' admin bearer token (mode 0600); the
+	// token itself is never in the state file.
+	AdminTokenFile string         `json:"adminTokenFile,omitempty"`
+	Supervisor     ProcessState   `json:"supervisor"`
+	Redis          ProcessState   `json:"redis"`
+	Nodes          []ProcessState `json:"nodes"`
+}
+
+// Processes lists every process of the state, nodes first, then Redis,
+// then the supervisor: the order a stop walks.
+func (s State) Processes() []ProcessState {
+	out := append([]ProcessState(nil), s.Nodes...)
+	if s.Redis.PID != 0 {
+		out = append(out, s.Redis)
+	}
+	if s.Supervisor.PID != 0 {
+		out = append(out, s.Supervisor)
+	}
+	return out
+}
+
+// Node returns the named node's entry.
+func (s State) Node(name string) (ProcessState, bool) {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return ProcessState{}, false
+}
+
+// SelfProcess describes the calling process for a state file.
+func SelfProcess(name string) ProcessState {
+	pid := os.Getpid()
+	st, _ := processStartTime(pid)
+	return ProcessState{Name: name, PID: pid, StartTime: st}
+}
+
+// WriteState writes the state file atomically (a reader sees the old file
+// or the whole new one).
+func WriteState(path string, s State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cluster: encode state: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".cluster-*.json")
+	if err != nil {
+		return fmt.Errorf("cluster: write state: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cluster: write state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cluster: write state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("cluster: write state: %w", err)
+	}
+	return nil
+}
+
+// ReadState reads a state file; a missing file is ErrNoState.
+func ReadState(path string) (State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, fmt.Errorf("%w: %s", ErrNoState, path)
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("cluster: read state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return State{}, fmt.Errorf("cluster: state %s: %w", path, err)
+	}
+	return s, nil
+}
