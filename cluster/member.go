@@ -83,8 +83,16 @@ type Config struct {
 	OnMemberJoined func(memberID, address string, kinds []string)
 	OnMemberLeft   func(memberID, address string)
 	Logger         *slog.Logger
-	// FrameworkLogLevel filters protoactor's own logs; default Warn.
-	FrameworkLogLevel slog.Level
+	// FrameworkLogLevel filters protoactor's own logs; nil means Warn.
+	// A Leveler, not a Level, so that Info (the zero Level) can be chosen.
+	FrameworkLogLevel slog.Leveler
+}
+
+func (c Config) frameworkLevel() slog.Level {
+	if c.FrameworkLogLevel == nil {
+		return slog.LevelWarn
+	}
+	return c.FrameworkLogLevel.Level()
 }
 
 // Member is a started cluster member.
@@ -114,9 +122,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.FrameworkLogLevel == 0 {
-		cfg.FrameworkLogLevel = slog.LevelWarn
-	}
 	ropts := []remote.ConfigOption{}
 	if cfg.AdvertisedHost != "" {
 		ropts = append(ropts, remote.WithAdvertisedHost(cfg.AdvertisedHost))
@@ -134,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	fw := cfg.Logger.Handler()
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
-		return slog.New(levelHandler{min: cfg.FrameworkLogLevel, Handler: fw}).With("lib", "protoactor")
+		return slog.New(levelHandler{min: cfg.frameworkLevel(), Handler: fw}).With("lib", "protoactor")
 	}))
 	lookup := location.New(location.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
 	if cfg.OnMemberJoined != nil {

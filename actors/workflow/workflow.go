@@ -191,6 +191,6 @@ func (s *Service) writeEvidence(line string) {
 	s.evMu.Lock()
 	defer s.evMu.Unlock()
 	if _, err := s.evidence.Write([]byte(line + "\n")); err != nil {
-		s.log.Warn("evidence write failed", "line", line, "err", err)
+		s.log.Warn("evidence write failed", "line", line, "error", err)
 	}
 }
