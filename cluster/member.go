@@ -23,6 +23,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // Name is the cluster every ShoppingMall process joins (spec: the
@@ -74,7 +75,7 @@ type Config struct {
 	// Kinds hosted here; none for an API member.
 	Kinds []*pcluster.Kind
 	// Location is the Location Store.
-	Location *location.Store
+	Location location.Store
 	// RequestTimeout is the default grain call timeout.
 	RequestTimeout time.Duration
 	// OnMemberJoined and OnMemberLeft observe topology passively
@@ -98,7 +99,7 @@ func (c Config) frameworkLevel() slog.Level {
 // Member is a started cluster member.
 type Member struct {
 	Cluster  *pcluster.Cluster
-	Lookup   *location.Lookup
+	Lookup   *placement.Lookup
 	System   *actor.ActorSystem
 	provider pcluster.ClusterProvider
 	cfg      Config
@@ -141,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
 		return slog.New(levelHandler{min: cfg.frameworkLevel(), Handler: fw}).With("lib", "protoactor")
 	}))
-	lookup := location.New(location.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
+	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)
 	}
@@ -152,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	pc := pcluster.Configure(Name, provider, lookup, rc,
 		pcluster.WithKinds(cfg.Kinds...),
 		pcluster.WithRequestTimeout(cfg.RequestTimeout),
-		pcluster.WithClusterContextProducer(location.ContextProducer(lookup)),
+		pcluster.WithClusterContextProducer(placement.ContextProducer(lookup)),
 	)
 	c := pcluster.New(system, pc)
 	if health != nil {

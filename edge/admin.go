@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // requireAdminToken lets a request through only with
@@ -33,23 +33,12 @@ func (s *Server) requireAdminToken(c *gin.Context) {
 	c.Abort()
 }
 
-// registerPprof serves net/http/pprof's profiles under /debug/pprof/ on
-// the admin listener only. (Importing net/http/pprof also registers them
-// on http.DefaultServeMux, which no listener of this process serves.)
+// registerPprof serves the process's profiles (telemetry.Pprof) under
+// /debug/pprof/ on the admin listener only, behind its token.
 func registerPprof(e *gin.Engine) {
-	named := map[string]http.HandlerFunc{
-		"/cmdline": pprof.Cmdline, "/profile": pprof.Profile, "/symbol": pprof.Symbol, "/trace": pprof.Trace,
-	}
-	h := func(c *gin.Context) {
-		if f, ok := named[c.Param("name")]; ok {
-			f(c.Writer, c.Request)
-			return
-		}
-		// Index serves the index and every runtime profile by its name.
-		pprof.Index(c.Writer, c.Request)
-	}
-	e.GET("/debug/pprof/*name", h)
-	e.POST("/debug/pprof/*name", h)
+	h := gin.WrapH(telemetry.Pprof())
+	e.GET(telemetry.PprofPrefix+"*name", h)
+	e.POST(telemetry.PprofPrefix+"*name", h)
 }
 
 // adminRelocate is POST /admin/orders/{orderId}/relocate: a planned

@@ -10,10 +10,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
-	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
-	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -43,7 +40,7 @@ type ReadModel interface {
 // Orders sends the public order commands to an order's grain by its
 // OrderId; the cluster finds the owner. Errors wrap workflow.ErrNotFound,
 // workflow.ErrInvalidArgument, workflow.ErrConflict,
-// location.ErrUnavailable, location.ErrTimeout or grain.ErrInternal.
+// placement.ErrUnavailable, location.ErrTimeout or grain.ErrInternal.
 type Orders interface {
 	// StartOrderWorkflow records the start (or finds it recorded) and
 	// reports whether this very call recorded OrderStartedEvent.
@@ -81,85 +78,12 @@ type MemberNames interface {
 	MemberNames(ctx context.Context) (map[string]string, error)
 }
 
-// Fixtures arms the runner's interrupt points, keyed by the idempotency key
-// whose start they affect.
-type Fixtures interface {
-	// ArmGate arms mode for the start of idempotencyKey.
-	ArmGate(ctx context.Context, idempotencyKey string, mode workflow.GateMode) error
-	// ReleaseGate removes the gate; releasing an absent gate is no error.
-	ReleaseGate(ctx context.Context, idempotencyKey string) error
-	// ArmSkipTerminalProjection makes the terminal event of that order be
-	// recorded without its projection, once.
-	ArmSkipTerminalProjection(ctx context.Context, idempotencyKey string) error
-}
-
-// EventStream reads an order's event stream.
-type EventStream interface {
-	// Load returns every event in version order; none for an unknown order.
-	Load(ctx context.Context, orderID string) ([]eventstore.Envelope, error)
-}
-
 // Authority reads the Location Store.
 type Authority interface {
 	// Get returns the order's authority record; Missing with generation 0
 	// for a never-activated identity.
 	Get(ctx context.Context, kind, id string) (location.Record, error)
 	MemberNames
-}
-
-// Relocations reads the Relocation Store's operation records.
-type Relocations interface {
-	// Operations returns the order's relocation operations, oldest first.
-	Operations(ctx context.Context, orderID string) ([]relocation.Operation, error)
-}
-
-// FirstEnvelopes reads each order's first activation envelope.
-type FirstEnvelopes interface {
-	// LoadFirst returns the StartOrderWorkflowReq that first activated the
-	// order, or an error wrapping workflow.ErrNotFound.
-	LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error)
-}
-
-// Projections deletes read-model records.
-type Projections interface {
-	// Delete removes the projection; deleting an absent one is no error.
-	Delete(ctx context.Context, orderID string) error
-}
-
-// Inventory is the part of the seeded inventory module the evidence hooks
-// observe and repeat.
-type Inventory interface {
-	// Reserve returns the first result for the reservation id.
-	Reserve(ctx context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error)
-	// Stock returns a SKU's available quantity.
-	Stock(ctx context.Context, sku string) (int64, error)
-	// ReserveCalls and ReleaseCalls count calls per reservation id.
-	ReserveCalls(ctx context.Context, reservationID string) (int64, error)
-	ReleaseCalls(ctx context.Context, reservationID string) (int64, error)
-}
-
-// Payment is the part of the seeded payment module the evidence hooks
-// observe and repeat.
-type Payment interface {
-	// Authorize returns the first result for the payment id.
-	Authorize(ctx context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error)
-	// AuthorizeCalls counts calls per payment id.
-	AuthorizeCalls(ctx context.Context, paymentID string) (int64, error)
-	// Captured returns the amount authorized under the payment id.
-	Captured(ctx context.Context, paymentID string) (int64, error)
-}
-
-// SelfCheck holds what the runner-only /self-check/ hooks need. Every
-// field is required; Config.Operator must be set too.
-type SelfCheck struct {
-	Fixtures    Fixtures
-	Events      EventStream
-	Authority   Authority
-	Relocations Relocations
-	Envelopes   FirstEnvelopes
-	Projections Projections
-	Inventory   Inventory
-	Payment     Payment
 }
 
 // ActiveOrders is the read model's index of non-terminal orders
@@ -207,18 +131,19 @@ type Config struct {
 	ReadModel   ReadModel
 	Orders      Orders
 	Topology    Topology
-	// Operator is required when Admin or SelfCheck is enabled.
+	// Operator is required when Admin is enabled.
 	Operator Operator
 	// Admin enables /admin/ on the admin handler (otherwise 404).
 	Admin bool
-	// SelfCheck, if set, enables /self-check/ on the admin handler
-	// (otherwise 404).
-	SelfCheck *SelfCheck
+	// Mounts, optional, are surfaces served on the admin handler besides
+	// /admin/: the runner's /self-check/ hooks (edge/selfcheck), mounted
+	// by the API's wiring only when enabled (otherwise 404).
+	Mounts []Mount
 	// AdminToken is the bearer token every request to the admin handler
 	// (AdminHandler, ServeAdmin) must carry; it also enables
-	// /debug/pprof/ there. Required when Admin or SelfCheck is set: the
-	// admin surface never runs unauthenticated, and never on the public
-	// handler.
+	// /debug/pprof/ there. Required when Admin is set or anything is
+	// mounted: the admin surface never runs unauthenticated, and never on
+	// the public handler.
 	AdminToken string
 	// Stuck, optional, enables the stuck-order report and its resume under
 	// /admin/ (with Admin).
@@ -256,24 +181,19 @@ func (c *Config) check() error {
 	need(c.ReadModel != nil, "ReadModel")
 	need(c.Orders != nil, "Orders")
 	need(c.Topology != nil, "Topology")
-	if c.Admin || c.SelfCheck != nil {
+	if c.Admin {
 		need(c.Operator != nil, "Operator")
+	}
+	if c.Admin || len(c.Mounts) > 0 {
 		need(c.AdminToken != "", "AdminToken")
+	}
+	for i, m := range c.Mounts {
+		need(m != nil, fmt.Sprintf("Mounts[%d]", i))
 	}
 	if s := c.Stuck; s != nil {
 		need(s.Index != nil, "Stuck.Index")
 		need(s.Authority != nil, "Stuck.Authority")
 		need(s.Members != nil, "Stuck.Members")
-	}
-	if s := c.SelfCheck; s != nil {
-		need(s.Fixtures != nil, "SelfCheck.Fixtures")
-		need(s.Events != nil, "SelfCheck.Events")
-		need(s.Authority != nil, "SelfCheck.Authority")
-		need(s.Relocations != nil, "SelfCheck.Relocations")
-		need(s.Envelopes != nil, "SelfCheck.Envelopes")
-		need(s.Projections != nil, "SelfCheck.Projections")
-		need(s.Inventory != nil, "SelfCheck.Inventory")
-		need(s.Payment != nil, "SelfCheck.Payment")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: missing %v", ErrConfig, missing)

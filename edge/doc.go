@@ -2,19 +2,22 @@
 // (spec §4, §6.2, §7.1, §7.3, §7.4): input validation, the idempotency
 // mapping of StartOrderReq, order commands sent to the order's grain by its
 // OrderId, read-model lookups, the readiness evidence of §10.1, and — only
-// when enabled — the runner's /self-check/ hooks and the operator's /admin/
-// endpoints.
+// when enabled — the operator's /admin/ endpoints. The runner's
+// /self-check/ hooks are not here: they live in edge/selfcheck, which the
+// API's wiring mounts (Mount) on the admin listener only when enabled.
 //
 // It never changes an order's event stream or projection itself; the
 // grain does. Every store and the grain client are reached through the
 // consumer-side interfaces declared in this package (Idempotency, Carts,
-// ReadModel, Orders, Operator, Topology, MemberNames and the SelfCheck
-// dependencies). It imports the store packages only for their value types
-// and sentinel errors: it must not construct a store, open a Redis client
-// or import another store implementation; edge/edgenode does the wiring.
+// ReadModel, Orders, Operator, Topology, MemberNames and the Stuck
+// dependencies). It imports the store packages only for their value types:
+// it must not construct a store, open a Redis client or import another
+// store implementation; edge/edgenode does the wiring. It classifies other
+// packages' errors by their kind (errkind) in httpError, never by their
+// sentinels.
 //
 // It serves two handlers on two listeners: the public order API, and the
-// admin surface (/admin/, /self-check/, /debug/pprof/), which exists only
+// admin surface (/admin/, mounts, /debug/pprof/), which exists only
 // on its own listener and only behind the admin bearer token.
 //
 // Bodies are the contract messages' JSON written and read by

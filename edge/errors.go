@@ -1,19 +1,11 @@
 package edge
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
-	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
-	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
-	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
-	"github.com/shoppingmall-go/shoppingmall/eventstore"
-	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 )
 
 // Error codes of the public contract. They never change meaning.
@@ -74,7 +66,7 @@ const (
 var (
 	// ErrInvalidArgument: the request is malformed; a *FieldError names the
 	// field.
-	ErrInvalidArgument = errors.New("edge: invalid argument")
+	ErrInvalidArgument = errkind.New(errkind.InvalidArgument, "edge: invalid argument")
 	// ErrPayloadTooLarge: the body exceeds MaxBody.
 	ErrPayloadTooLarge = errors.New("edge: request body too large")
 	// ErrIdempotencyKeyReused: the key already stands for a different
@@ -82,10 +74,10 @@ var (
 	ErrIdempotencyKeyReused = errors.New("edge: idempotency key reused with a different request")
 	// ErrNotFound: the edge itself found nothing (unknown route, an order
 	// without a stream in the evidence hooks).
-	ErrNotFound = errors.New("edge: not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "edge: not found")
 	// ErrFailedPrecondition: the operation cannot run in the order's
 	// current situation.
-	ErrFailedPrecondition = errors.New("edge: failed precondition")
+	ErrFailedPrecondition = errkind.New(errkind.FailedPrecondition, "edge: failed precondition")
 	// ErrUnauthenticated: an admin request without the right bearer token.
 	ErrUnauthenticated = errors.New("edge: unauthenticated")
 
@@ -102,8 +94,10 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 
-// Is makes every FieldError match ErrInvalidArgument.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalidArgument }
+// Is makes every FieldError match ErrInvalidArgument and so its kind.
+func (e *FieldError) Is(target error) bool {
+	return errors.Is(ErrInvalidArgument, target)
+}
 
 func invalidField(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -127,8 +121,11 @@ type errorBody struct {
 }
 
 // httpError is the one place that turns an error into a status and a
-// public error. Messages are fixed per class or written by this package,
-// so no internal detail (addresses, member ids, store errors) leaves the
+// public error. The edge's own refusals are its sentinels; every other
+// error is classified by its kind alone (errkind.Of), which the package
+// that raised it gave its sentinel, so the edge needs no other package's
+// sentinels. Messages are fixed per class or written by this package, so
+// no internal detail (addresses, member ids, store errors) leaves the
 // process; the caller logs err itself.
 func httpError(err error) (int, apiError) {
 	var fe *FieldError
@@ -145,51 +142,42 @@ func httpError(err error) (int, apiError) {
 	case errors.Is(err, ErrIdempotencyKeyReused):
 		return http.StatusUnprocessableEntity, apiError{Code: CodeIdempotencyKeyReused,
 			Message: "the idempotency key was already used with a different cart, shipping address or payment method"}
-	// A deadline is checked before the store classes: the stores wrap an
-	// expired context in their own Unavailable too.
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, location.ErrTimeout):
-		return http.StatusGatewayTimeout, apiError{Code: CodeTimeout, Reason: ReasonDeadlineExceeded,
-			Message: "the order workflow did not answer in time", retryAfter: retryAfterSoon}
 	case errors.Is(err, errNoRoute):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "no such route"}
-	case isAny(err, ErrNotFound, workflow.ErrNotFound, readmodel.ErrNotFound, commerce.ErrNotFound, relocation.ErrNotFound):
+	}
+	// Of picks one kind when err carries several: a deadline before the
+	// store that wrapped it, a refusal before the outage behind it, a
+	// cancellation before the store that wrapped it (the store was not at
+	// fault), a dead owner before the other outages.
+	switch errkind.Of(err) {
+	case errkind.Timeout:
+		return http.StatusGatewayTimeout, apiError{Code: CodeTimeout, Reason: ReasonDeadlineExceeded,
+			Message: "the order workflow did not answer in time", retryAfter: retryAfterSoon}
+	case errkind.NotFound:
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "order not found"}
-	case isAny(err, ErrInvalidArgument, workflow.ErrInvalidArgument, commerce.ErrInvalidArgument,
-		readmodel.ErrInvalidOrderID, eventstore.ErrInvalidOrderID, location.ErrInvalidIdentity, relocation.ErrInvalidID):
+	case errkind.InvalidArgument:
 		return http.StatusBadRequest, apiError{Code: CodeInvalidArgument, Message: "the request was refused as invalid"}
-	case isAny(err, ErrFailedPrecondition, grain.ErrFailedPrecondition, workflow.ErrConflict):
+	case errkind.Conflict, errkind.FailedPrecondition:
 		return http.StatusConflict, apiError{Code: CodeFailedPrecondition,
 			Message: "the operation cannot run in the order's current situation"}
-	// The outage classes. Every one is 503 UNAVAILABLE (the spec's code
-	// for a dead owner stays); the reason tells them apart. Cancellation
-	// comes first: some stores wrap a canceled context in their own
-	// Unavailable, and the store was not at fault.
-	case errors.Is(err, context.Canceled):
+	// The outage kinds. Every one is 503 UNAVAILABLE (the spec's code for
+	// a dead owner stays); the reason tells them apart.
+	case errkind.Canceled:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonCanceled,
 			Message: "the request was canceled before it completed", retryAfter: retryAfterSoon}
-	case errors.Is(err, location.ErrUnavailable):
+	case errkind.OwnerGone:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOwnerGone,
 			Message: "the order's owner is gone; it is not moved elsewhere automatically", retryAfter: retryAfterGone}
-	case isAny(err, grain.ErrStoreUnavailable, location.ErrStoreUnavailable, commerce.ErrUnavailable,
-		readmodel.ErrUnavailable, eventstore.ErrUnavailable, relocation.ErrUnavailable, fixture.ErrUnavailable):
+	case errkind.StoreUnavailable:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
 			Message: "a store the order needs is unavailable; retry later", retryAfter: retryAfterSoon}
-	case errors.Is(err, location.ErrNoMember):
+	case errkind.NoEligibleMember:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonNoEligibleMember,
 			Message: "no order workflow member can take the order; retry later", retryAfter: retryAfterNoMember}
-	case errors.Is(err, location.ErrMoveRolledBack):
+	case errkind.RelocationRolledBack:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonRelocationRolledBack,
 			Message: "a relocation of the order rolled back; retry", retryAfter: retryAfterSoon}
 	default:
 		return http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"}
 	}
-}
-
-func isAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
@@ -23,6 +25,9 @@ import (
 // secret stands for internal detail that must never reach a client.
 const secret = "member 7f3a at 10.9.8.7:40123 redis://internal:6390"
 
+// TestHTTPErrorMapping proves the reply for each sentinel the edge is
+// handed: each package's sentinels carry the kind that keeps the reply
+// they had when the edge listed them by name.
 func TestHTTPErrorMapping(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("op on %s: %w", secret, err) }
 	cases := []struct {
@@ -52,10 +57,10 @@ func TestHTTPErrorMapping(t *testing.T) {
 		{grain.ErrFailedPrecondition, 409, CodeFailedPrecondition, "", 0},
 		// A relocation that rolled back for want of a member is the
 		// operation's precondition, not an outage.
-		{fmt.Errorf("%w: %w: %w", grain.ErrFailedPrecondition, location.ErrMoveRolledBack, location.ErrNoMember),
+		{fmt.Errorf("%w: %w: %w", grain.ErrFailedPrecondition, placement.ErrMoveRolledBack, placement.ErrNoMember),
 			409, CodeFailedPrecondition, "", 0},
 
-		{location.ErrUnavailable, 503, CodeUnavailable, ReasonOwnerGone, 30},
+		{placement.ErrUnavailable, 503, CodeUnavailable, ReasonOwnerGone, 30},
 		{grain.ErrStoreUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
 		{location.ErrStoreUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
 		{commerce.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
@@ -63,9 +68,9 @@ func TestHTTPErrorMapping(t *testing.T) {
 		{eventstore.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
 		{relocation.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
 		{fixture.ErrUnavailable, 503, CodeUnavailable, ReasonStoreUnavailable, 1},
-		{location.ErrNoMember, 503, CodeUnavailable, ReasonNoEligibleMember, 5},
-		{location.ErrMoveRolledBack, 503, CodeUnavailable, ReasonRelocationRolledBack, 1},
-		{fmt.Errorf("%w: %w", location.ErrMoveRolledBack, location.ErrNoMember), 503, CodeUnavailable, ReasonNoEligibleMember, 5},
+		{placement.ErrNoMember, 503, CodeUnavailable, ReasonNoEligibleMember, 5},
+		{placement.ErrMoveRolledBack, 503, CodeUnavailable, ReasonRelocationRolledBack, 1},
+		{fmt.Errorf("%w: %w", placement.ErrMoveRolledBack, placement.ErrNoMember), 503, CodeUnavailable, ReasonNoEligibleMember, 5},
 		{context.Canceled, 503, CodeUnavailable, ReasonCanceled, 1},
 		{fmt.Errorf("%w: %w", relocation.ErrUnavailable, context.Canceled), 503, CodeUnavailable, ReasonCanceled, 1},
 		{location.ErrTimeout, 504, CodeTimeout, ReasonDeadlineExceeded, 1},
@@ -117,6 +122,48 @@ func TestHTTPErrorMapping(t *testing.T) {
 	require.Equal(t, "shippingAddressId", ae.Field)
 }
 
+// Each error kind is one public reply: the table below is the whole map
+// from the kinds to HTTP, and every kind is in it.
+func TestEveryKindMapsToItsPublicReply(t *testing.T) {
+	replies := map[errkind.Kind]struct {
+		status     int
+		code       string
+		reason     string
+		retryAfter int
+		message    string
+	}{
+		errkind.Internal:             {500, CodeInternal, "", 0, "internal error"},
+		errkind.InvalidArgument:      {400, CodeInvalidArgument, "", 0, "the request was refused as invalid"},
+		errkind.NotFound:             {404, CodeNotFound, "", 0, "order not found"},
+		errkind.Conflict:             {409, CodeFailedPrecondition, "", 0, "the operation cannot run in the order's current situation"},
+		errkind.FailedPrecondition:   {409, CodeFailedPrecondition, "", 0, "the operation cannot run in the order's current situation"},
+		errkind.OwnerGone:            {503, CodeUnavailable, ReasonOwnerGone, 30, "the order's owner is gone; it is not moved elsewhere automatically"},
+		errkind.StoreUnavailable:     {503, CodeUnavailable, ReasonStoreUnavailable, 1, "a store the order needs is unavailable; retry later"},
+		errkind.NoEligibleMember:     {503, CodeUnavailable, ReasonNoEligibleMember, 5, "no order workflow member can take the order; retry later"},
+		errkind.RelocationRolledBack: {503, CodeUnavailable, ReasonRelocationRolledBack, 1, "a relocation of the order rolled back; retry"},
+		errkind.Timeout:              {504, CodeTimeout, ReasonDeadlineExceeded, 1, "the order workflow did not answer in time"},
+		errkind.Canceled:             {503, CodeUnavailable, ReasonCanceled, 1, "the request was canceled before it completed"},
+	}
+	require.Len(t, replies, len(errkind.All()), "a kind without a public reply")
+	for _, k := range errkind.All() {
+		want, ok := replies[k]
+		require.True(t, ok, "kind %s has no public reply", k)
+		t.Run(k.String(), func(t *testing.T) {
+			// A sentinel of the kind, wrapped with detail, and the bare kind.
+			sentinel := errkind.New(k, "somepkg: failed at "+secret)
+			for _, err := range []error{sentinel, fmt.Errorf("op on %s: %w", secret, sentinel), k} {
+				status, ae := httpError(err)
+				require.Equal(t, want.status, status)
+				require.Equal(t, want.code, ae.Code)
+				require.Equal(t, want.reason, ae.Reason)
+				require.Equal(t, want.retryAfter, ae.retryAfter)
+				require.Equal(t, want.message, ae.Message)
+				require.Empty(t, ae.Field)
+			}
+		})
+	}
+}
+
 // What the grain boundary hands the edge for each reason code turns into
 // the public status, reason and Retry-After header on the wire.
 func TestOutagesOverHTTPSayWhatTheyAre(t *testing.T) {
@@ -127,9 +174,9 @@ func TestOutagesOverHTTPSayWhatTheyAre(t *testing.T) {
 		reason     string
 		retryAfter string
 	}{
-		{fmt.Errorf("%w: owner %s has left", location.ErrUnavailable, secret), 503, CodeUnavailable, ReasonOwnerGone, "30"},
+		{fmt.Errorf("%w: owner %s has left", placement.ErrUnavailable, secret), 503, CodeUnavailable, ReasonOwnerGone, "30"},
 		{fmt.Errorf("%w: order o: eventstore: unavailable: %s", grain.ErrStoreUnavailable, secret), 503, CodeUnavailable, ReasonStoreUnavailable, "1"},
-		{fmt.Errorf("%w: no other member hosts %s", location.ErrNoMember, secret), 503, CodeUnavailable, ReasonNoEligibleMember, "5"},
+		{fmt.Errorf("%w: no other member hosts %s", placement.ErrNoMember, secret), 503, CodeUnavailable, ReasonNoEligibleMember, "5"},
 		{fmt.Errorf("%w: no reply from %s", location.ErrTimeout, secret), 504, CodeTimeout, ReasonDeadlineExceeded, "1"},
 		{fmt.Errorf("%w: at %s", context.Canceled, secret), 503, CodeUnavailable, ReasonCanceled, "1"},
 		{fmt.Errorf("%w: %s", workflow.ErrNotFound, secret), 404, CodeNotFound, "", ""},
@@ -163,7 +210,7 @@ func TestGrainErrorsOverHTTPLeakNothing(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("%w: owner %s has left", location.ErrUnavailable, secret), 503, CodeUnavailable},
+		{fmt.Errorf("%w: owner %s has left", placement.ErrUnavailable, secret), 503, CodeUnavailable},
 		{fmt.Errorf("%w: no reply from %s", location.ErrTimeout, secret), 504, CodeTimeout},
 		{fmt.Errorf("%w: %s", workflow.ErrNotFound, secret), 404, CodeNotFound},
 		{fmt.Errorf("%w: panic at %s", grain.ErrInternal, secret), 500, CodeInternal},

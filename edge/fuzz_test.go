@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
 
@@ -54,20 +56,17 @@ func FuzzStartOrderDecode(f *testing.F) {
 		req, err := decodeStartOrder(body)
 		if err == nil {
 			for _, v := range []string{req.CartId, req.ShippingAddressId, req.PaymentMethodId, req.IdempotencyKey} {
-				if !acceptableID(v) {
-					t.Fatalf("decode accepted field %q of %q", v, body)
-				}
+				require.True(t, acceptableID(v), "decode accepted field %q of %q", v, body)
 			}
-		} else if status, _ := httpError(err); status != http.StatusBadRequest {
-			t.Fatalf("decode error %v maps to %d, want 400", err, status)
+		} else {
+			status, _ := httpError(err)
+			require.Equal(t, http.StatusBadRequest, status, "decode error %v", err)
 		}
 		before := e.orders.calls()
 		w := serve(e.srv, "POST", "/orders", string(body))
-		if w.Code >= 500 {
-			t.Fatalf("body %q: status %d: %s", body, w.Code, w.Body.String())
-		}
-		if err != nil && e.orders.calls() != before {
-			t.Fatalf("body %q failed validation but reached the grain", body)
+		require.Less(t, w.Code, 500, "body %q: %s", body, w.Body.String())
+		if err != nil {
+			require.Equal(t, before, e.orders.calls(), "body %q failed validation but reached the grain", body)
 		}
 	})
 }

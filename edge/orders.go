@@ -181,7 +181,7 @@ func (s *Server) decodeForOrder(w http.ResponseWriter, r *http.Request, req prot
 	if err != nil {
 		return err
 	}
-	if err := decodeContract(body, req, true); err != nil {
+	if err := decodeContract(body, req, bodyOptional); err != nil {
 		return err
 	}
 	if *orderID != "" && *orderID != pathID {

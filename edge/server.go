@@ -29,9 +29,9 @@ const DefaultRequestTimeout = 10 * time.Second
 // Server is the CommerceApi HTTP edge. It serves two handlers on two
 // listeners: the public order API (the Server itself as an http.Handler,
 // Serve) and, when enabled, the admin surface (AdminHandler, ServeAdmin):
-// /admin/, the runner's /self-check/ and /debug/pprof/, every request
-// authenticated by the admin bearer token. No admin route exists on the
-// public handler. Safe for concurrent use.
+// /admin/, what the wiring mounts (the runner's /self-check/) and
+// /debug/pprof/, every request authenticated by the admin bearer token. No
+// admin route exists on the public handler. Safe for concurrent use.
 type Server struct {
 	cfg       Config
 	log       *slog.Logger
@@ -125,14 +125,8 @@ func (s *Server) adminRoutes() {
 		}
 		s.registerTakeover(e)
 	}
-	if s.cfg.SelfCheck != nil {
-		e.POST("/self-check/pending-mapping", handle(s.pendingMapping))
-		e.POST("/self-check/gates", handle(s.armGate))
-		e.POST("/self-check/gates/release", handle(s.releaseGate))
-		e.POST("/self-check/skip-terminal-projection", handle(s.skipTerminalProjection))
-		e.DELETE("/self-check/orders/:orderId/projection", handle(s.deleteProjection))
-		e.GET("/self-check/orders/:orderId/evidence", handle(s.orderEvidence))
-		e.POST("/self-check/orders/:orderId/repeat-effects", handle(s.repeatEffects))
+	for _, m := range s.cfg.Mounts {
+		m.Mount(AdminRouter{s: s, e: e})
 	}
 	registerPprof(e)
 	s.noRoute(e)
@@ -203,7 +197,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	// and they queue until Serve takes them.
 	s.listening.Store(true)
 	s.evidence.line("shoppingmall-ready kind=http node=" + s.cfg.NodeID)
-	s.log.Info("http edge listening", slog.String("addr", ln.Addr().String()))
+	s.log.Info("http edge listening", slog.String("address", ln.Addr().String()))
 	return s.http.Serve(ln)
 }
 
@@ -220,8 +214,8 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	if !s.adminUp.CompareAndSwap(false, true) {
 		return errors.New("edge: ServeAdmin called twice")
 	}
-	s.log.Info("admin listener up", slog.String("addr", ln.Addr().String()),
-		slog.Bool("admin", s.cfg.Admin), slog.Bool("selfCheck", s.cfg.SelfCheck != nil))
+	s.log.Info("admin listener up", slog.String("address", ln.Addr().String()),
+		slog.Bool("admin", s.cfg.Admin), slog.Int("mounts", len(s.cfg.Mounts)))
 	return s.adminHTTP.Serve(ln)
 }
 

@@ -16,20 +16,8 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
-
-// eventually polls cond every 5 ms until the deadline.
-func eventually(t *testing.T, within time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func TestNewRejectsIncompleteConfig(t *testing.T) {
 	_, err := New(Config{})
@@ -44,9 +32,17 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 	_, err = New(cfg)
 	require.ErrorIs(t, err, ErrConfig, "admin needs a token")
 	cfg.Admin = false
-	cfg.SelfCheck = &SelfCheck{}
+	cfg.Mounts = []Mount{hookRoutes{}}
 	_, err = New(cfg)
-	require.ErrorIs(t, err, ErrConfig, "self-check needs its stores")
+	require.ErrorIs(t, err, ErrConfig, "a mount needs a token")
+	cfg.AdminToken = "t"
+	cfg.Mounts = []Mount{nil}
+	_, err = New(cfg)
+	require.ErrorIs(t, err, ErrConfig, "a mount must be something")
+	cfg.Operator = nil
+	cfg.Mounts = []Mount{hookRoutes{}}
+	_, err = New(cfg)
+	require.NoError(t, err, "a mount alone needs no Operator")
 }
 
 func TestHealthzAndReadyz(t *testing.T) {
@@ -132,7 +128,7 @@ func TestAdminRoutes(t *testing.T) {
 	require.EqualValues(t, 1, decodeMessage[contracts.CloseOrderRes](t, w).Generation)
 
 	for err, status := range map[error]int{
-		fmt.Errorf("%w: owner left", location.ErrUnavailable):          http.StatusServiceUnavailable,
+		fmt.Errorf("%w: owner left", placement.ErrUnavailable):         http.StatusServiceUnavailable,
 		fmt.Errorf("%w: no other member", grain.ErrFailedPrecondition): http.StatusConflict,
 	} {
 		e.orders.err = err
@@ -180,7 +176,7 @@ func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	o.MemberJoined("m-a", "127.0.0.1:2", wf)
 	o.MemberJoined("m-a", "127.0.0.1:2", wf)
 	o.MemberJoined("m-b", "127.0.0.1:3", append([]string{"other"}, wf...))
-	eventually(t, 5*time.Second, func() bool { return len(o.Targets()) == 2 }, "both routes announced")
+	require.Eventually(t, func() bool { return len(o.Targets()) == 2 }, 5*time.Second, 5*time.Millisecond, "both routes announced")
 	// workflow-a restarted: a new member id under the same name. Its
 	// lookup resolves "workflow-a" again; Close waits for the announce
 	// that follows, so a second ready line would be counted below.
@@ -188,11 +184,11 @@ func TestRouteObserverPrintsOncePerWorkflowNode(t *testing.T) {
 	before := names.lookups
 	names.mu.Unlock()
 	o.MemberJoined("m-a2", "127.0.0.1:2", wf)
-	eventually(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		names.mu.Lock()
 		defer names.mu.Unlock()
 		return names.lookups > before
-	}, "the restarted member's name looked up")
+	}, 5*time.Second, 5*time.Millisecond, "the restarted member's name looked up")
 	o.Close()
 	require.Equal(t, []string{"workflow-a", "workflow-b"}, o.Targets())
 	require.Equal(t, 1, ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-a"))
@@ -212,18 +208,18 @@ func TestRouteObserverWaitsForALateNameWhileTheMemberIsLive(t *testing.T) {
 	o.MemberJoined("m-x", "127.0.0.1:2", []string{grain.KindName})
 	o.MemberJoined("m-y", "127.0.0.1:3", []string{grain.KindName})
 	o.MemberLeft("m-y", "127.0.0.1:3")
-	eventually(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		return !o.pending["m-y"]
-	}, "the wait for a member that left ends")
-	eventually(t, 5*time.Second, func() bool {
+	}, 5*time.Second, 5*time.Millisecond, "the wait for a member that left ends")
+	require.Eventually(t, func() bool {
 		names.mu.Lock()
 		defer names.mu.Unlock()
 		return names.lookups >= 6
-	}, "still looking past ResolveTimeout")
+	}, 5*time.Second, 5*time.Millisecond, "still looking past ResolveTimeout")
 	names.set("m-x", "workflow-x")
-	eventually(t, 10*time.Second, func() bool { return ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-x") == 1 },
+	require.Eventually(t, func() bool { return ev.Count("shoppingmall-ready kind=object-route node=api-a target=workflow-x") == 1 }, 10*time.Second, 5*time.Millisecond,
 		"the late name is announced")
 	require.NotContains(t, ev.String(), "m-y")
 }
@@ -237,13 +233,13 @@ func TestRouteObserverReportsWorkflowMemberLeaving(t *testing.T) {
 	t.Cleanup(o.Close)
 	o.MemberJoined("m-a", "127.0.0.1:2", []string{grain.KindName})
 	o.MemberJoined("m-api", "127.0.0.1:1", nil)
-	eventually(t, 5*time.Second, func() bool { return len(o.Targets()) == 1 }, "route announced")
+	require.Eventually(t, func() bool { return len(o.Targets()) == 1 }, 5*time.Second, 5*time.Millisecond, "route announced")
 	o.MemberLeft("m-api", "127.0.0.1:1")
 	o.MemberLeft("m-a", "127.0.0.1:2")
 	o.MemberLeft("m-a", "127.0.0.1:2")
-	eventually(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		return ev.Count("shoppingmall-topology left node=api-a target=workflow-a") == 1
-	}, "leave reported")
+	}, 5*time.Second, 5*time.Millisecond, "leave reported")
 	o.Close()
 	require.Equal(t, 1, ev.Count("shoppingmall-topology left node=api-a target=workflow-a"), "one leave, one line")
 	require.NotContains(t, ev.String(), "target=api-b")

@@ -11,7 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
 )
 
@@ -109,7 +109,7 @@ func (s *Server) adminTakeoverOrder(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.cfg.Takeover.Order(ctx, req)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("take over order %s: %w", id, takeoverError(err)))
+		s.fail(w, r, fmt.Errorf("take over order %s: %w", id, err))
 		return
 	}
 	s.log.Info("takeover", slog.String("order", id), slog.String("operation", res.OperationID),
@@ -141,7 +141,7 @@ func (s *Server) adminTakeoverMember(w http.ResponseWriter, r *http.Request) {
 	// client's) bounds it, not the per-command one.
 	results, errs, err := s.cfg.Takeover.Member(r.Context(), req)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("take over member %s: %w", member, takeoverError(err)))
+		s.fail(w, r, fmt.Errorf("take over member %s: %w", member, err))
 		return
 	}
 	rep := TakeoverReply{DryRun: req.DryRun, Force: req.Force, Member: member, Orders: make([]TakenOverOrder, 0, len(results))}
@@ -149,7 +149,7 @@ func (s *Server) adminTakeoverMember(w http.ResponseWriter, r *http.Request) {
 		rep.Orders = append(rep.Orders, takenOver(res))
 	}
 	for orderID, e := range errs {
-		_, body := httpError(takeoverError(e))
+		_, body := httpError(e)
 		rep.Failed = append(rep.Failed, TakeoverFailure{OrderID: orderID, Error: body})
 		s.log.Warn("takeover of an order failed", slog.String("member", member), slog.String("order", orderID), slog.Any("error", e))
 	}
@@ -166,7 +166,7 @@ func (s *Server) takeoverRequest(w http.ResponseWriter, r *http.Request) (takeov
 		return takeover.Request{}, err
 	}
 	var b takeoverBody
-	if err := decodeJSON(body, &b, true); err != nil {
+	if err := decodeJSON(body, &b, bodyOptional); err != nil {
 		return takeover.Request{}, err
 	}
 	q := r.URL.Query()
@@ -212,20 +212,6 @@ func takenOver(r takeover.Result) TakenOverOrder {
 	}
 }
 
-// takeoverError classes takeover's sentinels with the edge's, so that
-// httpError, the one status mapping, answers them.
-func takeoverError(err error) error {
-	switch {
-	case errors.Is(err, takeover.ErrOwnerLive), errors.Is(err, takeover.ErrNoOwner), errors.Is(err, takeover.ErrConflict):
-		return fmt.Errorf("%w: %w", ErrFailedPrecondition, err)
-	case errors.Is(err, takeover.ErrNotFound), errors.Is(err, takeover.ErrUnknownMember):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case errors.Is(err, takeover.ErrInvalidArgument):
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	return err
-}
-
 // TakeoverPolicy is told of every order command that ended Unavailable
 // because the order's owner is gone (cluster/takeover's Policy).
 type TakeoverPolicy interface {
@@ -234,7 +220,7 @@ type TakeoverPolicy interface {
 }
 
 // OrdersWithTakeoverPolicy returns orders that tell p of every command
-// that ends in location.ErrUnavailable (OWNER_GONE). The command's answer
+// that ends in placement.ErrUnavailable (OWNER_GONE). The command's answer
 // is unchanged: it still ends Unavailable, as the spec says; the policy
 // may take the order over so that a new attempt succeeds.
 func OrdersWithTakeoverPolicy(o Orders, p TakeoverPolicy) Orders {
@@ -247,7 +233,7 @@ type policyOrders struct {
 }
 
 func (p policyOrders) observe(orderID string, err error) {
-	if errors.Is(err, location.ErrUnavailable) {
+	if errors.Is(err, placement.ErrUnavailable) {
 		p.policy.OwnerGone(orderID)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
@@ -125,6 +126,7 @@ func TestTakeoverErrorsGoThroughHTTPError(t *testing.T) {
 		{fmt.Errorf("x: %w", takeover.ErrConflict), http.StatusConflict, CodeFailedPrecondition},
 		{fmt.Errorf("x: %w", takeover.ErrNotFound), http.StatusNotFound, CodeNotFound},
 		{fmt.Errorf("x: %w", takeover.ErrUnknownMember), http.StatusNotFound, CodeNotFound},
+		{fmt.Errorf("x: %w", takeover.ErrInvalidArgument), http.StatusBadRequest, CodeInvalidArgument},
 		{fmt.Errorf("raise the fence: %w: refused", eventstore.ErrUnavailable), http.StatusServiceUnavailable, CodeUnavailable},
 		{fmt.Errorf("reset: %w", location.ErrStoreUnavailable), http.StatusServiceUnavailable, CodeUnavailable},
 	} {
@@ -198,7 +200,7 @@ func TestOrdersWithTakeoverPolicy(t *testing.T) {
 	p := &recordingPolicy{}
 	e := newEnv(t, func(c *Config) { c.Orders = OrdersWithTakeoverPolicy(c.Orders, p) })
 	e.rm.put(created("ord-g"))
-	e.orders.err = fmt.Errorf("%w: owner left", location.ErrUnavailable)
+	e.orders.err = fmt.Errorf("%w: owner left", placement.ErrUnavailable)
 	w := e.do("POST", "/orders/ord-g/continue", "{}")
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	require.Equal(t, ReasonOwnerGone, decodeError(t, w).Reason, "the command that found the owner gone still fails")

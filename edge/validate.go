@@ -50,11 +50,20 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 
 var unknownField = regexp.MustCompile(`unknown field "([^"]*)"`)
 
+// emptyBody says whether a route accepts an empty body.
+type emptyBody bool
+
+const (
+	// bodyRequired: an empty body is not valid JSON, so it is refused.
+	bodyRequired emptyBody = false
+	// bodyOptional: an empty body means the empty message (no options).
+	bodyOptional emptyBody = true
+)
+
 // decodeContract reads body strictly into m (unknown fields, duplicate
-// fields, wrong types and trailing data are errors). With allowEmpty an
-// empty body means the empty message.
-func decodeContract(body []byte, m proto.Message, allowEmpty bool) error {
-	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+// fields, wrong types and trailing data are errors).
+func decodeContract(body []byte, m proto.Message, empty emptyBody) error {
+	if empty == bodyOptional && len(bytes.TrimSpace(body)) == 0 {
 		proto.Reset(m)
 		return nil
 	}
@@ -70,8 +79,8 @@ func decodeContract(body []byte, m proto.Message, allowEmpty bool) error {
 
 // decodeJSON reads body strictly into v, for the hooks' own small bodies
 // (not contract messages).
-func decodeJSON(body []byte, v any, allowEmpty bool) error {
-	if allowEmpty && len(bytes.TrimSpace(body)) == 0 {
+func decodeJSON(body []byte, v any, empty emptyBody) error {
+	if empty == bodyOptional && len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -130,7 +139,7 @@ func checkOptionalID(field, v string) error {
 // then every field.
 func decodeStartOrder(body []byte) (*contracts.StartOrderReq, error) {
 	req := &contracts.StartOrderReq{}
-	if err := decodeContract(body, req, false); err != nil {
+	if err := decodeContract(body, req, bodyRequired); err != nil {
 		return nil, err
 	}
 	if err := validateStartOrder(req); err != nil {

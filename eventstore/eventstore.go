@@ -1,16 +1,15 @@
-// Package eventstore owns the OrderEventStore: one append-only stream per
-// order, its gapless version, source-command dedupe and the owner fence.
-//
-// It stores opaque event bodies and knows nothing of the order domain, the
-// actor runtime or HTTP; it must not import actors/..., cluster or edge.
 package eventstore
 
 import (
 	"context"
 	"errors"
+
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 )
 
 var (
+	// ErrConfig: NewRedis was given a Config it cannot work with.
+	ErrConfig = errors.New("eventstore: invalid config")
 	// ErrVersionConflict: the stream's version is not the expected one.
 	ErrVersionConflict = errors.New("eventstore: version conflict")
 	// ErrDuplicateCommand: an event with this sourceCommandId is already in
@@ -22,7 +21,7 @@ var (
 	// ErrCorrupt: a stored entry cannot be decoded into an Envelope.
 	ErrCorrupt = errors.New("eventstore: corrupt entry")
 	// ErrUnavailable: the store could not be reached.
-	ErrUnavailable = errors.New("eventstore: unavailable")
+	ErrUnavailable = errkind.New(errkind.StoreUnavailable, "eventstore: unavailable")
 )
 
 // Envelope is one stored event: the envelope fields of spec §6.1 and the

@@ -6,16 +6,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 // An entry written before the store recorded fences has no fenceGen or
 // fenceEpoch; it must still load, with a zero writer fence, next to newer
 // entries that carry theirs. The projected append stamps the fence too.
 func TestRedisWriterFenceStampsAndLegacyEntries(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	const o = "legacy-1"
 
@@ -34,7 +34,7 @@ func TestRedisWriterFenceStampsAndLegacyEntries(t *testing.T) {
 		t.Fatalf("legacy entry opened as %+v, want one entry with a zero fence", evs)
 	}
 	ev := []eventstore.Envelope{{EventID: "new", EventType: "T", CreatedAtUnixMs: 2, Data: []byte("{}")}}
-	if _, err := s.AppendProjected(ctx, o, 1, f, ev, eventstore.Projection{Key: "rm:{" + o + "}", Version: 2, State: []byte("s")}); err != nil {
+	if _, err := s.AppendProjected(ctx, o, 1, f, ev, eventstore.Projection{Key: "rm:{" + o + "}", VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}); err != nil {
 		t.Fatalf("projected append: %v", err)
 	}
 	evs, err = s.Load(ctx, o)

@@ -5,18 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// ErrInvalidOrderID: the order id cannot name a stream: it is empty or
-// contains '{' or '}', which would break the per-order hash tag that keeps
-// an order's keys in one Redis Cluster slot.
-var ErrInvalidOrderID = errors.New("eventstore: invalid order id")
-
-// DefaultKeyPrefix is the key prefix used when RedisConfig.KeyPrefix is empty.
-const DefaultKeyPrefix = "sm:es:"
 
 // Stream entry field names.
 const (
@@ -41,62 +32,37 @@ const (
 	statusDuplicate = 3
 )
 
-// RedisConfig configures the Redis Streams store.
-type RedisConfig struct {
+// Config configures the Redis Streams store.
+type Config struct {
+	// Client is required.
 	Client redis.UniversalClient
 	// KeyPrefix precedes every key; default DefaultKeyPrefix. It must not
 	// contain '{' or '}': the order id is the keys' hash tag.
 	KeyPrefix string
 }
 
-// Redis is the Store on Redis Streams. Per order it keeps, under the hash
-// tag {orderId}:
-//
-//	<prefix>{<orderId>}:stream  the events, one entry per version
-//	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token
-//	<prefix>{<orderId>}:cmds    hash sourceCommandId -> first version
-//
-// A stream is append-only: its length is its version. Each entry carries,
-// besides the envelope fields, fenceGen and fenceEpoch: the fence its
-// append was checked against.
+// Redis is the Store on Redis Streams, one stream per order (key layout:
+// keys). A stream is append-only: its length is its version. Each entry
+// carries, besides the envelope fields, fenceGen and fenceEpoch: the fence
+// its append was checked against.
 type Redis struct {
 	client redis.UniversalClient
-	prefix string
-	cfgErr error
+	keys   keys
 }
 
 var _ Store = (*Redis)(nil)
 
-// NewRedis returns a store on cfg.Client. A configuration error (no client,
-// a prefix with braces) is returned by every call.
-func NewRedis(cfg RedisConfig) *Redis {
-	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix}
-	if r.prefix == "" {
-		r.prefix = DefaultKeyPrefix
+// NewRedis returns a store on cfg.Client, or an error wrapping ErrConfig
+// when cfg has no client or a prefix with braces.
+func NewRedis(cfg Config) (*Redis, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Config.Client is nil", ErrConfig)
 	}
-	switch {
-	case r.client == nil:
-		r.cfgErr = errors.New("eventstore: RedisConfig.Client is nil")
-	case strings.ContainsAny(r.prefix, "{}"):
-		r.cfgErr = fmt.Errorf("eventstore: key prefix %q must not contain '{' or '}'", r.prefix)
+	k, err := newKeys(cfg.KeyPrefix)
+	if err != nil {
+		return nil, err
 	}
-	return r
-}
-
-type orderKeys struct{ stream, fence, cmds string }
-
-func (r *Redis) keys(orderID string) (orderKeys, error) {
-	if r.cfgErr != nil {
-		return orderKeys{}, r.cfgErr
-	}
-	if orderID == "" {
-		return orderKeys{}, fmt.Errorf("%w: empty", ErrInvalidOrderID)
-	}
-	if strings.ContainsAny(orderID, "{}") {
-		return orderKeys{}, fmt.Errorf("%w: %q contains '{' or '}'", ErrInvalidOrderID, orderID)
-	}
-	base := r.prefix + "{" + orderID + "}:"
-	return orderKeys{stream: base + "stream", fence: base + "fence", cmds: base + "cmds"}, nil
+	return &Redis{client: cfg.Client, keys: k}, nil
 }
 
 // openScript raises the fence of an existing stream and returns it with all
@@ -127,19 +93,20 @@ redis.call('HSET', KEYS[2], 'gen', ARGV[1], 'epoch', epoch)
 return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 `)
 
-// appendScript checks fence, expected version and source commands, in that
+// appendLua checks fence, expected version and source commands, in that
 // order, then adds the events, each stamped with the fence it passed;
-// nothing is written unless every check passes.
-// A fence at epoch 0 (raised by a takeover) admits nobody.
-// With a fourth key it also writes that projection record in the same step,
-// unless a newer version is stored there (the read model's own guard).
+// nothing is written unless every check passes. A fence at epoch 0
+// (raised by a takeover) admits nobody. It ends with the new version in
+// the local version and no reply, so that each script that includes it
+// says what else it writes and replies itself; the including script sets
+// base, the number of its ARGV before the events.
 //
-// KEYS: stream, fence, cmds[, projection].
-// ARGV: expectedVersion, gen, epoch, orderId, projVersion, projState, then
-// per event: eventId, eventType, sourceCommandId, createdAtUnixMs, data.
-// Reply: {0, newVersion} | {1, storedGen, storedEpoch} | {2, actualVersion}
-// | {3, sourceCommandId, recordedVersion}.
-var appendScript = redis.NewScript(`
+// KEYS: stream, fence, cmds.
+// ARGV: expectedVersion, gen, epoch, orderId, [the includer's], then per
+// event: eventId, eventType, sourceCommandId, createdAtUnixMs, data.
+// Reply on a failed check: {1, storedGen, storedEpoch} | {2, actualVersion}
+// | {3, sourceCommandId, recordedVersion}; on an empty batch {0, version}.
+const appendLua = `
 local expected = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
 if f[1] then
@@ -151,9 +118,9 @@ local version = redis.call('XLEN', KEYS[1])
 if version ~= expected then
   return {2, version}
 end
-local n = (#ARGV - 6) / 5
+local n = (#ARGV - base) / 5
 for i = 0, n - 1 do
-  local cmd = ARGV[7 + i*5 + 2]
+  local cmd = ARGV[base + 1 + i*5 + 2]
   if cmd ~= '' then
     local seen = redis.call('HGET', KEYS[3], cmd)
     if seen then
@@ -168,7 +135,7 @@ if not f[1] then
   redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'epoch', ARGV[3])
 end
 for i = 0, n - 1 do
-  local b = 7 + i*5
+  local b = base + 1 + i*5
   version = version + 1
   redis.call('XADD', KEYS[1], '*',
     'eventId', ARGV[b],
@@ -184,18 +151,22 @@ for i = 0, n - 1 do
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
   end
 end
-if KEYS[4] then
-  local cur = tonumber(redis.call('HGET', KEYS[4], 'version'))
-  if not cur or cur <= tonumber(ARGV[5]) then
-    redis.call('HSET', KEYS[4], 'version', ARGV[5], 'state', ARGV[6])
-  end
-end
+`
+
+// appendArgs is how many ARGV precede the events in appendScript.
+const appendArgs = 4
+
+// appendScript is Append: appendLua and nothing else, so a plain append
+// writes only this store's keys.
+//
+// Reply: {0, newVersion} or appendLua's.
+var appendScript = redis.NewScript(`local base = ` + strconv.Itoa(appendArgs) + appendLua + `
 return {0, version}
 `)
 
 // Open implements Store.
 func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fence, []Envelope, error) {
-	k, err := r.keys(orderID)
+	k, err := r.keys.order(orderID)
 	if err != nil {
 		return Fence{}, nil, err
 	}
@@ -245,54 +216,33 @@ func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fen
 // Append implements Store. The checks apply in the order fence, version,
 // source command.
 func (r *Redis) Append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope) (int64, error) {
-	return r.append(ctx, orderID, expectedVersion, fence, events, nil)
-}
-
-// Projection is a read-model record written in the same atomic step as an
-// append: a hash with fields "version" and "state", written unless a newer
-// version is stored — the guard of readmodel's own Put. Its key must carry
-// the order's hash tag, so the step stays one script on one slot.
-type Projection struct {
-	Key     string
-	Version int64
-	State   []byte
-}
-
-// AppendProjected is Append that also writes proj, the projection of the
-// fold the events lead to, in the same script: one round trip records an
-// event and its read model. proj.Version must be the stream's new version.
-// Nothing is written when a check fails.
-func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
-	if want := expectedVersion + int64(len(events)); proj.Version != want {
-		return 0, fmt.Errorf("eventstore: append %s: projection of version %d, the append leads to %d", orderID, proj.Version, want)
-	}
-	if !strings.Contains(proj.Key, "{"+orderID+"}") {
-		return 0, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
-	}
-	return r.append(ctx, orderID, expectedVersion, fence, events, &proj)
-}
-
-func (r *Redis) append(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj *Projection) (int64, error) {
-	k, err := r.keys(orderID)
+	k, err := r.keys.order(orderID)
 	if err != nil {
 		return 0, err
 	}
-	keys := []string{k.stream, k.fence, k.cmds}
-	args := make([]any, 0, 6+5*len(events))
+	args := make([]any, 0, appendArgs+5*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID)
-	if proj != nil {
-		keys = append(keys, proj.Key)
-		args = append(args, proj.Version, proj.State)
-	} else {
-		args = append(args, "", "")
+	if args, err = appendEvents(args, orderID, events); err != nil {
+		return 0, err
 	}
+	return r.runAppend(ctx, appendScript, []string{k.stream, k.fence, k.cmds}, args, orderID, expectedVersion, fence)
+}
+
+// appendEvents adds each event's script arguments to args.
+func appendEvents(args []any, orderID string, events []Envelope) ([]any, error) {
 	for i, e := range events {
 		if e.OrderID != "" && e.OrderID != orderID {
-			return 0, fmt.Errorf("%w: event #%d has orderId %q, appending to %q", ErrInvalidOrderID, i+1, e.OrderID, orderID)
+			return nil, fmt.Errorf("%w: event #%d has orderId %q, appending to %q", ErrInvalidOrderID, i+1, e.OrderID, orderID)
 		}
 		args = append(args, e.EventID, e.EventType, e.SourceCommandID, e.CreatedAtUnixMs, e.Data)
 	}
-	reply, err := appendScript.Run(ctx, r.client, keys, args...).Slice()
+	return args, nil
+}
+
+// runAppend runs an append script and turns its reply into the new
+// version or the sentinel of the failed check.
+func (r *Redis) runAppend(ctx context.Context, script *redis.Script, keys []string, args []any, orderID string, expectedVersion int64, fence Fence) (int64, error) {
+	reply, err := script.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil {
 		return 0, translate("append "+orderID, err)
 	}
@@ -328,7 +278,7 @@ func (r *Redis) append(ctx context.Context, orderID string, expectedVersion int6
 
 // Load implements Store.
 func (r *Redis) Load(ctx context.Context, orderID string) ([]Envelope, error) {
-	k, err := r.keys(orderID)
+	k, err := r.keys.order(orderID)
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +451,7 @@ return {min, 0}
 
 // RaiseFence implements Store.
 func (r *Redis) RaiseFence(ctx context.Context, orderID string, minGeneration int64) (Fence, error) {
-	k, err := r.keys(orderID)
+	k, err := r.keys.order(orderID)
 	if err != nil {
 		return Fence{}, err
 	}

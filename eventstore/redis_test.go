@@ -12,16 +12,26 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/eventstoretest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// newRedis is NewRedis for a Config the test knows to be valid.
+func newRedis(t testing.TB, cfg eventstore.Config) *eventstore.Redis {
+	t.Helper()
+	s, err := eventstore.NewRedis(cfg)
+	require.NoError(t, err)
+	return s
 }
 
 func newClient(t testing.TB, srv *redisserver.Server) *redis.Client {
@@ -31,7 +41,7 @@ func newClient(t testing.TB, srv *redisserver.Server) *redis.Client {
 }
 
 func TestRedisContract(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	var n atomic.Int64
 	eventstoretest.RunContract(t, func(t *testing.T) eventstore.Store {
@@ -39,9 +49,9 @@ func TestRedisContract(t *testing.T) {
 		// exercised.
 		i := n.Add(1)
 		if i%2 == 0 {
-			return eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+			return newRedis(t, eventstore.Config{Client: c})
 		}
-		return eventstore.NewRedis(eventstore.RedisConfig{Client: c, KeyPrefix: fmt.Sprintf("t%d:es:", i)})
+		return newRedis(t, eventstore.Config{Client: c, KeyPrefix: fmt.Sprintf("t%d:es:", i)})
 	})
 }
 
@@ -60,9 +70,9 @@ func allKeys(t *testing.T, c *redis.Client) []string {
 }
 
 func TestRedisKeysCarryOrderHashTag(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 
 	for _, o := range []string{"order-1", "order:2"} {
@@ -103,9 +113,9 @@ func TestRedisKeysCarryOrderHashTag(t *testing.T) {
 }
 
 func TestRedisRefusesOrderIDsThatBreakTheHashTag(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	f := eventstore.Fence{Generation: 1, Epoch: 1}
 	ev := []eventstore.Envelope{{EventID: "e", EventType: "T"}}
@@ -135,24 +145,22 @@ func TestRedisRefusesOrderIDsThatBreakTheHashTag(t *testing.T) {
 }
 
 func TestRedisConfigErrors(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	for name, cfg := range map[string]eventstore.RedisConfig{
+	for name, cfg := range map[string]eventstore.Config{
 		"nil client":      {},
 		"prefix with tag": {Client: c, KeyPrefix: "sm:{es}:"},
 	} {
-		s := eventstore.NewRedis(cfg)
-		if _, err := s.Load(ctxT(t), "o1"); err == nil {
-			t.Fatalf("%s: Load succeeded", name)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
+		s, err := eventstore.NewRedis(cfg)
+		require.ErrorIs(t, err, eventstore.ErrConfig, name)
+		require.Nil(t, s, name)
+		t.Logf("%s: %v", name, err)
 	}
 }
 
 func TestRedisErrorsNameVersionsAndFence(t *testing.T) {
-	srv := redisserver.ForTest(t)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: newClient(t, srv)})
+	srv := redistest.Start(t)
+	s := newRedis(t, eventstore.Config{Client: newClient(t, srv)})
 	ctx := ctxT(t)
 	f, _, _ := s.Open(ctx, "o1", 3)
 	if _, err := s.Append(ctx, "o1", 0, f, []eventstore.Envelope{{EventID: "e1", EventType: "T", SourceCommandID: "c1"}}); err != nil {
@@ -181,9 +189,9 @@ func TestRedisErrorsNameVersionsAndFence(t *testing.T) {
 }
 
 func TestRedisCorruptEntry(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 
 	good := func(o string, v int) map[string]any {
@@ -242,10 +250,10 @@ func TestRedisCorruptEntry(t *testing.T) {
 }
 
 func TestRedisUnavailable(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Network: srv.Network(), Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	if _, err := s.Load(ctx, "o1"); err != nil {
 		t.Fatalf("Load while up: %v", err)
@@ -277,9 +285,9 @@ func TestRedisUnavailable(t *testing.T) {
 }
 
 func BenchmarkAppend(b *testing.B) {
-	srv := redisserver.ForTest(b)
+	srv := redistest.Start(b)
 	c := newClient(b, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(b, eventstore.Config{Client: c})
 	ctx := ctxT(b)
 	f, _, err := s.Open(ctx, "bench", 1)
 	if err != nil {
@@ -296,9 +304,9 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	if err := c.Set(ctx, "sm:es:{o1}:stream", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -319,24 +327,28 @@ func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
 // A projected append refuses a projection that cannot share the script's
 // slot or that describes another version, before anything is written.
 func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv)
-	s := eventstore.NewRedis(eventstore.RedisConfig{Client: c})
+	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	ev := []eventstore.Envelope{{EventID: "e1", OrderID: "o1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
 	f := eventstore.Fence{Generation: 1, Epoch: 1}
-	_, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", Version: 1, State: []byte("s")})
+	_, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
 	if !errors.Is(err, eventstore.ErrInvalidOrderID) {
 		t.Fatalf("projection key without the hash tag: got %v", err)
 	}
-	_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", Version: 2, State: []byte("s")})
+	_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 2, State: []byte("s")})
 	if err == nil {
 		t.Fatal("projection of the wrong version accepted")
+	}
+	for _, fields := range [][2]string{{"", "state"}, {"version", ""}, {"v", "v"}} {
+		_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: fields[0], StateField: fields[1], Version: 1, State: []byte("s")})
+		require.Error(t, err, "fields %q", fields)
 	}
 	if keys := allKeys(t, c); len(keys) != 0 {
 		t.Fatalf("refused appends wrote %v", keys)
 	}
-	v, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", Version: 1, State: []byte("s")})
+	v, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
 	if err != nil || v != 1 {
 		t.Fatalf("projected append: %d %v", v, err)
 	}
@@ -344,4 +356,51 @@ func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
 	if err != nil || got["version"] != "1" || got["state"] != "s" {
 		t.Fatalf("projection record %v %v", got, err)
 	}
+}
+
+// The projection goes to the fields its owner names, under the guard
+// Projection states; a plain Append writes none of it.
+func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	s := newRedis(t, eventstore.Config{Client: c})
+	ctx := ctxT(t)
+	f, _, err := s.Open(ctx, "o1", 1)
+	require.NoError(t, err)
+	ev := func(id string) []eventstore.Envelope {
+		return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+	}
+	proj := func(v int64, state string) eventstore.Projection {
+		return eventstore.Projection{Key: "other:{o1}", VersionField: "ver", StateField: "body", Version: v, State: []byte(state)}
+	}
+
+	_, err = s.AppendProjected(ctx, "o1", 0, f, ev("e1"), proj(1, "one"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ver": "1", "body": "one"}, c.HGetAll(ctx, "other:{o1}").Val())
+
+	// A newer record stored by its owner is kept.
+	require.NoError(t, c.HSet(ctx, "other:{o1}", "ver", 9, "body", "nine").Err())
+	_, err = s.AppendProjected(ctx, "o1", 1, f, ev("e2"), proj(2, "two"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ver": "9", "body": "nine"}, c.HGetAll(ctx, "other:{o1}").Val())
+
+	// A damaged version does not block the write.
+	require.NoError(t, c.HSet(ctx, "other:{o1}", "ver", "x").Err())
+	_, err = s.AppendProjected(ctx, "o1", 2, f, ev("e3"), proj(3, "three"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ver": "3", "body": "three"}, c.HGetAll(ctx, "other:{o1}").Val())
+
+	// A refused append leaves the record alone.
+	_, err = s.AppendProjected(ctx, "o1", 0, f, ev("e4"), proj(1, "stale"))
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+	require.Equal(t, "three", c.HGet(ctx, "other:{o1}", "body").Val())
+
+	// A plain append writes only the store's own keys.
+	_, err = s.Append(ctx, "o1", 3, f, ev("e5"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ver": "3", "body": "three"}, c.HGetAll(ctx, "other:{o1}").Val())
+	require.Equal(t, []string{"other:{o1}", "sm:es:{o1}:fence", "sm:es:{o1}:stream"}, allKeys(t, c))
+	evs, err := s.Load(ctx, "o1")
+	require.NoError(t, err)
+	require.Len(t, evs, 4)
 }

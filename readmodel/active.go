@@ -68,19 +68,15 @@ func shardOf(orderID string) int {
 	return int(h.Sum32() % ActiveShards)
 }
 
-func (r *Redis) activeKey(shard int) string {
-	return r.prefix + "active:{" + strconv.Itoa(shard) + "}"
-}
-
 // IndexActive implements ActiveIndex.
 func (r *Redis) IndexActive(ctx context.Context, orderID string, state *contracts.OrderState) error {
-	if _, err := r.key(orderID); err != nil {
+	if _, err := r.keys.record(orderID); err != nil {
 		return err
 	}
 	if state == nil {
 		return fmt.Errorf("readmodel: index %s: nil state", orderID)
 	}
-	key := r.activeKey(shardOf(orderID))
+	key := r.keys.active(shardOf(orderID))
 	var err error
 	if Terminal(state.GetStatus()) {
 		err = r.client.ZRem(ctx, key, orderID).Err()
@@ -107,9 +103,6 @@ func (r *Redis) indexBestEffort(ctx context.Context, orderID string, state *cont
 
 // Stuck implements ActiveIndex.
 func (r *Redis) Stuck(ctx context.Context, olderThan time.Duration, now time.Time, limit int) ([]StuckOrder, error) {
-	if r.cfgErr != nil {
-		return nil, r.cfgErr
-	}
 	if olderThan < 0 {
 		return nil, fmt.Errorf("readmodel: stuck: negative age %s", olderThan)
 	}
@@ -117,7 +110,7 @@ func (r *Redis) Stuck(ctx context.Context, olderThan time.Duration, now time.Tim
 	max := strconv.FormatInt(cutoff, 10)
 	var out []StuckOrder
 	for shard := range ActiveShards {
-		key := r.activeKey(shard)
+		key := r.keys.active(shard)
 		ids, err := r.client.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max}).Result()
 		if err != nil {
 			return nil, translate("stuck", err)
@@ -182,18 +175,14 @@ const rebuildBatch = 500
 
 // RebuildActiveIndex implements ActiveIndex.
 func (r *Redis) RebuildActiveIndex(ctx context.Context) (int, error) {
-	if r.cfgErr != nil {
-		return 0, r.cfgErr
-	}
 	var indexed atomic.Int64
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		// Projection records are <prefix>{<orderId>}; the index keys are
 		// <prefix>active:{n}, which this pattern does not match.
-		it := c.Scan(ctx, 0, r.prefix+"{*}", rebuildBatch).Iterator()
+		it := c.Scan(ctx, 0, r.keys.recordPattern(), rebuildBatch).Iterator()
 		for it.Next(ctx) {
-			key := it.Val()
-			id := strings.TrimSuffix(strings.TrimPrefix(key, r.prefix+"{"), "}")
-			if id == "" || strings.ContainsAny(id, "{}") {
+			id := r.keys.orderOf(it.Val())
+			if id == "" {
 				continue
 			}
 			st, _, err := r.Get(ctx, id)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -110,9 +111,9 @@ func TestStuckChecksEveryCandidateAgainstItsRecord(t *testing.T) {
 	// An entry older than its record (a lost index update): the record was
 	// written later without the index.
 	mustPut(t, s, "o-lag", 1, withStatus("o-lag", contracts.OrderStatus_Created, t0), true)
-	key, raw, err := s.Record("o-lag", withStatus("o-lag", contracts.OrderStatus_InventoryReserved, t0.Add(90*time.Second)))
+	raw, err := proto.Marshal(withStatus("o-lag", contracts.OrderStatus_InventoryReserved, t0.Add(90*time.Second)))
 	require.NoError(t, err)
-	require.NoError(t, c.HSet(ctx, key, "version", 2, "state", raw).Err())
+	require.NoError(t, c.HSet(ctx, readmodel.DefaultKeyPrefix+"{o-lag}", "version", 2, "state", raw).Err())
 
 	require.Empty(t, stuckIDs(t, s, time.Minute, t0.Add(2*time.Minute)))
 	require.False(t, indexed(t, c, "o-ghost"), "an entry without a record is dropped")

@@ -3,7 +3,10 @@
 // the ActiveIndex of non-terminal orders that the stuck-order report reads.
 //
 // It is a projection that can always be rebuilt from the event stream; it
-// must not import actors/workflow, actors/grain, cluster or edge.
+// must not import actors/workflow, actors/grain, cluster or edge. It
+// imports eventstore for one reason: it owns the projected append
+// (ProjectedAppend), the one write that spans the event store and this
+// store.
 package readmodel
 
 import (
@@ -11,11 +14,15 @@ import (
 	"errors"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 )
 
 var (
+	// ErrConfig: NewRedis or NewProjectedAppend was given a Config it
+	// cannot work with.
+	ErrConfig = errors.New("readmodel: invalid config")
 	// ErrNotFound: no projection is stored for the order.
-	ErrNotFound = errors.New("readmodel: order not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "readmodel: order not found")
 	// ErrCorrupt: the stored projection cannot be decoded.
 	ErrCorrupt = errors.New("readmodel: corrupt projection")
 )
@@ -29,7 +36,8 @@ type Store interface {
 	// Put stores state as the projection of stream version version, in one
 	// atomic step, unless a projection of a newer version is stored: then
 	// it writes nothing and reports applied=false. Equal versions
-	// overwrite, so a rebuild can repair a damaged record.
+	// overwrite, so a rebuild can repair a damaged record. The projected
+	// append writes the record under the same guard.
 	Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (applied bool, err error)
 
 	// Delete removes the projection. Deleting an absent one is not an error.

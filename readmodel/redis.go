@@ -6,32 +6,27 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 )
 
-var (
-	// ErrInvalidOrderID: the order id cannot name a record: it is empty or
-	// contains '{' or '}', which would break the per-order hash tag.
-	ErrInvalidOrderID = errors.New("readmodel: invalid order id")
-	// ErrUnavailable: the store could not be reached.
-	ErrUnavailable = errors.New("readmodel: unavailable")
-)
+// ErrUnavailable: the store could not be reached.
+var ErrUnavailable = errkind.New(errkind.StoreUnavailable, "readmodel: unavailable")
 
-// DefaultKeyPrefix is the key prefix used when RedisConfig.KeyPrefix is empty.
-const DefaultKeyPrefix = "sm:rm:"
-
+// The record's fields. They are this store's; the projected append writes
+// them only through ProjectedAppend, which names them to the event store.
 const (
 	fieldVersion = "version"
 	fieldState   = "state"
 )
 
-// RedisConfig configures the Redis read model store.
-type RedisConfig struct {
+// Config configures the Redis read model store.
+type Config struct {
+	// Client is required.
 	Client redis.UniversalClient
 	// KeyPrefix precedes every key; default DefaultKeyPrefix. It must not
 	// contain '{' or '}': the order id is the key's hash tag.
@@ -41,50 +36,34 @@ type RedisConfig struct {
 	Logger *slog.Logger
 }
 
-// Redis is the Store on Redis: one hash per order at <prefix>{<orderId>}
-// with the fields version (decimal) and state (OrderState in protobuf
-// binary form, which keeps int64 fields exact). Beside the records it
-// keeps the ActiveIndex of non-terminal orders in ActiveShards sorted sets
-// <prefix>active:{<shard>} (member: order id, score: UpdatedAtUnixMs).
+// Redis is the Store on Redis: one hash per order (key layout: keys) with
+// the fields version (decimal) and state (OrderState in protobuf binary
+// form, which keeps int64 fields exact). Beside the records it keeps the
+// ActiveIndex of non-terminal orders in ActiveShards sorted sets (member:
+// order id, score: UpdatedAtUnixMs).
 type Redis struct {
 	client redis.UniversalClient
-	prefix string
+	keys   keys
 	log    *slog.Logger
-	cfgErr error
 }
 
 var _ Store = (*Redis)(nil)
 
-// NewRedis returns a store on cfg.Client. A configuration error (no client,
-// a prefix with braces) is returned by every call.
-func NewRedis(cfg RedisConfig) *Redis {
-	r := &Redis{client: cfg.Client, prefix: cfg.KeyPrefix, log: cfg.Logger}
+// NewRedis returns a store on cfg.Client, or an error wrapping ErrConfig
+// when cfg has no client or a prefix with braces.
+func NewRedis(cfg Config) (*Redis, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Config.Client is nil", ErrConfig)
+	}
+	k, err := newKeys(cfg.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{client: cfg.Client, keys: k, log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	if r.prefix == "" {
-		r.prefix = DefaultKeyPrefix
-	}
-	switch {
-	case r.client == nil:
-		r.cfgErr = errors.New("readmodel: RedisConfig.Client is nil")
-	case strings.ContainsAny(r.prefix, "{}"):
-		r.cfgErr = fmt.Errorf("readmodel: key prefix %q must not contain '{' or '}'", r.prefix)
-	}
-	return r
-}
-
-func (r *Redis) key(orderID string) (string, error) {
-	if r.cfgErr != nil {
-		return "", r.cfgErr
-	}
-	if orderID == "" {
-		return "", fmt.Errorf("%w: empty", ErrInvalidOrderID)
-	}
-	if strings.ContainsAny(orderID, "{}") {
-		return "", fmt.Errorf("%w: %q contains '{' or '}'", ErrInvalidOrderID, orderID)
-	}
-	return r.prefix + "{" + orderID + "}", nil
+	return r, nil
 }
 
 // putScript writes unless a newer version is stored. A stored version that
@@ -103,7 +82,7 @@ return 1
 
 // Get implements Store.
 func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error) {
-	key, err := r.key(orderID)
+	key, err := r.keys.record(orderID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -143,7 +122,7 @@ func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState,
 // best-effort, in a command of its own: the index shard is another hash
 // slot than the record.
 func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (bool, error) {
-	key, raw, err := r.Record(orderID, state)
+	key, raw, err := r.encode(orderID, state)
 	if err != nil {
 		return false, err
 	}
@@ -157,12 +136,9 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 	return applied == 1, nil
 }
 
-// Record returns the key and the encoded state of the order's projection
-// record, for a writer that stores it in another atomic step (the event
-// store's projected append) with the same layout and version guard as Put.
-// Such a writer calls IndexActive after its write landed.
-func (r *Redis) Record(orderID string, state *contracts.OrderState) (key string, encoded []byte, err error) {
-	if key, err = r.key(orderID); err != nil {
+// encode returns the order's record key and the state as stored.
+func (r *Redis) encode(orderID string, state *contracts.OrderState) (key string, encoded []byte, err error) {
+	if key, err = r.keys.record(orderID); err != nil {
 		return "", nil, err
 	}
 	if state == nil {
@@ -177,14 +153,14 @@ func (r *Redis) Record(orderID string, state *contracts.OrderState) (key string,
 // Delete implements Store. The order leaves the ActiveIndex too (a
 // rebuild of the projection puts it back).
 func (r *Redis) Delete(ctx context.Context, orderID string) error {
-	key, err := r.key(orderID)
+	key, err := r.keys.record(orderID)
 	if err != nil {
 		return err
 	}
 	if err := r.client.Del(ctx, key).Err(); err != nil {
 		return translate("delete "+orderID, err)
 	}
-	if err := r.client.ZRem(ctx, r.activeKey(shardOf(orderID)), orderID).Err(); err != nil {
+	if err := r.client.ZRem(ctx, r.keys.active(shardOf(orderID)), orderID).Err(); err != nil {
 		r.log.Warn("active-order index entry not dropped with its projection", slog.String("order", orderID), slog.Any("error", err))
 	}
 	return nil

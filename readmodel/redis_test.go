@@ -3,18 +3,20 @@ package readmodel_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
+	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -25,10 +27,30 @@ func ctxT(t *testing.T) context.Context {
 
 func setup(t *testing.T) (*readmodel.Redis, *redis.Client) {
 	t.Helper()
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
-	return readmodel.NewRedis(readmodel.RedisConfig{Client: c}), c
+	return newRedis(t, readmodel.Config{Client: c}), c
+}
+
+// newRedis is NewRedis for a Config the test knows to be valid.
+func newRedis(t *testing.T, cfg readmodel.Config) *readmodel.Redis {
+	t.Helper()
+	s, err := readmodel.NewRedis(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// The Store contract on a real redis-server, each subtest under a key
+// prefix of its own.
+func TestRedisContract(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	var n atomic.Int64
+	readmodeltest.RunContract(t, func(t *testing.T) readmodel.Store {
+		return newRedis(t, readmodel.Config{Client: c, KeyPrefix: fmt.Sprintf("t%d:rm:", n.Add(1))})
+	})
 }
 
 func state(orderID string, updated int64) *contracts.OrderState {
@@ -55,40 +77,11 @@ func mustGet(t *testing.T, s readmodel.Store, orderID string) (*contracts.OrderS
 	return st, v
 }
 
-func TestGetUnknownIsNotFound(t *testing.T) {
-	s, _ := setup(t)
-	_, _, err := s.Get(ctxT(t), "nobody")
-	if !errors.Is(err, readmodel.ErrNotFound) {
-		t.Fatalf("err = %v, want ErrNotFound", err)
-	}
-}
-
-func TestPutGetRoundTripsEveryField(t *testing.T) {
+// One hash per order at <prefix>{<orderId>}, beside the index's keys.
+func TestRedisKeyLayout(t *testing.T) {
 	s, c := setup(t)
-	full := &contracts.OrderState{
-		OrderId:           "o-full",
-		Status:            contracts.OrderStatus_Failed,
-		ShippingAddressId: proto.String("addr-1"),
-		ReservationId:     proto.String("res-1"),
-		PaymentId:         proto.String("pay-1"),
-		Amount:            proto.Int64(1<<62 + 7), // beyond float64 precision
-		Currency:          proto.String("EUR"),
-		Reason:            proto.String("PAYMENT_DECLINED"),
-		UpdatedAtUnixMs:   1_700_000_000_123,
-	}
-	mustPut(t, s, "o-full", 7, full, true)
-	got, v := mustGet(t, s, "o-full")
-	if v != 7 || !proto.Equal(got, full) {
-		t.Fatalf("Get = %v @%d, want %v @7", got, v, full)
-	}
-
-	// Unset optional fields stay unset, and zero-valued ones stay set.
-	sparse := &contracts.OrderState{OrderId: "o-sparse", Status: contracts.OrderStatus_Created, Amount: proto.Int64(0)}
-	mustPut(t, s, "o-sparse", 1, sparse, true)
-	got, _ = mustGet(t, s, "o-sparse")
-	if got.ShippingAddressId != nil || got.Reason != nil || got.Amount == nil || *got.Amount != 0 {
-		t.Fatalf("sparse state came back as %v", got)
-	}
+	mustPut(t, s, "o-full", 7, state("o-full", 1), true)
+	mustPut(t, s, "o-sparse", 1, state("o-sparse", 1), true)
 
 	all, err := c.Keys(ctxT(t), "*").Result()
 	if err != nil {
@@ -109,94 +102,10 @@ func TestPutGetRoundTripsEveryField(t *testing.T) {
 	if len(keys) != 2 {
 		t.Fatalf("keys = %v, want one per order", keys)
 	}
-}
-
-func TestOlderVersionNeverOverwritesNewer(t *testing.T) {
-	s, _ := setup(t)
-	mustPut(t, s, "o1", 5, state("o1", 5), true)
-	mustPut(t, s, "o1", 4, state("o1", 4), false)
-	mustPut(t, s, "o1", 0, state("o1", 0), false)
-	got, v := mustGet(t, s, "o1")
-	if v != 5 || got.UpdatedAtUnixMs != 5 {
-		t.Fatalf("after older puts Get = %v @%d, want the version 5 state", got, v)
-	}
-	mustPut(t, s, "o1", 6, state("o1", 6), true)
-	if got, v := mustGet(t, s, "o1"); v != 6 || got.UpdatedAtUnixMs != 6 {
-		t.Fatalf("Get = %v @%d, want the version 6 state", got, v)
-	}
-}
-
-func TestEqualVersionOverwrites(t *testing.T) {
-	s, _ := setup(t)
-	mustPut(t, s, "o1", 3, state("o1", 100), true)
-	repaired := state("o1", 200)
-	repaired.Reason = proto.String("rebuilt")
-	mustPut(t, s, "o1", 3, repaired, true)
-	got, v := mustGet(t, s, "o1")
-	if v != 3 || !proto.Equal(got, repaired) {
-		t.Fatalf("Get = %v @%d, want the rebuilt state @3", got, v)
-	}
-}
-
-func TestConcurrentWritersKeepTheMaxVersion(t *testing.T) {
-	const (
-		writers = 50
-		puts    = 20
-	)
-	s, _ := setup(t)
-	ctx := ctxT(t)
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		mu    sync.Mutex
-		maxV  int64
-	)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 42))
-			<-start
-			for range puts {
-				v := rng.Int64N(10_000)
-				// The state carries its version so a torn write would show.
-				if _, err := s.Put(ctx, "race", v, state("race", v)); err != nil {
-					t.Errorf("writer %d: Put(%d): %v", w, v, err)
-					return
-				}
-				mu.Lock()
-				if v > maxV {
-					maxV = v
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	got, v := mustGet(t, s, "race")
-	if v != maxV || got.UpdatedAtUnixMs != maxV {
-		t.Fatalf("after %d concurrent puts Get = state of %d @%d, want %d", writers*puts, got.UpdatedAtUnixMs, v, maxV)
-	}
-	// The record stays at the maxV: every lower version is refused now.
-	mustPut(t, s, "race", maxV-1, state("race", maxV-1), false)
-	t.Logf("final version %d", v)
-}
-
-func TestDelete(t *testing.T) {
-	s, _ := setup(t)
-	mustPut(t, s, "o1", 9, state("o1", 9), true)
-	if err := s.Delete(ctxT(t), "o1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Get(ctxT(t), "o1"); !errors.Is(err, readmodel.ErrNotFound) {
-		t.Fatalf("Get after Delete: err = %v, want ErrNotFound", err)
-	}
-	if err := s.Delete(ctxT(t), "o1"); err != nil {
-		t.Fatalf("Delete of an absent record: %v", err)
-	}
-	// With the record gone, a lower version is accepted again.
-	mustPut(t, s, "o1", 1, state("o1", 1), true)
+	rec, err := c.HGetAll(ctxT(t), "sm:rm:{o-full}").Result()
+	require.NoError(t, err)
+	require.Equal(t, "7", rec["version"])
+	require.Len(t, rec, 2, "fields version and state: %v", rec)
 }
 
 func TestCorruptRecord(t *testing.T) {
@@ -251,22 +160,31 @@ func TestRefusesOrderIDsThatBreakTheHashTag(t *testing.T) {
 
 func TestCustomPrefix(t *testing.T) {
 	_, c := setup(t)
-	s := readmodel.NewRedis(readmodel.RedisConfig{Client: c, KeyPrefix: "x:rm:"})
+	s := newRedis(t, readmodel.Config{Client: c, KeyPrefix: "x:rm:"})
 	mustPut(t, s, "o1", 1, state("o1", 1), true)
 	if n, err := c.Exists(ctxT(t), "x:rm:{o1}").Result(); err != nil || n != 1 {
 		t.Fatalf("EXISTS x:rm:{o1} = %d, %v", n, err)
 	}
-	bad := readmodel.NewRedis(readmodel.RedisConfig{Client: c, KeyPrefix: "x{rm}:"})
-	if _, _, err := bad.Get(ctxT(t), "o1"); err == nil {
-		t.Fatal("a prefix with a hash tag was accepted")
+}
+
+func TestRedisConfigErrors(t *testing.T) {
+	_, c := setup(t)
+	for name, cfg := range map[string]readmodel.Config{
+		"nil client":      {},
+		"prefix with tag": {Client: c, KeyPrefix: "x{rm}:"},
+	} {
+		s, err := readmodel.NewRedis(cfg)
+		require.ErrorIs(t, err, readmodel.ErrConfig, name)
+		require.Nil(t, s, name)
+		t.Logf("%s: %v", name, err)
 	}
 }
 
 func TestUnavailable(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Network: srv.Network(), Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
-	s := readmodel.NewRedis(readmodel.RedisConfig{Client: c})
+	s := newRedis(t, readmodel.Config{Client: c})
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}

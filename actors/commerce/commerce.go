@@ -8,22 +8,28 @@ package commerce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 )
 
 var (
+	// ErrConfig: NewRedis was given a Config it cannot work with.
+	ErrConfig = errors.New("commerce: invalid config")
 	// ErrNotFound: no such key, cart, SKU or payment method.
-	ErrNotFound = errors.New("commerce: not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "commerce: not found")
 	// ErrCorrupt: a stored record cannot be decoded.
 	ErrCorrupt = errors.New("commerce: corrupt record")
 	// ErrInvalidArgument: the request cannot be accepted as given.
-	ErrInvalidArgument = errors.New("commerce: invalid argument")
+	ErrInvalidArgument = errkind.New(errkind.InvalidArgument, "commerce: invalid argument")
 	// ErrUnavailable: the backing store could not be reached or did not
 	// answer; the call may or may not have taken effect, and repeating it
 	// is safe because every operation is keyed by a deterministic id.
-	ErrUnavailable = errors.New("commerce: unavailable")
+	ErrUnavailable = errkind.New(errkind.StoreUnavailable, "commerce: unavailable")
 )
 
 // MappingStatus is the life of an idempotency mapping.
@@ -47,12 +53,27 @@ type Mapping struct {
 	Fingerprint string
 }
 
+// Fingerprint identifies a StartOrderReq by its cart, shipping address and
+// payment method. Each field is length-prefixed before hashing so that
+// ("ab","c") and ("a","bc") cannot produce the same digest.
+func Fingerprint(cartID, shippingAddressID, paymentMethodID string) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range []string{cartID, shippingAddressID, paymentMethodID} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Idempotency is the IdempotencyKey → OrderId mapping.
 type Idempotency interface {
-	// Reserve maps key to candidate (status pending) unless the key is
-	// already mapped, atomically. It returns the mapping in force and
-	// whether this call created it. Of concurrent reservers exactly one
-	// wins; the others get the winner's mapping.
+	// Reserve maps key to candidate (status pending, whatever the
+	// candidate's) unless the key is already mapped, atomically. It
+	// returns the mapping in force and whether this call created it. Of
+	// concurrent reservers exactly one wins; the others get the winner's
+	// mapping.
 	Reserve(ctx context.Context, key string, candidate Mapping) (Mapping, bool, error)
 	// Get returns the mapping or ErrNotFound.
 	Get(ctx context.Context, key string) (Mapping, error)
@@ -77,18 +98,36 @@ type Carts interface {
 	PutCart(ctx context.Context, cart Cart) error
 }
 
+// Reasons the modules answer with. They are part of the evidence a run
+// prints, so they are fixed strings and part of the modules' contracts.
+const (
+	ReasonUnknownPaymentMethod = "unknown payment method"
+	// ReasonPaymentDeclined is used when a declining method was seeded
+	// without a reason of its own.
+	ReasonPaymentDeclined        = "payment declined"
+	ReasonUnknownReservation     = "unknown reservation"
+	ReasonReservationNotAccepted = "reservation was not accepted"
+)
+
 // Inventory is the seeded inventory module. Results are keyed by
 // ReservationId: a repeated call returns the first result and moves no
 // stock again. Every call is counted per ReservationId, repeats included,
 // so evidence can show how often the workflow called.
 type Inventory interface {
 	// Reserve takes every line's quantity from stock, all or nothing, in
-	// one atomic step, or rejects with a reason if any SKU lacks stock.
+	// one atomic step (lines naming one SKU count by their total), or
+	// rejects with a reason naming a SKU that lacks stock. A request
+	// without a ReservationId or lines, or with a line without a SKU or a
+	// positive quantity, is ErrInvalidArgument and is not counted.
 	Reserve(ctx context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error)
 	// Release returns the reservation's stock once. Releasing an unknown
-	// or rejected reservation answers released=false with a reason.
+	// reservation answers released=false with ReasonUnknownReservation and
+	// records nothing, so the reservation can still be made and released
+	// later; a rejected one answers ReasonReservationNotAccepted. A
+	// request without a ReservationId is ErrInvalidArgument.
 	Release(ctx context.Context, req *contracts.ReleaseInventoryReq) (*contracts.ReleaseInventoryRes, error)
-	// SetStock sets a SKU's available quantity (seeding).
+	// SetStock sets a SKU's available quantity (seeding). An empty SKU or
+	// a negative quantity is ErrInvalidArgument.
 	SetStock(ctx context.Context, sku string, quantity int64) error
 	// Stock returns a SKU's available quantity (0 for an unknown SKU).
 	Stock(ctx context.Context, sku string) (int64, error)
@@ -111,9 +150,13 @@ type PaymentMethod struct {
 type Payment interface {
 	// Authorize decides by the payment method's seed, records the result
 	// under the PaymentId and the captured amount once. An unknown method
-	// is declined with reason "unknown payment method".
+	// is declined with ReasonUnknownPaymentMethod, a declining method
+	// without a reason of its own with ReasonPaymentDeclined. A request
+	// without a PaymentId or a PaymentMethodId, or with a negative amount,
+	// is ErrInvalidArgument and is not counted.
 	Authorize(ctx context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error)
-	// PutMethod seeds a payment method.
+	// PutMethod seeds (replaces) a payment method. One without an id, or
+	// one that approves and has a decline reason, is ErrInvalidArgument.
 	PutMethod(ctx context.Context, m PaymentMethod) error
 	// GetMethod returns a seeded method or ErrNotFound.
 	GetMethod(ctx context.Context, methodID string) (PaymentMethod, error)

@@ -163,17 +163,17 @@ func (r *Redis) ApplySeed(ctx context.Context, s Seed) error {
 		if err != nil {
 			return fmt.Errorf("%w: cart %q: %v", ErrInvalidArgument, c.CartID, err)
 		}
-		carts = append(carts, put{r.cartKey(c.CartID), b})
+		carts = append(carts, put{r.keys.cart(c.CartID), b})
 	}
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range carts {
 			p.Set(ctx, c.key, c.val, 0)
 		}
 		for sku, n := range s.Stock {
-			p.Set(ctx, r.stockKey(sku), n, 0)
+			p.Set(ctx, r.keys.stock(sku), n, 0)
 		}
 		for _, m := range s.Methods {
-			p.HSet(ctx, r.methodKey(m.MethodID), "approve", boolField(m.Approve), "reason", m.Reason)
+			p.HSet(ctx, r.keys.paymentMethod(m.MethodID), "approve", boolField(m.Approve), "reason", m.Reason)
 		}
 		return nil
 	})

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
@@ -22,41 +24,41 @@ const validSeed = `{
 
 func TestLoadSeed_ValidAppliesToStore(t *testing.T) {
 	seed, err := commerce.LoadSeed(strings.NewReader(validSeed))
-	noErr(t, err)
-	mustLen(t, seed.Carts, 1)
-	equal(t, "cart-1", seed.Carts[0].CartID)
-	equal(t, int64(4870), seed.Carts[0].Amount)
-	mustLen(t, seed.Carts[0].Lines, 2)
-	equal(t, "a", seed.Carts[0].Lines[0].GetSku())
-	equal(t, int32(2), seed.Carts[0].Lines[0].GetQuantity())
-	equal(t, map[string]int64{"a": 5, "b": 0}, seed.Stock)
-	equal(t, []commerce.PaymentMethod{
+	require.NoError(t, err)
+	require.Len(t, seed.Carts, 1)
+	require.Equal(t, "cart-1", seed.Carts[0].CartID)
+	require.Equal(t, int64(4870), seed.Carts[0].Amount)
+	require.Len(t, seed.Carts[0].Lines, 2)
+	require.Equal(t, "a", seed.Carts[0].Lines[0].GetSku())
+	require.Equal(t, int32(2), seed.Carts[0].Lines[0].GetQuantity())
+	require.Equal(t, map[string]int64{"a": 5, "b": 0}, seed.Stock)
+	require.Equal(t, []commerce.PaymentMethod{
 		{MethodID: "pm-ok", Approve: true},
 		{MethodID: "pm-no", Approve: false, Reason: "card declined"},
 	}, seed.Methods)
 
 	store, _ := newStore(t)
 	ctx := t.Context()
-	noErr(t, store.ApplySeed(ctx, seed))
+	require.NoError(t, store.ApplySeed(ctx, seed))
 	cart, err := store.Carts().GetCart(ctx, "cart-1")
-	noErr(t, err)
-	equal(t, "EUR", cart.Currency)
+	require.NoError(t, err)
+	require.Equal(t, "EUR", cart.Currency)
 	a, err := store.Inventory().Stock(ctx, "a")
-	noErr(t, err)
-	equal(t, int64(5), a)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), a)
 	m, err := store.Payment().GetMethod(ctx, "pm-no")
-	noErr(t, err)
-	equal(t, commerce.PaymentMethod{MethodID: "pm-no", Reason: "card declined"}, m)
+	require.NoError(t, err)
+	require.Equal(t, commerce.PaymentMethod{MethodID: "pm-no", Reason: "card declined"}, m)
 
 	// The JSON form round-trips.
 	b, err := json.Marshal(seed)
-	noErr(t, err)
+	require.NoError(t, err)
 	again, err := commerce.LoadSeed(strings.NewReader(string(b)))
-	noErr(t, err)
+	require.NoError(t, err)
 	b2, err := json.Marshal(again)
-	noErr(t, err)
-	jsonEq(t, string(b), string(b2))
-	jsonEq(t, validSeed, string(b))
+	require.NoError(t, err)
+	require.JSONEq(t, string(b), string(b2))
+	require.JSONEq(t, validSeed, string(b))
 }
 
 func TestLoadSeed_ValidationErrors(t *testing.T) {
@@ -83,9 +85,9 @@ func TestLoadSeed_ValidationErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := commerce.LoadSeed(strings.NewReader(tc.json))
-			mustErr(t, err)
-			errIs(t, err, commerce.ErrInvalidArgument)
-			contains(t, err.Error(), tc.want)
+			require.Error(t, err)
+			require.ErrorIs(t, err, commerce.ErrInvalidArgument)
+			require.Contains(t, err.Error(), tc.want)
 		})
 	}
 }
@@ -96,9 +98,9 @@ func TestSeed_ValidateReportsEveryProblem(t *testing.T) {
 		Stock:   map[string]int64{"a": -5},
 		Methods: []commerce.PaymentMethod{{}},
 	}.Validate()
-	mustErrIs(t, err, commerce.ErrInvalidArgument)
+	require.ErrorIs(t, err, commerce.ErrInvalidArgument)
 	for _, want := range []string{"carts[0]", `stock["a"]`, "paymentMethods[0]"} {
-		contains(t, err.Error(), want)
+		require.Contains(t, err.Error(), want)
 	}
 }
 
@@ -109,53 +111,53 @@ func TestApplySeed_RefusesInvalidSeedAndWritesNothing(t *testing.T) {
 		Stock:   map[string]int64{"a": 5},
 		Methods: []commerce.PaymentMethod{{MethodID: ""}},
 	})
-	mustErrIs(t, err, commerce.ErrInvalidArgument)
+	require.ErrorIs(t, err, commerce.ErrInvalidArgument)
 	n, err := raw.DBSize(ctx).Result()
-	noErr(t, err)
-	isZero(t, n)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 func TestDemoSeed_AppliesAndDrivesAllThreePaths(t *testing.T) {
 	store, _ := newStore(t)
 	ctx := t.Context()
 	seed := commerce.DemoSeed()
-	noErr(t, seed.Validate())
-	noErr(t, store.ApplySeed(ctx, seed))
-	noErr(t, store.ApplySeed(ctx, seed), "applying again converges")
+	require.NoError(t, seed.Validate())
+	require.NoError(t, store.ApplySeed(ctx, seed))
+	require.NoError(t, store.ApplySeed(ctx, seed), "applying again converges")
 
 	ok, err := store.Carts().GetCart(ctx, commerce.DemoCartOK)
-	noErr(t, err)
-	mustLen(t, ok.Lines, 2)
-	equal(t, int64(4870), ok.Amount)
+	require.NoError(t, err)
+	require.Len(t, ok.Lines, 2)
+	require.Equal(t, int64(4870), ok.Amount)
 	for _, l := range ok.Lines {
 		stock, err := store.Inventory().Stock(ctx, l.GetSku())
-		noErr(t, err)
-		equal(t, int64(1_000_000), stock, l.GetSku())
+		require.NoError(t, err)
+		require.Equal(t, int64(1_000_000), stock, l.GetSku())
 	}
 
 	// Success path: stock is taken and payment approved.
 	res, err := store.Inventory().Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: "r-ok", Lines: ok.Lines})
-	noErr(t, err)
-	isTrue(t, res.GetAccepted())
+	require.NoError(t, err)
+	require.True(t, res.GetAccepted())
 	pay, err := store.Payment().Authorize(ctx, &contracts.AuthorizePaymentReq{
 		PaymentId: "p-ok", PaymentMethodId: commerce.DemoMethodOK, Amount: ok.Amount, Currency: ok.Currency})
-	noErr(t, err)
-	isTrue(t, pay.GetAccepted())
+	require.NoError(t, err)
+	require.True(t, pay.GetAccepted())
 
 	// Payment-failure path.
 	pay, err = store.Payment().Authorize(ctx, &contracts.AuthorizePaymentReq{
 		PaymentId: "p-no", PaymentMethodId: commerce.DemoMethodDeclined, Amount: ok.Amount, Currency: ok.Currency})
-	noErr(t, err)
-	isFalse(t, pay.GetAccepted())
-	equal(t, "card declined", pay.GetReason())
+	require.NoError(t, err)
+	require.False(t, pay.GetAccepted())
+	require.Equal(t, "card declined", pay.GetReason())
 
 	// Inventory-failure path.
 	none, err := store.Carts().GetCart(ctx, commerce.DemoCartNoStock)
-	noErr(t, err)
-	mustLen(t, none.Lines, 1)
-	equal(t, commerce.DemoSKUSoldOut, none.Lines[0].GetSku())
+	require.NoError(t, err)
+	require.Len(t, none.Lines, 1)
+	require.Equal(t, commerce.DemoSKUSoldOut, none.Lines[0].GetSku())
 	res, err = store.Inventory().Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: "r-no", Lines: none.Lines})
-	noErr(t, err)
-	isFalse(t, res.GetAccepted())
-	contains(t, res.GetReason(), "insufficient stock for "+commerce.DemoSKUSoldOut)
+	require.NoError(t, err)
+	require.False(t, res.GetAccepted())
+	require.Contains(t, res.GetReason(), "insufficient stock for "+commerce.DemoSKUSoldOut)
 }

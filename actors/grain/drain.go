@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // DrainReq asks a grain to leave its member for a graceful stop. Only the
@@ -84,7 +85,7 @@ func Drain(root *actor.RootContext, pid *actor.PID, req *DrainReq, timeout time.
 	switch r := res.(type) {
 	case *DrainRes:
 		return r.Outcome, nil
-	case *location.Retry:
+	case *placement.Retry:
 		return DrainLeft, nil
 	case *contracts.WorkflowError:
 		return 0, fromWire(r)
@@ -100,7 +101,7 @@ func (g *orderGrain) drain(ctx actor.Context, c context.Context, req *DrainReq) 
 		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
 			return nil, err
 		}
-		g.leave(ctx, false, false)
+		g.leave(ctx, keepRecord)
 		if !exists {
 			return &DrainRes{Outcome: DrainNotFound}, nil
 		}

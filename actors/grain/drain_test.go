@@ -10,6 +10,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // answering replies to DrainReq with reply, or not at all when it is nil.
@@ -32,7 +33,7 @@ func TestDrainReadsEveryReplyAGrainCanGive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, DrainRelocated, out)
 
-	out, err = Drain(sys.Root, spawn(&location.Retry{Reason: "owner is leaving"}), &DrainReq{}, time.Second)
+	out, err = Drain(sys.Root, spawn(&placement.Retry{Reason: "owner is leaving"}), &DrainReq{}, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, DrainLeft, out, "a grain already leaving has nothing left to hand off")
 

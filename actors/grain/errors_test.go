@@ -13,7 +13,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
@@ -30,13 +32,13 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		{"not found", workflow.ErrNotFound, contracts.ErrorReason_ERROR_REASON_NOT_FOUND, nil},
 		{"invalid argument", workflow.ErrInvalidArgument, contracts.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, nil},
 		{"conflict", workflow.ErrConflict, contracts.ErrorReason_ERROR_REASON_CONFLICT, nil},
-		{"owner gone", location.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_UNAVAILABLE, nil},
+		{"owner gone", placement.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_UNAVAILABLE, nil},
 		{"timeout", location.ErrTimeout, contracts.ErrorReason_ERROR_REASON_TIMEOUT, nil},
 		{"turn deadline", context.DeadlineExceeded, contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
 		{"store deadline", fmt.Errorf("%w: append: %w", eventstore.ErrUnavailable, context.DeadlineExceeded),
 			contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
 		{"failed precondition", ErrFailedPrecondition, contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, nil},
-		{"relocation without a member", fmt.Errorf("%w: %w: %w", ErrFailedPrecondition, location.ErrMoveRolledBack, location.ErrNoMember),
+		{"relocation without a member", fmt.Errorf("%w: %w: %w", ErrFailedPrecondition, placement.ErrMoveRolledBack, placement.ErrNoMember),
 			contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, ErrFailedPrecondition},
 		{"store unavailable", ErrStoreUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, nil},
 		{"event store", eventstore.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
@@ -45,8 +47,12 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		{"relocation store", relocation.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
 		{"fixture store", fixture.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
 		{"location store", location.ErrStoreUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
-		{"no eligible member", location.ErrNoMember, contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, nil},
+		{"no eligible member", placement.ErrNoMember, contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, nil},
 		{"internal", errors.New("disk on fire"), contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
+		// A store's refusal inside a step is the grain's failure, not the
+		// caller's: it must not reach a client as "order not found".
+		{"store not found", readmodel.ErrNotFound, contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
+		{"store invalid id", eventstore.ErrInvalidOrderID, contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
 	}
 	covered := map[contracts.ErrorReason]bool{}
 	for _, tc := range cases {
@@ -60,11 +66,12 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 			}
 			back := fromWire(wire)
 			require.ErrorIs(t, back, want)
+			require.Equal(t, kindOf(t, tc.reason), errkind.Of(back), "the caller classifies it by the reason's kind")
 			require.Equal(t, tc.reason, toWire(back).GetReason(), "a relayed error keeps its code")
 		})
 	}
 	// RETRY is not an error reply: a grain that did not process a command
-	// answers location.Retry and the caller resends it.
+	// answers placement.Retry and the caller resends it.
 	for n, name := range contracts.ErrorReason_name {
 		r := contracts.ErrorReason(n)
 		if r == contracts.ErrorReason_ERROR_REASON_UNSPECIFIED || r == contracts.ErrorReason_ERROR_REASON_RETRY {
@@ -74,4 +81,30 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 	}
 	require.ErrorIs(t, fromWire(&contracts.WorkflowError{Reason: contracts.ErrorReason(99)}), ErrInternal,
 		"an unknown reason from a newer peer is internal, never success")
+}
+
+// kindOf is the kind the reasons table gives a reason code; INTERNAL (and
+// any code not in the table) is errkind.Internal.
+func kindOf(t *testing.T, reason contracts.ErrorReason) errkind.Kind {
+	t.Helper()
+	for _, r := range reasons {
+		if r.reason == reason {
+			return r.kind
+		}
+	}
+	return errkind.Internal
+}
+
+// Each reason's caller-side sentinel carries the reason's kind, and no two
+// reasons share a kind: the reason code is the kind on the wire.
+func TestEveryReasonIsOneKind(t *testing.T) {
+	seen := map[errkind.Kind]contracts.ErrorReason{}
+	for _, r := range reasons {
+		require.ErrorIs(t, r.err, r.kind, "%s: sentinel %v", r.reason, r.err)
+		require.Equal(t, r.kind, errkind.Of(r.err), "%s", r.reason)
+		prev, dup := seen[r.kind]
+		require.False(t, dup, "%s and %s share kind %s", prev, r.reason, r.kind)
+		seen[r.kind] = r.reason
+	}
+	require.Equal(t, errkind.Internal, errkind.Of(ErrInternal))
 }

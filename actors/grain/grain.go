@@ -28,6 +28,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 	Service *workflow.Service
 	// Relocations keeps relocation operation records. Required for
 	// RelocateOrderReq.
-	Relocations *relocation.Store
+	Relocations relocation.Store
 	// IdleTimeout passivates a grain that received nothing for this long:
 	// authority is released and the next command activates generation+1.
 	// An order with work left is never passivated. Zero disables idle
@@ -64,6 +65,10 @@ type Config struct {
 	// Counters, if set, counts the grain's failures; nil counts into a
 	// private set.
 	Counters *Counters
+	// Interrupts, if set, mounts the receive-side interceptor of the
+	// runner's interrupt points (interrupt.go); nil in production, where
+	// no interceptor exists.
+	Interrupts Interrupts
 }
 
 // Counters count what the grains of one member could not do by
@@ -116,13 +121,17 @@ func withDefaults(cfg Config) Config {
 }
 
 // props are the order grain's props; tests host a grain alone with
-// location.WithActivation.
+// placement.WithActivation.
 func props(cfg Config) *actor.Props {
 	cfg = withDefaults(cfg)
 	ev := &lineWriter{w: cfg.Evidence}
+	var opts []actor.PropsOption
+	if cfg.Interrupts != nil {
+		opts = append(opts, actor.WithReceiverMiddleware(interceptor(cfg.Interrupts)))
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &orderGrain{cfg: cfg, evidence: ev}
-	})
+	}, opts...)
 }
 
 // lineWriter writes whole evidence lines, one Write each.
@@ -153,7 +162,7 @@ type reopen struct{}
 type orderGrain struct {
 	cfg      Config
 	evidence *lineWriter
-	act      *location.Activation
+	act      *placement.Activation
 	order    *workflow.Order
 	// confirmed is set once the grain knows the Location record names it
 	// Ready: a command reached it (callers find it only through that
@@ -175,14 +184,16 @@ type orderGrain struct {
 	pending  *time.Timer
 	// retired is set once the activator was told the grain is leaving.
 	retired bool
+	// interrupted is the interceptor's state; zero without Interrupts.
+	interrupted interruption
 }
 
-// OpensOnStart implements location.Opener: the activator answers only
+// OpensOnStart implements placement.Opener: the activator answers only
 // once the stream is open, so the order is recorded Ready only at a grain
 // that can serve it.
 func (*orderGrain) OpensOnStart() {}
 
-var _ location.Opener = (*orderGrain)(nil)
+var _ placement.Opener = (*orderGrain)(nil)
 
 func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.cfg.TurnTimeout)
@@ -237,7 +248,7 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 // grain, and the next command activates again. After a panic protoactor
 // starts a new grain in the same context: it opens again and carries on.
 func (g *orderGrain) onStarted(ctx actor.Context) {
-	act, ok := location.ActivationOf(ctx)
+	act, ok := placement.ActivationOf(ctx)
 	if !ok {
 		g.cfg.Logger.Error("order grain started without an activation; stopping")
 		g.leaving = true
@@ -279,7 +290,7 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 	if g.cfg.IdleTimeout > 0 {
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 	}
-	if act.Reason == location.ActivationReason_ACTIVATION_REASON_RELOCATION && !restarted {
+	if act.Reason == placement.ActivationReason_ACTIVATION_REASON_RELOCATION && !restarted {
 		g.evidence.line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", act.Identity, act.Generation))
 	}
 	// A cold activation of an unfinished order, a relocation target and a
@@ -300,7 +311,11 @@ func (g *orderGrain) onReopen(ctx actor.Context) {
 	if err != nil {
 		if workflow.Permanent(err) {
 			g.cfg.Logger.Error("order reopen failed permanently; stopping", slog.String("order", g.act.Identity), slog.Any("error", err))
-			g.leave(ctx, errors.Is(err, workflow.ErrFenced), false)
+			record := keepRecord
+			if errors.Is(err, workflow.ErrFenced) {
+				record = releaseFenced
+			}
+			g.leave(ctx, record)
 			return
 		}
 		g.retryLater(ctx, &reopen{})
@@ -341,11 +356,11 @@ func (g *orderGrain) onConfirm(ctx actor.Context) {
 	case err != nil:
 		g.cfg.Logger.Warn("confirming the activation failed; retrying", slog.String("order", g.act.Identity), slog.Any("error", err))
 		g.retryLater(ctx, &confirm{})
-	case res == location.Confirmed:
+	case res == placement.Confirmed:
 		g.confirmed = true
 		g.attempts = 0
 		ctx.Send(ctx.Self(), &step{})
-	case res == location.Pending && time.Since(g.confirmSince) < g.cfg.ConfirmTimeout:
+	case res == placement.Pending && time.Since(g.confirmSince) < g.cfg.ConfirmTimeout:
 		g.retryLater(ctx, &confirm{})
 	default:
 		// Nobody will ever call this grain: its creator gave up, or the
@@ -353,14 +368,14 @@ func (g *orderGrain) onConfirm(ctx actor.Context) {
 		// touching a record that is not its own.
 		g.cfg.Logger.Info("activation not recorded; stopping", slog.String("order", g.act.Identity),
 			slog.Int64("generation", g.act.Generation), slog.String("record", res.String()))
-		g.leave(ctx, false, false)
+		g.leave(ctx, keepRecord)
 	}
 }
 
 // command runs one request in this turn and answers it.
 func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, error)) {
 	if g.leaving {
-		ctx.Respond(&location.Retry{Reason: "owner is leaving"})
+		ctx.Respond(&placement.Retry{Reason: "owner is leaving"})
 		return
 	}
 	// Callers find a grain only through a Ready record naming it.
@@ -373,7 +388,7 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 		if err != nil {
 			ctx.Respond(toWire(err))
 			if errors.Is(err, workflow.ErrFenced) {
-				g.leave(ctx, true, false)
+				g.leave(ctx, releaseFenced)
 			}
 			return
 		}
@@ -384,7 +399,7 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	case errors.Is(err, workflow.ErrFenced):
 		// A newer owner exists: nothing this command did was recorded, and
 		// the caller resends it to whoever owns the order now.
-		ctx.Respond(&location.Retry{Reason: "owner fenced off by a newer one"})
+		ctx.Respond(&placement.Retry{Reason: "owner fenced off by a newer one"})
 		g.afterFailure(ctx, err)
 		return
 	case err != nil:
@@ -403,10 +418,14 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 func (g *orderGrain) afterFailure(ctx actor.Context, err error) {
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
-		g.leave(ctx, true, false)
+		g.leave(ctx, releaseFenced)
 	case g.leaving:
 	case g.order != nil && !g.order.Exists() && !g.cfg.Service.NeedsWork(g.order):
-		g.leave(ctx, false, g.act.Reason == location.ActivationReason_ACTIVATION_REASON_COLD)
+		record := keepRecord
+		if g.act.Reason == placement.ActivationReason_ACTIVATION_REASON_COLD {
+			record = discardRecord
+		}
+		g.leave(ctx, record)
 	case !workflow.Permanent(err) && g.cfg.Service.NeedsWork(g.order):
 		g.retryLater(ctx, &step{})
 	}
@@ -436,10 +455,7 @@ func (g *orderGrain) continueOrder(ctx actor.Context, c context.Context) (any, e
 	return &contracts.ContinueOrderWorkflowRes{State: st}, nil
 }
 
-// onStep performs one background step, then schedules the next unless the
-// order is done, parked at an interrupt gate, or failed for good. A
-// transient failure is retried here with capped, jittered backoff; a
-// permanent one is logged and counted once.
+// onStep performs one background step, then schedules the next (afterStep).
 func (g *orderGrain) onStep(ctx actor.Context) {
 	g.pending = nil
 	if g.leaving || g.stuck != nil || !g.cfg.Service.NeedsWork(g.order) {
@@ -451,19 +467,17 @@ func (g *orderGrain) onStep(ctx actor.Context) {
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
-	mode, err := g.cfg.Service.Parked(c, g.order)
-	if err == nil && mode != workflow.GateNone {
-		// A runner fixture parks the order until its continue.
-		g.attempts = 0
-		return
-	}
-	var progressed bool
-	if err == nil {
-		progressed, err = g.cfg.Service.Step(c, g.order)
-	}
+	progressed, err := g.cfg.Service.Step(c, g.order)
+	g.afterStep(ctx, progressed, err)
+}
+
+// afterStep schedules the next background step unless the order is done
+// or failed for good. A transient failure is retried with capped, jittered
+// backoff; a permanent one is logged and counted once.
+func (g *orderGrain) afterStep(ctx actor.Context, progressed bool, err error) {
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
-		g.leave(ctx, true, false)
+		g.leave(ctx, releaseFenced)
 		return
 	case err != nil && workflow.Permanent(err):
 		g.stuck = err
@@ -531,24 +545,23 @@ func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipClosed), g.act.Kind, g.act.Identity, ctx.Self(), false); err != nil {
 		return nil, err
 	}
-	g.leave(ctx, false, false)
+	g.leave(ctx, keepRecord)
 	return &contracts.CloseOrderRes{OrderId: g.act.Identity, Generation: gen}, nil
 }
 
 // onIdle passivates a grain that has nothing left to do. An order with a
 // step to run (being retried, or waiting for its confirm) stays: dropping
-// it would leave it unfinished until someone calls.
+// it would leave it unfinished until someone calls. One parked by the
+// interceptor (interrupt.go) waits for a command anyway, so it may go.
 func (g *orderGrain) onIdle(ctx actor.Context) {
 	if g.leaving {
 		return
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
-	if g.stuck == nil && g.cfg.Service.NeedsWork(g.order) {
-		if mode, err := g.cfg.Service.Parked(c, g.order); err != nil || mode == workflow.GateNone {
-			ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
-			return
-		}
+	if g.stuck == nil && !g.interrupted.parked && g.cfg.Service.NeedsWork(g.order) {
+		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+		return
 	}
 	exists := g.order != nil && g.order.Exists()
 	g.retire(ctx)
@@ -558,20 +571,35 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 		return
 	}
 	g.cfg.Logger.Info("idle passivation", slog.String("order", g.act.Identity), slog.Int64("generation", g.act.Generation))
-	g.leave(ctx, false, false)
+	g.leave(ctx, keepRecord)
 }
 
+// leaveRecord is what a leaving grain does with its Location record.
+type leaveRecord uint8
+
+const (
+	// keepRecord leaves the record alone: the grain released it already,
+	// or it is not the grain's to touch (it names a relocation's target,
+	// or it never named this grain).
+	keepRecord leaveRecord = iota
+	// releaseFenced: a newer owner fenced the grain off. It releases the
+	// authority only if the record still names its pid (a relocation that
+	// rolled back after the target had fenced it): the next command then
+	// activates a new generation instead of calling a grain that can no
+	// longer write.
+	releaseFenced
+	// discardRecord: the activation owned nothing; it gives its authority
+	// and its generation back.
+	discardRecord
+)
+
 // leave stops the grain after the messages already queued, which are
-// answered Retry. With discard (an activation that owned nothing) it gives
-// its authority and generation back. A fenced grain releases the authority
-// only if the record still names its pid (a relocation that rolled back
-// after the target had fenced it): the next command then activates a new
-// generation instead of calling a grain that can no longer write.
-func (g *orderGrain) leave(ctx actor.Context, fenced, discard bool) {
+// answered Retry, doing to its Location record what record says.
+func (g *orderGrain) leave(ctx actor.Context, record leaveRecord) {
 	g.retire(ctx)
-	if fenced || discard {
+	if record != keepRecord {
 		c, cancel := g.turnCtx()
-		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), discard && !fenced); err != nil {
+		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), record == discardRecord); err != nil {
 			g.cfg.Logger.Warn("release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		}
 		cancel()
@@ -603,16 +631,16 @@ func (g *orderGrain) relocate(ctx actor.Context, c context.Context, req *contrac
 			op.Target = names[target]
 		}
 		if err := g.cfg.Relocations.PutOperation(context.WithoutCancel(c), op); err != nil {
-			g.cfg.Logger.Warn("relocation record failed", slog.String("op", opID), slog.Any("error", err))
+			g.cfg.Logger.Warn("relocation record failed", slog.String("operation", opID), slog.Any("error", err))
 		}
 	}
 	// Messages queued behind this one are answered Retry from now on, so
 	// they reach the target once it is Ready.
 	g.leaving = true
-	rec, err := g.act.Lookup.Move(c, location.MovePlan{
+	rec, err := g.act.Lookup.Move(c, placement.MovePlan{
 		Kind: g.act.Kind, Identity: g.act.Identity, Source: ctx.Self(),
 		TargetNode: req.GetTargetNode(), OperationID: opID,
-		Progress: func(stage location.MoveStage, target string, _ int64) {
+		Progress: func(stage placement.MoveStage, target string, _ int64) {
 			if target != "" && names[target] == "" {
 				names, _ = g.act.Lookup.NodeNames(c)
 			}
@@ -620,7 +648,7 @@ func (g *orderGrain) relocate(ctx actor.Context, c context.Context, req *contrac
 		},
 	})
 	switch {
-	case errors.Is(err, location.ErrMoveRolledBack), errors.Is(err, location.ErrNotOwner):
+	case errors.Is(err, placement.ErrMoveRolledBack), errors.Is(err, location.ErrNotOwner):
 		g.leaving = false
 		return nil, fmt.Errorf("%w: %w", ErrFailedPrecondition, err)
 	case err != nil:
@@ -628,11 +656,11 @@ func (g *orderGrain) relocate(ctx actor.Context, c context.Context, req *contrac
 		// not land: only repeating the operation can complete it.
 		// The record is Moving, not this grain's: nothing to release.
 		record(relocation.OpTargetActivated, "", err.Error())
-		g.leave(ctx, false, false)
+		g.leave(ctx, keepRecord)
 		return nil, err
 	}
 	// The record now names the target: stop without touching it.
-	g.leave(ctx, false, false)
+	g.leave(ctx, keepRecord)
 	return &contracts.RelocateOrderRes{
 		OrderId: g.act.Identity, OperationId: opID, SourceNode: source,
 		TargetNode: names[rec.Owner], Generation: rec.Generation,

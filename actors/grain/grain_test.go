@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
@@ -27,23 +28,23 @@ import (
 // fakes; the Location Store and the Redis stores have their own contract
 // suites against a real redis-server.
 
-// placement is a fake location.Placement whose Confirm answers from a
+// fakePlacement is a fake placement.Placement whose Confirm answers from a
 // script and which records releases.
-type placement struct {
+type fakePlacement struct {
 	mu       sync.Mutex
-	confirms []location.Confirmation // answered in order; the last repeats
+	confirms []placement.Confirmation // answered in order; the last repeats
 	asked    int
 	released []bool // discard flag of each release
 }
 
-func (p *placement) Release(_ context.Context, _, _ string, _ *actor.PID, discard bool) error {
+func (p *fakePlacement) Release(_ context.Context, _, _ string, _ *actor.PID, discard bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.released = append(p.released, discard)
 	return nil
 }
 
-func (p *placement) Confirm(context.Context, string, string, *actor.PID, int64) (location.Confirmation, error) {
+func (p *fakePlacement) Confirm(context.Context, string, string, *actor.PID, int64) (placement.Confirmation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := min(p.asked, len(p.confirms)-1)
@@ -51,19 +52,19 @@ func (p *placement) Confirm(context.Context, string, string, *actor.PID, int64) 
 	return p.confirms[i], nil
 }
 
-func (p *placement) Move(context.Context, location.MovePlan) (location.Record, error) {
+func (p *fakePlacement) Move(context.Context, placement.MovePlan) (location.Record, error) {
 	return location.Record{}, errors.New("not supported by the fake")
 }
-func (p *placement) NodeNames(context.Context) (map[string]string, error) { return nil, nil }
-func (p *placement) Self() string                                         { return "member-1" }
+func (p *fakePlacement) NodeNames(context.Context) (map[string]string, error) { return nil, nil }
+func (p *fakePlacement) Self() string                                         { return "member-1" }
 
-func (p *placement) releases() []bool {
+func (p *fakePlacement) releases() []bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]bool(nil), p.released...)
 }
 
-func (p *placement) confirmsAsked() int {
+func (p *fakePlacement) confirmsAsked() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.asked
@@ -119,7 +120,7 @@ type env struct {
 	events *flakyEvents
 	svc    *workflow.Service
 	cfg    Config
-	place  *placement
+	place  *fakePlacement
 	opens  chan opened
 }
 
@@ -127,10 +128,9 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	d := workflowtest.NewDeps()
-	d.Config.Fixtures = nil
 	require.NoError(t, d.Inventory.SetStock(ctx, "SKU-1", 10))
 	require.NoError(t, d.Payment.PutMethod(ctx, commerce.PaymentMethod{MethodID: "pm-ok", Approve: true}))
-	e := &env{t: t, sys: actor.NewActorSystem(), deps: d, place: &placement{confirms: []location.Confirmation{location.Confirmed}},
+	e := &env{t: t, sys: actor.NewActorSystem(), deps: d, place: &fakePlacement{confirms: []placement.Confirmation{placement.Confirmed}},
 		opens: make(chan opened, 4)}
 	e.inv = &flakyInventory{Inventory: d.Inventory}
 	e.events = &flakyEvents{Store: d.Events}
@@ -151,11 +151,11 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // spawn hosts a grain for id at gen as an activator would.
-func (e *env) spawn(id string, gen int64, reason location.ActivationReason) *actor.PID {
-	act := location.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, storeDown bool) {
+func (e *env) spawn(id string, gen int64, reason placement.ActivationReason) *actor.PID {
+	act := placement.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, storeDown bool) {
 		e.opens <- opened{err: err, storeDown: storeDown}
 	})
-	return e.sys.Root.Spawn(location.WithActivation(props(e.cfg), act))
+	return e.sys.Root.Spawn(placement.WithActivation(props(e.cfg), act))
 }
 
 func (e *env) waitOpened() opened {
@@ -209,7 +209,7 @@ func TestOpenFailureAbortsTheActivation(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
 	e.events.openFailures.Store(1)
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 
 	o := e.waitOpened()
 	require.ErrorIs(t, o.err, eventstore.ErrUnavailable)
@@ -223,7 +223,7 @@ func TestCorruptStreamIsAPermanentOpenFailure(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
 	e.deps.Events.Corrupt("o-1", 1, []byte("not an event"))
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 
 	o := e.waitOpened()
 	require.ErrorIs(t, o.err, eventstore.ErrCorrupt)
@@ -234,8 +234,8 @@ func TestCorruptStreamIsAPermanentOpenFailure(t *testing.T) {
 func TestColdActivationResumesOnlyOnceRecordedReady(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
-	e.place.confirms = []location.Confirmation{location.Pending, location.Pending, location.Confirmed}
-	e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	e.place.confirms = []placement.Confirmation{placement.Pending, placement.Pending, placement.Confirmed}
+	e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
@@ -248,8 +248,8 @@ func TestColdActivationResumesOnlyOnceRecordedReady(t *testing.T) {
 func TestSupersededActivationStopsWithoutTouchingTheRecord(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
-	e.place.confirms = []location.Confirmation{location.Superseded}
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	e.place.confirms = []placement.Confirmation{placement.Superseded}
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return e.stopped(pid) }, "an activation nobody recorded stops")
@@ -263,7 +263,7 @@ func TestTransientStepFailuresAreRetriedByTheOwner(t *testing.T) {
 	e.started("o-1")
 	e.inv.failures.Store(5)
 	e.cfg.Counters = &Counters{}
-	e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
@@ -278,7 +278,7 @@ func TestPanicRestartsTheGrainAndItCarriesOn(t *testing.T) {
 	e.started("o-1")
 	e.inv.panicOnce.Store(true)
 	e.cfg.Counters = &Counters{}
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
@@ -298,7 +298,7 @@ func TestStartWhoseMarkFailedIsRepairedByTheOwner(t *testing.T) {
 	svc, err := workflow.New(e.deps.Config)
 	require.NoError(t, err)
 	e.cfg.Service, e.svc = svc, svc
-	pid := e.spawn("o-1", 1, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 1, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	req := e.deps.StartReq("o-1", "key-1", "pm-ok")
@@ -331,7 +331,7 @@ func TestIdlePassivationKeepsAnOrderWithWorkLeft(t *testing.T) {
 	e.inv.failures.Store(1 << 30)
 	e.cfg.IdleTimeout = 20 * time.Millisecond
 	e.cfg.RetryMax = 5 * time.Millisecond
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return e.inv.calls.Load() > 20 }, "the step keeps being retried")
@@ -349,7 +349,7 @@ func TestPermanentStepFailureIsCountedOnceAndNotRetried(t *testing.T) {
 	e.started("o-1")
 	e.cfg.Counters = &Counters{}
 	e.inv.corrupt.Store(true)
-	pid := e.spawn("o-1", 2, location.ActivationReason_ACTIVATION_REASON_COLD)
+	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return e.cfg.Counters.PermanentFailures.Load() == 1 }, "the permanent failure is counted")

@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // DrainClosedMessage is logged, with the order id, for every non-terminal
@@ -112,7 +112,7 @@ func (w *Workflow) DrainWith(ctx context.Context, cfg DrainConfig) (DrainReport,
 	if err != nil {
 		errs = append(errs, fmt.Errorf("listing hosted grains: %w", err))
 	}
-	grains := make([]location.HostedGrain, 0, len(hosted))
+	grains := make([]placement.HostedGrain, 0, len(hosted))
 	for _, h := range hosted {
 		if h.Kind == grain.KindName {
 			grains = append(grains, h)
@@ -134,7 +134,7 @@ func (w *Workflow) DrainWith(ctx context.Context, cfg DrainConfig) (DrainReport,
 	return rep, errors.Join(errs...)
 }
 
-func hasPeer(l *location.Lookup) bool {
+func hasPeer(l *placement.Lookup) bool {
 	for _, m := range l.Eligible(grain.KindName) {
 		if m.Id != l.Self() {
 			return true
@@ -147,14 +147,14 @@ type drainFunc func(pid *actor.PID, timeout time.Duration) (grain.DrainOutcome, 
 
 // drainGrains asks every grain to hand off, at most cfg.Parallelism at
 // once, and stops asking once ctx is done.
-func drainGrains(ctx context.Context, grains []location.HostedGrain, cfg DrainConfig, log *slog.Logger, drain drainFunc) (DrainReport, []error) {
+func drainGrains(ctx context.Context, grains []placement.HostedGrain, cfg DrainConfig, log *slog.Logger, drain drainFunc) (DrainReport, []error) {
 	var (
 		mu   sync.Mutex
 		rep  = DrainReport{Hosted: len(grains)}
 		errs []error
 		wg   sync.WaitGroup
 	)
-	work := make(chan location.HostedGrain)
+	work := make(chan placement.HostedGrain)
 	for range min(cfg.Parallelism, len(grains)) {
 		wg.Add(1)
 		go func() {

@@ -15,14 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
-func hostedGrains(n int) []location.HostedGrain {
-	out := make([]location.HostedGrain, n)
+func hostedGrains(n int) []placement.HostedGrain {
+	out := make([]placement.HostedGrain, n)
 	for i := range out {
 		id := fmt.Sprintf("ord-%d", i)
-		out[i] = location.HostedGrain{Kind: grain.KindName, Identity: id, PID: actor.NewPID("nonhost", id), Generation: 1}
+		out[i] = placement.HostedGrain{Kind: grain.KindName, Identity: id, PID: actor.NewPID("nonhost", id), Generation: 1}
 	}
 	return out
 }

@@ -7,6 +7,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,15 +52,28 @@ type Stores struct {
 	Events     eventstore.Store
 	ReadModel  readmodel.Store
 	Commerce   *commerce.Redis
-	Location   *location.Store
-	Relocation *relocation.Store
+	Location   location.Store
+	Relocation relocation.Store
 	Fixtures   *fixture.Store
 	// ProjectedAppend records an event and its projection in one round
 	// trip; nil when the event store and the read model live on
 	// different Redis deployments.
 	ProjectedAppend workflow.ProjectedAppender
 	clients         []storeClient
+	// own are store clients with a connection pool of their own (see
+	// storeClientFor), closed with the others.
+	own []*redis.Client
 }
+
+// The store labels of StoreOptions.StoreHook: one client per store, so a
+// metric says which store paid for a Redis call.
+const (
+	StoreEvents     = "events"
+	StoreReadModel  = "readmodel"
+	StoreCommerce   = "commerce"
+	StoreLocation   = "location"
+	StoreRelocation = "relocation"
+)
 
 // storeClient is one distinct Redis. name is its URL without a password,
 // fit for logs and probe replies.
@@ -70,8 +84,12 @@ type storeClient struct {
 
 // StoreOptions tune store clients.
 type StoreOptions struct {
-	// Hook, if set, is added to every client (e.g. round-trip counting).
+	// Hook, if set, is added to every client.
 	Hook redis.Hook
+	// StoreHook, if set, gives each store's client a hook of its own,
+	// told the store's label (StoreEvents, ...): e.g.
+	// telemetry.Registry.RedisHook. It may return nil.
+	StoreHook func(store string) redis.Hook
 	// PoolSize per client; 0 keeps go-redis' default.
 	PoolSize int
 }
@@ -106,26 +124,47 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return c, nil
 	}
 	var errs []error
-	must := func(u string) *redis.Client {
+	must := func(u, store string) *redis.Client {
 		c, err := get(u)
 		errs = append(errs, err)
-		return c
+		if err != nil {
+			return nil
+		}
+		return s.storeClientFor(c, store, opt)
 	}
-	ev, rm, cs, loc, rel := must(urls.Events), must(urls.ReadModel), must(urls.Commerce), must(urls.Location), must(urls.Relocation)
+	ev, rm, cs, loc, rel := must(urls.Events, StoreEvents), must(urls.ReadModel, StoreReadModel), must(urls.Commerce, StoreCommerce),
+		must(urls.Location, StoreLocation), must(urls.Relocation, StoreRelocation)
 	if err := errors.Join(errs...); err != nil {
 		s.Close()
 		return nil, err
 	}
-	events := eventstore.NewRedis(eventstore.RedisConfig{Client: ev})
-	projections := readmodel.NewRedis(readmodel.RedisConfig{Client: rm})
-	s.Events, s.ReadModel = events, projections
-	if ev == rm {
-		s.ProjectedAppend = projectedAppender{events: events, projections: projections}
+	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
+	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm})
+	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs})
+	fixtures, err4 := fixture.NewRedis(fixture.Config{Client: cs})
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		s.Close()
+		return nil, err
 	}
-	s.Commerce = commerce.NewRedis(commerce.RedisConfig{Client: cs})
-	s.Location = location.NewStore(location.StoreConfig{Client: loc})
-	s.Relocation = relocation.New(relocation.Config{Client: rel})
-	s.Fixtures = fixture.New(fixture.Config{Client: cs})
+	s.Events, s.ReadModel, s.Commerce, s.Fixtures = events, projections, commerceStore, fixtures
+	// On one Redis a step's event and its projection are one script
+	// (readmodel.ProjectedAppend); apart, the workflow writes them one
+	// after the other and the read model converges (see there).
+	if cmp.Or(urls.Events, urls.Default) == cmp.Or(urls.ReadModel, urls.Default) {
+		pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: events, ReadModel: projections})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.ProjectedAppend = pa
+	}
+	locations, err5 := location.NewRedis(location.Config{Client: loc})
+	relocations, err6 := relocation.NewRedis(relocation.Config{Client: rel})
+	if err := errors.Join(err5, err6); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Location, s.Relocation = locations, relocations
 	return s, nil
 }
 
@@ -169,9 +208,42 @@ func (s *Stores) Ping(ctx context.Context) error {
 
 // Close closes every client.
 func (s *Stores) Close() {
+	for _, c := range s.own {
+		_ = c.Close()
+	}
 	for _, c := range s.clients {
 		_ = c.client.Close()
 	}
+}
+
+// storeClientFor returns the client a store uses on shared, its URL's
+// client: shared itself without a StoreHook, otherwise a go-redis
+// WithTimeout clone (same connection pool, hooks of its own) carrying
+// opt.Hook and the store's hook. WithTimeout sets one timeout for reads
+// and writes, so a URL that sets them apart gets a client with a pool of
+// its own instead.
+func (s *Stores) storeClientFor(shared *redis.Client, store string, opt StoreOptions) *redis.Client {
+	if opt.StoreHook == nil {
+		return shared
+	}
+	h := opt.StoreHook(store)
+	if h == nil {
+		return shared
+	}
+	o := shared.Options()
+	var c *redis.Client
+	if o.ReadTimeout == o.WriteTimeout {
+		c = shared.WithTimeout(o.ReadTimeout)
+	} else {
+		own := *o
+		c = redis.NewClient(&own)
+		s.own = append(s.own, c)
+	}
+	if opt.Hook != nil {
+		c.AddHook(opt.Hook)
+	}
+	c.AddHook(h)
+	return c
 }
 
 // redactURL drops a password from a Redis URL: store names end up in logs
@@ -184,46 +256,9 @@ func redactURL(u string) string {
 	return p.Redacted()
 }
 
-// projectedAppender writes the read model's record inside the event
-// store's append script; both share one Redis and the order's hash tag.
-type projectedAppender struct {
-	events      *eventstore.Redis
-	projections *readmodel.Redis
-}
-
-// AppendProjected implements workflow.ProjectedAppender. After the append
-// of an order's first or terminal event landed it updates the read
-// model's active-order index in a command of its own (the index shard is another hash slot), best-effort: the
-// stuck-order report checks every index entry against its record, and an
-// order the index missed is found by readmodel's RebuildActiveIndex.
-func (p projectedAppender) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
-	key, encoded, err := p.projections.Record(orderID, state)
-	if err != nil {
-		return 0, err
-	}
-	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
-		Key: key, Version: expectedVersion + int64(len(events)), State: encoded,
-	})
-	if err != nil {
-		return v, err
-	}
-	// Only the first and the last projection touch the index: two index
-	// commands per order instead of one per event. In between the entry
-	// keeps its Created score, which only bounds the order's last change
-	// from below; the stuck report reads each candidate's projection for
-	// its real age.
-	if st := state.GetStatus(); st != contracts.OrderStatus_Created && !readmodel.Terminal(st) {
-		return v, nil
-	}
-	if ierr := p.projections.IndexActive(ctx, orderID, state); ierr != nil {
-		slog.Warn("active-order index not updated; the append and its projection are", slog.String("order", orderID), slog.Any("error", ierr))
-	}
-	return v, nil
-}
-
 // Envelopes adapts the Relocation Store's opaque first-activation
 // envelopes to the workflow's typed ones.
-type Envelopes struct{ Store *relocation.Store }
+type Envelopes struct{ Store relocation.Store }
 
 // SaveFirst implements workflow.Envelopes.
 func (e Envelopes) SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error {
@@ -257,7 +292,8 @@ type WorkflowConfig struct {
 	Stores  *Stores
 	// IdleTimeout passivates idle grains; 0 disables.
 	IdleTimeout time.Duration
-	// Fixtures enables the runner's interrupt points (never in production).
+	// Fixtures mounts the grain's interceptor of the runner's interrupt
+	// points, answered by Stores.Fixtures (never in production).
 	Fixtures bool
 	// Evidence receives raw evidence lines.
 	Evidence io.Writer
@@ -293,9 +329,6 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		Evidence:    cfg.Evidence,
 		Logger:      cfg.Logger,
 	}
-	if cfg.Fixtures {
-		wcfg.Fixtures = cfg.Stores.Fixtures
-	}
 	if cfg.Stores.ProjectedAppend != nil {
 		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
 	}
@@ -303,14 +336,20 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if err != nil {
 		return nil, err
 	}
-	kind := grain.Kind(grain.Config{
+	gcfg := grain.Config{
 		Service:     svc,
 		Relocations: cfg.Stores.Relocation,
 		IdleTimeout: cfg.IdleTimeout,
 		Evidence:    cfg.Evidence,
 		Now:         now,
 		Logger:      cfg.Logger,
-	})
+	}
+	if cfg.Fixtures {
+		// The grain's interceptor answers the runner's interrupt points
+		// from the fixture store; without -fixtures no interceptor exists.
+		gcfg.Interrupts = cfg.Stores.Fixtures
+	}
+	kind := grain.Kind(gcfg)
 	cc := cfg.Cluster
 	cc.Kinds = append(cc.Kinds, kind)
 	cc.Location = cfg.Stores.Location

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,10 +11,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 var (
@@ -86,12 +90,17 @@ type OpsConfig struct {
 	// CheckTimeout bounds the store PINGs of one /readyz; default
 	// DefaultReadyzTimeout.
 	CheckTimeout time.Duration
-	Logger       *slog.Logger
+	// Token, when set, is the bearer token /debug/pprof/ requires
+	// (`Authorization: Bearer <Token>`); the probes never need it.
+	// Without one the profiles are open to whoever reaches Addr.
+	Token  string
+	Logger *slog.Logger
 }
 
 // Ops is a running operations listener: /healthz answers 200 while the
 // process runs, /readyz 200 when every readiness condition holds and 503
-// otherwise. Both bodies name each condition.
+// otherwise; both bodies name each condition. /debug/pprof/ serves the
+// process's profiles, behind OpsConfig.Token when one is set.
 type Ops struct {
 	cfg  OpsConfig
 	ln   net.Listener
@@ -122,6 +131,10 @@ func StartOps(cfg OpsConfig) (*Ops, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", o.healthz)
 	mux.HandleFunc("GET /readyz", o.readyz)
+	mux.Handle(telemetry.PprofPrefix, requireBearer(cfg.Token, telemetry.Pprof(), cfg.Logger))
+	if ap, ok := ln.Addr().(*net.TCPAddr); ok && !ap.IP.IsLoopback() && cfg.Token == "" {
+		cfg.Logger.Warn("the ops listener is not on loopback and has no token: its /debug/pprof/ is open to anyone who reaches it", "ops", ln.Addr().String())
+	}
 	o.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -175,6 +188,30 @@ func (o *Ops) readyz(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeOpsJSON(w, status, rep)
+}
+
+// requireBearer lets a request through to next only with
+// `Authorization: Bearer <token>`; an empty token lets every request
+// through. Both sides are hashed before the constant-time comparison, so
+// neither the token nor its length shows in the timing.
+func requireBearer(token string, next http.Handler, log *slog.Logger) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if ok && subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// Who knocked goes to the log, never what they sent.
+		log.Warn("ops request refused: missing or wrong bearer token", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr), slog.Bool("bearer", ok))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shoppingmall-ops"`)
+		writeOpsJSON(w, http.StatusUnauthorized, opsReply{Status: "unauthenticated"})
+	})
 }
 
 func writeOpsJSON(w http.ResponseWriter, status int, v any) {

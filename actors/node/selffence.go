@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // SelfFenceExitCode is the exit status of an order-workflow process that
@@ -20,13 +20,13 @@ const SelfFenceExitCode = 3
 const DefaultLease = 10 * time.Second
 
 // ErrSelfFenced: the member stopped hosting because it is recorded gone
-// (location.ErrEvicted) or lost the Location Store for longer than its
-// lease (location.ErrLeaseExpired); both stay wrapped.
+// (placement.ErrEvicted) or lost the Location Store for longer than its
+// lease (placement.ErrLeaseExpired); both stay wrapped.
 var ErrSelfFenced = errors.New("node: self-fenced")
 
 // SelfFenceConfig tunes the watch of a workflow member's own eviction.
 type SelfFenceConfig struct {
-	// Lease: see location.SelfFenceConfig; default DefaultLease.
+	// Lease: see placement.SelfFenceConfig; default DefaultLease.
 	Lease time.Duration
 	// Interval between reads of the member's gone record; default 500ms.
 	Interval time.Duration
@@ -43,7 +43,7 @@ func (w *Workflow) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error 
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	err := w.Member.Lookup.RunSelfFence(ctx, location.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval})
+	err := w.Member.Lookup.RunSelfFence(ctx, placement.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval})
 	if err == nil {
 		return nil
 	}
@@ -52,6 +52,6 @@ func (w *Workflow) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error 
 		left = int64(k.Count())
 	}
 	w.log.Error("self-fenced: "+err.Error(), slog.String("member", w.Member.ID()), slog.Int64("grainsLeft", left),
-		slog.Bool("evicted", errors.Is(err, location.ErrEvicted)), slog.Bool("leaseExpired", errors.Is(err, location.ErrLeaseExpired)))
+		slog.Bool("evicted", errors.Is(err, placement.ErrEvicted)), slog.Bool("leaseExpired", errors.Is(err, placement.ErrLeaseExpired)))
 	return fmt.Errorf("%w: %w", ErrSelfFenced, err)
 }

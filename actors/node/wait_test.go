@@ -130,18 +130,6 @@ func testLogger(buf *syncBuffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// eventually polls cond every 20 ms until it holds or d has passed.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // The failure this exists for: a Redis loading its append-only file
 // answers LOADING, and the process waits instead of exiting.
 func TestWaitStoresRidesOutLoading(t *testing.T) {
@@ -154,10 +142,10 @@ func TestWaitStoresRidesOutLoading(t *testing.T) {
 	go func() {
 		done <- WaitStores(context.Background(), s, WaitConfig{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond, Logger: testLogger(&logs)})
 	}()
-	eventually(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "LOADING") >= 3 }, "three logged LOADING checks")
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "LOADING") >= 3 }, 10*time.Second, 20*time.Millisecond, "three logged LOADING checks")
 	select {
 	case err := <-done:
-		t.Fatalf("WaitStores returned while Redis was loading: %v", err)
+		require.FailNow(t, "WaitStores returned while Redis was loading", "%v", err)
 	default:
 	}
 	f.done.Store(true)
@@ -165,7 +153,7 @@ func TestWaitStoresRidesOutLoading(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("WaitStores did not return once Redis answered")
+		require.FailNow(t, "WaitStores did not return once Redis answered")
 	}
 	require.Contains(t, logs.String(), `"msg":"stores do not answer yet; waiting"`)
 	require.Contains(t, logs.String(), `"msg":"stores answer"`)
@@ -183,7 +171,7 @@ func TestWaitStoresBackoffIsCapped(t *testing.T) {
 	go func() {
 		done <- WaitStores(ctx, s, WaitConfig{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Logger: testLogger(&logs)})
 	}()
-	eventually(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "\n") >= 6 }, "six failed checks")
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "\n") >= 6 }, 10*time.Second, 20*time.Millisecond, "six failed checks")
 	cancel()
 	err = <-done
 	require.ErrorIs(t, err, context.Canceled)
@@ -220,7 +208,7 @@ func TestWaitStoresUntilRedisStarts(t *testing.T) {
 	go func() {
 		done <- WaitStores(context.Background(), s, WaitConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Logger: testLogger(&logs)})
 	}()
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "connection refused") }, "a logged refused check")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "connection refused") }, 10*time.Second, 20*time.Millisecond, "a logged refused check")
 
 	srv, err := redisserver.Start(context.Background(), redisserver.Config{Port: port})
 	require.NoError(t, err)
@@ -229,7 +217,7 @@ func TestWaitStoresUntilRedisStarts(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(15 * time.Second):
-		t.Fatal("WaitStores did not return once Redis started")
+		require.FailNow(t, "WaitStores did not return once Redis started")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -2,9 +2,11 @@ package order
 
 import (
 	"errors"
-	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func withStart(mut func(*StartOrder)) func(State) (Event, error) {
@@ -97,37 +99,25 @@ func TestCommands(t *testing.T) {
 			s := given(t, c.given...)
 			before := s
 			got, err := c.when(s)
-			if !reflect.DeepEqual(s, before) {
-				t.Fatalf("command changed its input state")
-			}
+			require.Equal(t, before, s, "command changed its input state")
 			if c.wantErr != nil {
-				if !errors.Is(err, c.wantErr) {
-					t.Fatalf("err = %v, want %v (event %#v)", err, c.wantErr, got)
-				}
-				if got != nil {
-					t.Fatalf("event %#v returned with error", got)
-				}
+				require.ErrorIs(t, err, c.wantErr, "event %#v", got)
+				require.Nil(t, got, "no event with an error")
 				if !errors.Is(c.wantErr, ErrInvalidCommand) {
 					var te *TransitionError
-					if !errors.As(err, &te) || !errors.Is(err, ErrInvalidTransition) {
-						t.Fatalf("err = %v, want a *TransitionError", err)
-					}
-					if te.From != s.Status || te.Version != s.Version || te.Event == "" {
-						t.Fatalf("TransitionError = %+v, want From %q Version %d", te, s.Status, s.Version)
-					}
+					require.ErrorAs(t, err, &te)
+					require.ErrorIs(t, err, ErrInvalidTransition)
+					require.Equal(t, s.Status, te.From)
+					require.Equal(t, s.Version, te.Version)
+					require.NotEmpty(t, te.Event)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("err = %v", err)
-			}
-			if !reflect.DeepEqual(got, c.then) {
-				t.Fatalf("then\n got %#v\nwant %#v", got, c.then)
-			}
+			require.NoError(t, err)
+			require.Equal(t, c.then, got)
 			// What a command returns must be recordable.
-			if _, err := Apply(s, got, 1); err != nil {
-				t.Fatalf("command's event does not apply: %v", err)
-			}
+			_, err = Apply(s, got, 1)
+			require.NoError(t, err, "the command's event applies")
 		})
 	}
 }
@@ -135,13 +125,9 @@ func TestCommands(t *testing.T) {
 func TestStartCopiesLines(t *testing.T) {
 	c := startCmd()
 	ev, err := Start(State{}, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c.Lines[0].Quantity = 99
-	if ev.(OrderStarted).Lines[0].Quantity != 2 {
-		t.Fatal("event shares the command's line slice")
-	}
+	require.Equal(t, int32(2), ev.(OrderStarted).Lines[0].Quantity, "event shares the command's line slice")
 }
 
 func TestDecide(t *testing.T) {
@@ -162,9 +148,7 @@ func TestDecide(t *testing.T) {
 		{"failed after payment", paymentFailurePath, StepNone},
 	}
 	for _, c := range cases {
-		if got := Decide(given(t, c.given...)); got != c.want {
-			t.Errorf("%s: Decide = %s, want %s", c.name, got, c.want)
-		}
+		assert.Equal(t, c.want, Decide(given(t, c.given...)), c.name)
 	}
 }
 
@@ -174,13 +158,9 @@ func runWorkflow(t *testing.T, reserveOK, payOK bool) (State, []Event) {
 	t.Helper()
 	at := int64(1000)
 	first, err := Start(State{}, startCmd())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s, err := Apply(State{}, first, at)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	events := []Event{first}
 	for range 10 {
 		step := Decide(s)
@@ -209,17 +189,14 @@ func runWorkflow(t *testing.T, reserveOK, payOK bool) (State, []Event) {
 		case StepFail:
 			ev, err = Fail(s, at)
 		default:
-			t.Fatalf("unexpected step %s", step)
+			require.FailNow(t, "unexpected step", "%s", step)
 		}
-		if err != nil {
-			t.Fatalf("step %s: %v", step, err)
-		}
-		if s, err = Apply(s, ev, at); err != nil {
-			t.Fatalf("step %s: %v", step, err)
-		}
+		require.NoError(t, err, "step %s", step)
+		s, err = Apply(s, ev, at)
+		require.NoError(t, err, "step %s", step)
 		events = append(events, ev)
 	}
-	t.Fatalf("workflow did not terminate: %+v", s)
+	require.FailNow(t, "workflow did not terminate", "%+v", s)
 	return s, nil
 }
 
@@ -238,25 +215,19 @@ func TestSpecEventOrders(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, events := runWorkflow(t, c.reserveOK, c.payOK)
-			if !reflect.DeepEqual(events, c.wantEvents) {
-				t.Fatalf("events\n got %#v\nwant %#v", events, c.wantEvents)
-			}
-			if s.Status != c.wantStatus || s.Reason != c.wantReason || !s.Status.Terminal() {
-				t.Fatalf("final state %s/%q, want %s/%q", s.Status, s.Reason, c.wantStatus, c.wantReason)
-			}
-			if s.Version != int64(len(events)) {
-				t.Fatalf("version %d after %d events", s.Version, len(events))
-			}
+			require.Equal(t, c.wantEvents, events)
+			require.Equal(t, c.wantStatus, s.Status)
+			require.Equal(t, c.wantReason, s.Reason)
+			require.True(t, s.Status.Terminal(), "final status %s", s.Status)
+			require.Equal(t, int64(len(events)), s.Version, "version after %d events", len(events))
 			for i, e := range events {
-				if e.ID() != EventID(oid, int64(i+1)) || e.Order() != oid {
-					t.Fatalf("event %d has id %q order %q", i+1, e.ID(), e.Order())
-				}
+				require.Equal(t, EventID(oid, int64(i+1)), e.ID(), "event %d", i+1)
+				require.Equal(t, oid, e.Order(), "event %d", i+1)
 			}
 			// Replaying the stream gives the same state the live run had.
 			replayed, err := Fold(events, stamps(len(events)))
-			if err != nil || !reflect.DeepEqual(replayed, s) {
-				t.Fatalf("replay = %+v, %v; want %+v", replayed, err, s)
-			}
+			require.NoError(t, err)
+			require.Equal(t, s, replayed)
 		})
 	}
 }
@@ -266,7 +237,7 @@ func TestPaymentIsNeverAttemptedAfterInventoryFailure(t *testing.T) {
 	for _, e := range events {
 		switch e.(type) {
 		case PaymentAuthorized, PaymentFailed, InventoryReleased:
-			t.Fatalf("inventory failure path recorded %s", e.Type())
+			require.FailNow(t, "inventory failure path recorded a payment-side event", "%s", e.Type())
 		}
 	}
 }
@@ -279,22 +250,16 @@ func TestTerminalStatesAcceptNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := given(t, path...)
-			if !s.Status.Terminal() {
-				t.Fatalf("status %s is not terminal", s.Status)
-			}
-			if d := Decide(s); d != StepNone {
-				t.Fatalf("Decide = %s, want None", d)
-			}
+			require.True(t, s.Status.Terminal(), "status %s", s.Status)
+			require.Equal(t, StepNone, Decide(s))
 			for cmd, r := range allCommands(s) {
 				var te *TransitionError
-				if r.err == nil || !errors.As(r.err, &te) || !errors.Is(r.err, ErrInvalidTransition) {
-					t.Errorf("%s on %s = %#v, %v; want *TransitionError", cmd, s.Status, r.ev, r.err)
-				}
+				assert.ErrorAs(t, r.err, &te, "%s on %s returned %#v", cmd, s.Status, r.ev)
+				assert.ErrorIs(t, r.err, ErrInvalidTransition, "%s on %s", cmd, s.Status)
 			}
 			for _, ev := range candidateEvents(s) {
-				if _, err := Apply(s, ev, 1); !errors.Is(err, ErrInvalidTransition) {
-					t.Errorf("Apply(%s) on %s = %v; want ErrInvalidTransition", ev.Type(), s.Status, err)
-				}
+				_, err := Apply(s, ev, 1)
+				assert.ErrorIs(t, err, ErrInvalidTransition, "Apply(%s) on %s", ev.Type(), s.Status)
 			}
 		})
 	}
@@ -344,42 +309,33 @@ func TestEveryReachableState(t *testing.T) {
 		n := queue[0]
 		queue = queue[1:]
 		visited++
-		if len(n.history) > 5 {
-			t.Fatalf("stream longer than any spec branch: %v", n.history)
-		}
+		require.LessOrEqual(t, len(n.history), 5, "stream longer than any spec branch: %v", n.history)
 		step := Decide(n.s)
 		allowed := stepEvents[step]
 		if !n.s.Started {
 			allowed = []string{TypeOrderStarted}
 		}
 		for _, done := range n.history {
-			if slices.Contains(allowed, done) {
-				t.Errorf("after %v Decide = %s, whose outcome %s is already recorded", n.history, step, done)
-			}
+			assert.NotContains(t, allowed, done, "after %v Decide = %s, whose outcome is already recorded", n.history, step)
 		}
 
 		for _, ev := range candidateEvents(n.s) {
 			_, err := Apply(n.s, ev, 1)
-			if want := slices.Contains(allowed, ev.Type()); want != (err == nil) {
-				t.Errorf("after %v: Apply(%s) err = %v, want accepted=%v", n.history, ev.Type(), err, want)
-			}
+			want := slices.Contains(allowed, ev.Type())
+			assert.Equal(t, want, err == nil, "after %v: Apply(%s) err = %v", n.history, ev.Type(), err)
 		}
 
 		progressed := false
 		for cmd, r := range allCommands(n.s) {
 			if r.err != nil {
-				if !errors.Is(r.err, ErrInvalidTransition) {
-					t.Errorf("after %v: %s failed with %v, want ErrInvalidTransition", n.history, cmd, r.err)
-				}
+				assert.ErrorIs(t, r.err, ErrInvalidTransition, "after %v: %s", n.history, cmd)
 				continue
 			}
-			if !slices.Contains(allowed, r.ev.Type()) {
-				t.Errorf("after %v (step %s): %s produced %s", n.history, step, cmd, r.ev.Type())
+			if !assert.Contains(t, allowed, r.ev.Type(), "after %v (step %s): %s", n.history, step, cmd) {
 				continue
 			}
 			next, err := Apply(n.s, r.ev, int64(len(n.history)+1))
-			if err != nil {
-				t.Errorf("after %v: %s event does not apply: %v", n.history, cmd, err)
+			if !assert.NoError(t, err, "after %v: %s event does not apply", n.history, cmd) {
 				continue
 			}
 			progressed = true
@@ -387,17 +343,15 @@ func TestEveryReachableState(t *testing.T) {
 		}
 		if step == StepNone && n.s.Started {
 			terminals++
-			if progressed || !n.s.Status.Terminal() {
-				t.Errorf("after %v: no step but status %s, progressed=%v", n.history, n.s.Status, progressed)
-			}
-		} else if !progressed {
-			t.Errorf("after %v: step %s but no command could take it", n.history, step)
+			assert.False(t, progressed, "after %v: no step but a command progressed", n.history)
+			assert.True(t, n.s.Status.Terminal(), "after %v: no step but status %s", n.history, n.s.Status)
+		} else {
+			assert.True(t, progressed, "after %v: step %s but no command could take it", n.history, step)
 		}
 	}
 	// 7 distinct non-terminal states and the 3 terminal ends of spec §6.3.
-	if visited != 10 || terminals != 3 {
-		t.Fatalf("visited %d states with %d terminals, want 10 and 3", visited, terminals)
-	}
+	require.Equal(t, 10, visited, "states visited")
+	require.Equal(t, 3, terminals, "terminal states")
 }
 
 func TestStepString(t *testing.T) {
@@ -406,8 +360,6 @@ func TestStepString(t *testing.T) {
 		StepConfirm: "Confirm", StepReleaseInventory: "ReleaseInventory", StepFail: "Fail", Step(42): "Step(42)",
 	}
 	for s, w := range want {
-		if s.String() != w {
-			t.Errorf("Step(%d).String() = %q, want %q", int(s), s.String(), w)
-		}
+		assert.Equal(t, w, s.String(), "Step(%d)", int(s))
 	}
 }

@@ -99,7 +99,8 @@ func Apply(s State, e Event, atUnixMs int64) (State, error) {
 		next.Status = StatusConfirmed
 
 	case OrderFailed:
-		if !s.ReservationFailed && !(s.PaymentFailed && s.Released) {
+		failureConcluded := s.ReservationFailed || (s.PaymentFailed && s.Released)
+		if !failureConcluded {
 			return s, invalid(s, ev.Type(), "no failure to conclude, or the reservation is not yet released")
 		}
 		next.Status = StatusFailed

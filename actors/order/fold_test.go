@@ -1,10 +1,10 @@
 package order
 
 import (
-	"errors"
-	"reflect"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFoldRules(t *testing.T) {
@@ -55,12 +55,8 @@ func TestFoldRules(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := Fold(c.given, stamps(len(c.given)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, c.want) {
-				t.Fatalf("state\n got %+v\nwant %+v", got, c.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
 		})
 	}
 }
@@ -70,18 +66,14 @@ func TestReleaseKeepsStatusAndFailureReason(t *testing.T) {
 	rel := evReleased
 	rel.Reason = "compensation for card declined"
 	next, err := Apply(s, rel, 4000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next.Status != StatusInventoryReserved || !next.Released || next.ReservationID != ReservationID(oid) {
-		t.Fatalf("after release: %+v", next)
-	}
-	if next.Reason != "card declined" {
-		t.Fatalf("release replaced the failure reason with %q", next.Reason)
-	}
-	if f, err := Fail(next, 5000); err != nil || f.(OrderFailed).Reason != "card declined" {
-		t.Fatalf("Fail after release = %#v, %v", f, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, StatusInventoryReserved, next.Status)
+	require.True(t, next.Released)
+	require.Equal(t, ReservationID(oid), next.ReservationID)
+	require.Equal(t, "card declined", next.Reason, "the release keeps the failure reason")
+	f, err := Fail(next, 5000)
+	require.NoError(t, err)
+	require.Equal(t, "card declined", f.(OrderFailed).Reason)
 }
 
 func TestApplyRejectsInvalidTransitions(t *testing.T) {
@@ -136,25 +128,17 @@ func TestApplyRejectsInvalidTransitions(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := given(t, c.given...)
 			got, err := Apply(s, c.event, 99)
-			if !errors.Is(err, ErrInvalidTransition) {
-				t.Fatalf("err = %v, want ErrInvalidTransition", err)
-			}
+			require.ErrorIs(t, err, ErrInvalidTransition)
 			var te *TransitionError
-			if !errors.As(err, &te) {
-				t.Fatalf("err %T is not a *TransitionError", err)
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, s.Status, te.From)
+			require.Equal(t, s.Version, te.Version)
+			if c.event != nil && c.name != "nil pointer event" {
+				require.Equal(t, c.event.Type(), te.Event)
 			}
-			if te.From != s.Status || te.Version != s.Version {
-				t.Fatalf("TransitionError %+v, want From %q Version %d", te, s.Status, s.Version)
-			}
-			if c.event != nil && c.name != "nil pointer event" && te.Event != c.event.Type() {
-				t.Fatalf("TransitionError.Event = %q, want %q", te.Event, c.event.Type())
-			}
-			if !strings.Contains(te.Why, c.reason) || !strings.Contains(err.Error(), te.Why) {
-				t.Fatalf("error %q does not say %q", err, c.reason)
-			}
-			if !reflect.DeepEqual(got, s) {
-				t.Fatalf("rejected event changed the state: %+v", got)
-			}
+			require.Contains(t, te.Why, c.reason)
+			require.Contains(t, err.Error(), te.Why)
+			require.Equal(t, s, got, "a rejected event leaves the state alone")
 		})
 	}
 }
@@ -162,62 +146,47 @@ func TestApplyRejectsInvalidTransitions(t *testing.T) {
 func TestApplyAcceptsPointerEvents(t *testing.T) {
 	events := []Event{&evStarted, &evReserved, &evPayAuthorized, &evConfirmed}
 	got, err := Fold(events, stamps(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := given(t, successPath...); !reflect.DeepEqual(got, want) {
-		t.Fatalf("pointer fold %+v, value fold %+v", got, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, given(t, successPath...), got, "pointer fold equals value fold")
 }
 
 func TestApplyDoesNotAliasInputs(t *testing.T) {
 	ev := evStarted
 	ev.Lines = []Line{{SKU: "A", Quantity: 1}}
 	s, err := Apply(State{}, ev, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ev.Lines[0].Quantity = 50
-	if s.Lines[0].Quantity != 1 {
-		t.Fatal("state shares the event's line slice")
-	}
+	require.Equal(t, int32(1), s.Lines[0].Quantity, "state shares the event's line slice")
 	before := s
 	beforeLines := append([]Line(nil), s.Lines...)
-	if _, err := Apply(s, evReserved, 2); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(s, before) || !reflect.DeepEqual(s.Lines, beforeLines) {
-		t.Fatal("Apply changed its input state")
-	}
+	_, err = Apply(s, evReserved, 2)
+	require.NoError(t, err)
+	require.Equal(t, before, s, "Apply changed its input state")
+	require.Equal(t, beforeLines, s.Lines, "Apply changed its input lines")
 }
 
 func TestFoldStopsAtFirstError(t *testing.T) {
 	events := []Event{evStarted, evReserved, evConfirmed, evPayAuthorized}
 	s, err := Fold(events, stamps(4))
 	var te *TransitionError
-	if !errors.As(err, &te) || te.Event != TypeOrderConfirmed {
-		t.Fatalf("err = %v, want the OrderConfirmedEvent transition error", err)
-	}
-	if s.Version != 2 || s.Status != StatusInventoryReserved || s.UpdatedAtUnixMs != 2000 {
-		t.Fatalf("partial state %+v, want version 2 InventoryReserved", s)
-	}
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, TypeOrderConfirmed, te.Event, "the OrderConfirmedEvent transition error")
+	require.Equal(t, int64(2), s.Version, "partial state")
+	require.Equal(t, StatusInventoryReserved, s.Status, "partial state")
+	require.Equal(t, int64(2000), s.UpdatedAtUnixMs, "partial state")
 }
 
 func TestFoldVersionAndTime(t *testing.T) {
 	s, err := Fold(paymentFailurePath, []int64{10, 20, 30, 40, 55})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Version != 5 || s.UpdatedAtUnixMs != 55 {
-		t.Fatalf("version %d updatedAt %d, want 5 and 55", s.Version, s.UpdatedAtUnixMs)
-	}
+	require.NoError(t, err)
+	require.Equal(t, int64(5), s.Version)
+	require.Equal(t, int64(55), s.UpdatedAtUnixMs)
 }
 
 func TestFoldLengthMismatch(t *testing.T) {
 	_, err := Fold([]Event{evStarted}, nil)
-	if !errors.Is(err, ErrLengthMismatch) || errors.Is(err, ErrInvalidTransition) {
-		t.Fatalf("err = %v, want ErrLengthMismatch only", err)
-	}
+	require.ErrorIs(t, err, ErrLengthMismatch)
+	require.NotErrorIs(t, err, ErrInvalidTransition)
 }
 
 func TestStatusTerminal(t *testing.T) {
@@ -225,9 +194,7 @@ func TestStatusTerminal(t *testing.T) {
 		StatusCreated: false, StatusInventoryReserved: false, StatusPaymentAuthorized: false,
 		StatusConfirmed: true, StatusFailed: true, "": false,
 	} {
-		if s.Terminal() != want {
-			t.Errorf("%q.Terminal() = %v", s, !want)
-		}
+		assert.Equal(t, want, s.Terminal(), "%q.Terminal()", s)
 	}
 }
 
@@ -242,21 +209,17 @@ func TestEventTypeNamesAreTheSpecNames(t *testing.T) {
 		PaymentFailed{}, InventoryReleased{}, OrderConfirmed{}, OrderFailed{},
 	}
 	for i, e := range events {
-		if e.Type() != want[i] {
-			t.Errorf("%T.Type() = %q, want %q", e, e.Type(), want[i])
-		}
+		assert.Equal(t, want[i], e.Type(), "%T.Type()", e)
 	}
-	if got := (InventoryReleased{EventID: "e", OrderID: "o"}); got.ID() != "e" || got.Order() != "o" {
-		t.Errorf("ID/Order = %q/%q", got.ID(), got.Order())
-	}
+	got := InventoryReleased{EventID: "e", OrderID: "o"}
+	assert.Equal(t, "e", got.ID())
+	assert.Equal(t, "o", got.Order())
 }
 
 func TestStatusValuesAreTheSpecLiterals(t *testing.T) {
 	got := []Status{StatusCreated, StatusInventoryReserved, StatusPaymentAuthorized, StatusConfirmed, StatusFailed}
 	want := []string{"Created", "InventoryReserved", "PaymentAuthorized", "Confirmed", "Failed"}
 	for i := range got {
-		if string(got[i]) != want[i] {
-			t.Errorf("status %d = %q, want %q", i, got[i], want[i])
-		}
+		assert.Equal(t, want[i], string(got[i]), "status %d", i)
 	}
 }

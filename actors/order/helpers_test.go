@@ -1,6 +1,10 @@
 package order
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
 
 const oid = "ord-1"
 
@@ -53,9 +57,7 @@ func stamps(n int) []int64 {
 func given(t *testing.T, events ...Event) State {
 	t.Helper()
 	s, err := Fold(events, stamps(len(events)))
-	if err != nil {
-		t.Fatalf("given events do not fold: %v", err)
-	}
+	require.NoError(t, err, "given events do not fold")
 	return s
 }
 

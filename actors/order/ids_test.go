@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestDeterministicIDsAreStable(t *testing.T) {
@@ -23,9 +26,7 @@ func TestDeterministicIDsAreStable(t *testing.T) {
 		{StepSourceCommandID("ord-1", Step(99)), ""},
 	}
 	for _, c := range cases {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
-		}
+		assert.Equal(t, c.want, c.got)
 	}
 }
 
@@ -33,12 +34,8 @@ func TestDeterministicIDsAreDistinct(t *testing.T) {
 	seen := map[string]string{}
 	add := func(id, what string) {
 		t.Helper()
-		if id == "" {
-			t.Fatalf("%s is empty", what)
-		}
-		if prev, dup := seen[id]; dup {
-			t.Fatalf("%s and %s share id %q", prev, what, id)
-		}
+		require.NotEmpty(t, id, what)
+		require.NotContains(t, seen, id, "%s and %s share id %q", seen[id], what, id)
 		seen[id] = what
 	}
 	// Order ids chosen so that naive concatenation schemes would collide.
@@ -60,33 +57,27 @@ func TestDeterministicIDsAreDistinct(t *testing.T) {
 func TestStartSourceCommandIDShape(t *testing.T) {
 	shape := regexp.MustCompile(`^start-[0-9a-f]{32}$`)
 	for _, k := range []string{"", "k", "ключ/with spaces", string(make([]byte, 10000))} {
-		if id := StartSourceCommandID(k); !shape.MatchString(id) || id != StartSourceCommandID(k) {
-			t.Errorf("StartSourceCommandID(%.20q) = %q", k, id)
-		}
+		id := StartSourceCommandID(k)
+		assert.Regexp(t, shape, id, "StartSourceCommandID(%.20q)", k)
+		assert.Equal(t, id, StartSourceCommandID(k), "StartSourceCommandID(%.20q) is stable", k)
 	}
 }
 
 func TestCommandsUseTheDeterministicIDs(t *testing.T) {
 	s := given(t, evStarted)
 	ev, err := ReservationResult(s, true, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := ev.(InventoryReserved); r.ReservationID != ReservationID(oid) || r.EventID != EventID(oid, 2) {
-		t.Fatalf("reservation event %+v", r)
-	}
+	require.NoError(t, err)
+	r := ev.(InventoryReserved)
+	require.Equal(t, ReservationID(oid), r.ReservationID)
+	require.Equal(t, EventID(oid, 2), r.EventID)
 	// The same state always yields the same event: a resumed workflow
 	// sends the module the id the first attempt used.
 	again, _ := ReservationResult(s, true, "")
-	if again != ev {
-		t.Fatalf("second call gave %+v, first %+v", again, ev)
-	}
+	require.Equal(t, ev, again, "the second call gives the first call's event")
 	s = given(t, evStarted, evReserved)
 	ev, err = PaymentResult(s, true, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := ev.(PaymentAuthorized); p.PaymentID != PaymentID(oid) || p.EventID != EventID(oid, 3) {
-		t.Fatalf("payment event %+v", p)
-	}
+	require.NoError(t, err)
+	p := ev.(PaymentAuthorized)
+	require.Equal(t, PaymentID(oid), p.PaymentID)
+	require.Equal(t, EventID(oid, 3), p.EventID)
 }

@@ -17,8 +17,6 @@ import (
 // then the rest of the order, with no retry of the start from the client.
 func TestStartInDoubtIsFinishedByTheNextStep(t *testing.T) {
 	e := newEnv(t)
-	e.d.Config.Fixtures = nil
-	e.svc = mustService(t, e.d.Config)
 	o := e.open("o-1", 1)
 	req := e.d.StartReq("o-1", "key-1", methodOK)
 	e.d.Events.FailNextAppend(fmt.Errorf("%w: EOF", eventstore.ErrUnavailable), true)

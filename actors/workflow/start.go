@@ -134,9 +134,9 @@ func validateStart(o *Order, req *contracts.StartOrderWorkflowReq) error {
 	if req.OrderId != "" && req.OrderId != o.id {
 		bad = append(bad, fmt.Sprintf("orderId %q is not this order %q", req.OrderId, o.id))
 	}
-	// Fixtures and the dedupe of a retried start are keyed by the start's
-	// deterministic sourceCommandId; any other value would silently miss
-	// both.
+	// The dedupe of a retried start, and whatever is keyed by a start
+	// before its OrderId exists, go by the start's deterministic
+	// sourceCommandId; any other value would silently miss them.
 	if req.IdempotencyKey != "" && req.SourceCommandId != "" && req.SourceCommandId != order.StartSourceCommandID(req.IdempotencyKey) {
 		bad = append(bad, fmt.Sprintf("sourceCommandId %q is not the start command of its idempotencyKey", req.SourceCommandId))
 	}

@@ -10,17 +10,17 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
-// Step performs the one next step the fold decides (order.Decide): call the
-// module the step needs, append the one resulting event at the fold's
-// version under the owner's fence, then write the projection.
+// Step performs the one next step the fold decides (order.Decide), both of
+// its phases in one call: MakeEffect calls the module the step needs,
+// Record appends the one resulting event at the fold's version under the
+// owner's fence, then writes the projection.
 //
 // Round trips per step:
 //   - reserve inventory: Reserve + append + projection = 3
 //   - authorize payment: Authorize + append + projection = 3, plus one
 //     LoadFirst when this activation did not record the start itself
 //   - release inventory: Release + append + projection = 3
-//   - confirm / fail: append + projection = 2, plus one
-//     TakeSkipTerminalProjection when fixtures are wired
+//   - confirm / fail: append + projection = 2
 //
 // It reports progressed=false with no error when there is nothing to do,
 // or when the append lost to an event already in the stream (a retried
@@ -29,22 +29,84 @@ import (
 // with progressed=true means the event is recorded but the projection
 // write failed; the next projection write repairs it.
 func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err error) {
-	if err := s.refreshIfStale(ctx, o); err != nil {
+	eff, err := s.MakeEffect(ctx, o)
+	if err != nil || eff == nil {
 		return false, err
 	}
+	return s.Record(ctx, o, eff, Project)
+}
+
+// Effect is a step between its two phases: its external effect is made
+// (the module answered; confirm and fail have none) and its event is
+// decided but not recorded. An owner that stops here has made an effect
+// it has not recorded; whoever owns the order next decides the same step
+// from the stream and calls the module again under the same
+// deterministic id, which answers the first result (spec §7.2).
+//
+// An Effect belongs to the Order it was made for and to the fold version
+// it was decided from; it is not safe for concurrent use.
+type Effect struct {
+	orderID string
+	step    order.Step
+	event   order.Event
+	at      int64
+	// version is the fold's version the step was decided from: the event
+	// is recorded right after it or not at all.
+	version int64
+}
+
+// Step is the step whose effect this is.
+func (e *Effect) Step() order.Step { return e.step }
+
+// Projection says what Record does with the read model.
+type Projection int
+
+const (
+	// Project writes the projection of the new fold with the event: in
+	// the same round trip when a ProjectedAppender is wired, else right
+	// after it.
+	Project Projection = iota
+	// LeaveProjectionBehind records the event alone. The projection stays
+	// at the previous version — the state a process stopped between the
+	// append and the projection write leaves — until the next projection
+	// write repairs it (Continue on a terminal order, Rebuild, or the
+	// owner's next step).
+	LeaveProjectionBehind
+)
+
+func (p Projection) String() string {
+	switch p {
+	case Project:
+		return "project"
+	case LeaveProjectionBehind:
+		return "leave-projection-behind"
+	}
+	return fmt.Sprintf("Projection(%d)", int(p))
+}
+
+// MakeEffect performs the first phase of the next step: it finishes what
+// an earlier command left half done (repair), decides the step from the
+// fold, refuses a step whose effect the fold already records, and calls
+// the module the step needs. It returns nil with no error when there is
+// nothing to do. Nothing is appended: Record does that.
+func (s *Service) MakeEffect(ctx context.Context, o *Order) (*Effect, error) {
+	if err := s.refreshIfStale(ctx, o); err != nil {
+		return nil, err
+	}
 	if err := s.repair(ctx, o); err != nil {
-		return false, err
+		return nil, err
 	}
 	st := o.state
 	step := order.Decide(st)
 	if step == order.StepNone {
-		return false, nil
+		return nil, nil
 	}
 	if err := s.guardRepeatedEffect(o, step); err != nil {
-		return false, err
+		return nil, err
 	}
 
 	var ev order.Event
+	var err error
 	now := s.cfg.Now()
 	switch step {
 	case order.StepReserveInventory:
@@ -52,82 +114,85 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 			OrderId: o.id, ReservationId: order.ReservationID(o.id), Lines: contractLines(st.Lines),
 		})
 		if err != nil {
-			return false, fmt.Errorf("reserve inventory for order %s: %w", o.id, err)
+			return nil, fmt.Errorf("reserve inventory for order %s: %w", o.id, err)
 		}
 		// The domain supplies a reason when the module gives none.
 		ev, err = order.ReservationResult(st, res.GetAccepted(), res.GetReason())
 		if err != nil {
-			return false, fmt.Errorf("order %s reservation result: %w", o.id, err)
+			return nil, fmt.Errorf("order %s reservation result: %w", o.id, err)
 		}
 	case order.StepAuthorizePayment:
 		methodID, err := s.paymentMethod(ctx, o)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		res, err := s.cfg.Payment.Authorize(ctx, &contracts.AuthorizePaymentReq{
 			OrderId: o.id, PaymentId: order.PaymentID(o.id), PaymentMethodId: methodID,
 			Amount: st.Amount, Currency: st.Currency,
 		})
 		if err != nil {
-			return false, fmt.Errorf("authorize payment for order %s: %w", o.id, err)
+			return nil, fmt.Errorf("authorize payment for order %s: %w", o.id, err)
 		}
 		ev, err = order.PaymentResult(st, res.GetAccepted(), res.GetReason())
 		if err != nil {
-			return false, fmt.Errorf("order %s payment result: %w", o.id, err)
+			return nil, fmt.Errorf("order %s payment result: %w", o.id, err)
 		}
 	case order.StepReleaseInventory:
 		res, err := s.cfg.Inventory.Release(ctx, &contracts.ReleaseInventoryReq{
 			OrderId: o.id, ReservationId: st.ReservationID, Reason: st.Reason,
 		})
 		if err != nil {
-			return false, fmt.Errorf("release inventory for order %s: %w", o.id, err)
+			return nil, fmt.Errorf("release inventory for order %s: %w", o.id, err)
 		}
 		if !res.GetReleased() {
-			return false, fmt.Errorf("%w: order %s reservation %s: %s", ErrReleaseRefused, o.id, st.ReservationID, res.GetReason())
+			return nil, fmt.Errorf("%w: order %s reservation %s: %s", ErrReleaseRefused, o.id, st.ReservationID, res.GetReason())
 		}
 		ev, err = order.Released(st, st.Reason)
 		if err != nil {
-			return false, fmt.Errorf("order %s release result: %w", o.id, err)
+			return nil, fmt.Errorf("order %s release result: %w", o.id, err)
 		}
 	case order.StepConfirm:
 		ev, err = order.Confirm(st, now)
 		if err != nil {
-			return false, fmt.Errorf("confirm order %s: %w", o.id, err)
+			return nil, fmt.Errorf("confirm order %s: %w", o.id, err)
 		}
 	case order.StepFail:
 		ev, err = order.Fail(st, now)
 		if err != nil {
-			return false, fmt.Errorf("fail order %s: %w", o.id, err)
+			return nil, fmt.Errorf("fail order %s: %w", o.id, err)
 		}
 	default:
-		return false, fmt.Errorf("order %s: unknown step %s", o.id, step)
+		return nil, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
+	return &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version}, nil
+}
 
-	// The takeover proofs hold a step here, its effect made and not yet
-	// recorded. Production wiring has no Fixtures: no look, no round trip.
-	if s.cfg.Fixtures != nil {
-		if g, ok := s.cfg.Fixtures.(EffectGate); ok {
-			if err := g.HoldBeforeAppend(ctx, o.state.StartSourceCommandID, step.String(), o.generation); err != nil {
-				return false, fmt.Errorf("order %s held before the append of %s: %w", o.id, step, err)
-			}
-		}
+// Record performs the second phase of a step: it appends the effect's
+// event at the fold's version under the owner's fence and handles the
+// projection as p says. Results are those of Step. An effect whose fold
+// has moved on since it was made (a command recorded the step in between)
+// records nothing and reports progressed=false with no error: the stream,
+// not the effect, is right.
+func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection) (progressed bool, err error) {
+	if e == nil || e.orderID != o.id {
+		return false, fmt.Errorf("%w: effect recorded for another order than %s", ErrInvalidArgument, o.id)
 	}
-
-	// A runner fixture may ask for the terminal event without its
-	// projection (spec §9.2-3); it is taken before the append so the
-	// projection can travel with the event otherwise.
-	project := true
-	if (step == order.StepConfirm || step == order.StepFail) && s.cfg.Fixtures != nil {
-		skip, err := s.cfg.Fixtures.TakeSkipTerminalProjection(ctx, o.state.StartSourceCommandID)
-		if err != nil {
-			return false, fmt.Errorf("order %s terminal projection fixture: %w", o.id, err)
-		}
-		if skip {
-			s.log.Info("terminal projection skipped by fixture", "order", o.id, "version", o.state.Version+1)
-			project = false
-		}
+	if p != Project && p != LeaveProjectionBehind {
+		return false, fmt.Errorf("%w: %v", ErrInvalidArgument, p)
 	}
-	if err := s.append(ctx, o, ev, order.StepSourceCommandID(o.id, step), now, project); err != nil {
+	if err := s.refreshIfStale(ctx, o); err != nil {
+		return false, err
+	}
+	step := e.step
+	if o.state.Version != e.version {
+		s.log.Info("effect superseded; nothing recorded", "order", o.id, "step", step.String(),
+			"decidedAt", e.version, "version", o.state.Version)
+		return false, nil
+	}
+	if p == LeaveProjectionBehind {
+		s.log.Info("event recorded without its projection", "order", o.id, "step", step.String(), "version", e.version+1)
+	}
+	if err := s.append(ctx, o, e.event, order.StepSourceCommandID(o.id, step), e.at, p == Project); err != nil {
 		if isAppendRace(err) {
 			// Under fencing no other writer exists, so the stream can only
 			// be ahead by an earlier attempt of this very step.
@@ -150,18 +215,6 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 		return false, err
 	}
 	return true, nil
-}
-
-// EffectGate is implemented by Fixtures that can also hold a step after its
-// module call returned and before its event is appended: an owner killed
-// or paused there has made an external effect it has not recorded, which
-// is what the takeover proofs need. Step looks for it only when Fixtures
-// is set.
-type EffectGate interface {
-	// HoldBeforeAppend returns once no gate armed for the order's start
-	// holds step at this owner's generation, or with an error when ctx
-	// ends first (the step is then retried as after any transient error).
-	HoldBeforeAppend(ctx context.Context, startSourceCommandID, step string, generation int64) error
 }
 
 // guardRepeatedEffect refuses a step whose external effect the fold
@@ -256,23 +309,4 @@ func (s *Service) Rebuild(ctx context.Context, o *Order) (*contracts.OrderState,
 		return nil, err
 	}
 	return view(st), nil
-}
-
-// Parked returns the gate of the background continuation. It is non-None
-// only when the fold is InventoryReserved with no payment outcome yet and a
-// fixture is armed for the order's start; without fixtures it costs no
-// round trip.
-func (s *Service) Parked(ctx context.Context, o *Order) (GateMode, error) {
-	if s.cfg.Fixtures == nil {
-		return GateNone, nil
-	}
-	st := o.state
-	if st.Status != order.StatusInventoryReserved || st.PaymentID != "" || st.PaymentFailed {
-		return GateNone, nil
-	}
-	mode, err := s.cfg.Fixtures.Gate(ctx, st.StartSourceCommandID)
-	if err != nil {
-		return GateNone, fmt.Errorf("gate of order %s: %w", o.id, err)
-	}
-	return mode, nil
 }

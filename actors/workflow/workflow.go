@@ -22,23 +22,24 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 var (
 	// ErrNotFound: the order has no event stream. Nothing was written.
-	ErrNotFound = errors.New("workflow: order not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "workflow: order not found")
 	// ErrConflict: the command contradicts what the stream already holds
 	// (a different start for a started order, or a step whose external
 	// effect is already recorded).
-	ErrConflict = errors.New("workflow: conflicting command")
+	ErrConflict = errkind.New(errkind.Conflict, "workflow: conflicting command")
 	// ErrFenced: a newer owner of the order exists; the caller must stop
 	// and never write again. It is the event store's sentinel, so both
 	// names match with errors.Is.
 	ErrFenced = eventstore.ErrFenced
 	// ErrInvalidArgument: the command or configuration is malformed.
-	ErrInvalidArgument = errors.New("workflow: invalid argument")
+	ErrInvalidArgument = errkind.New(errkind.InvalidArgument, "workflow: invalid argument")
 	// ErrReleaseRefused: the inventory module refused to release a
 	// reservation the stream records as held. Recording a compensation
 	// that did not happen would be a lie, so the order stays where it is
@@ -60,45 +61,6 @@ type Envelopes interface {
 	LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error)
 }
 
-// GateMode is how a runner fixture interrupts the background continuation
-// of an order that reached InventoryReserved.
-type GateMode int
-
-const (
-	// GateNone: no fixture; the continuation proceeds.
-	GateNone GateMode = iota
-	// GateStop: the background continuation stops at InventoryReserved;
-	// only an explicit Continue proceeds (spec §9.2-2).
-	GateStop
-	// GateHold: the background continuation parks until the gate is
-	// released (the planned-relocation fixture of spec §7.3).
-	GateHold
-)
-
-func (m GateMode) String() string {
-	switch m {
-	case GateNone:
-		return "none"
-	case GateStop:
-		return "stop"
-	case GateHold:
-		return "hold"
-	}
-	return fmt.Sprintf("GateMode(%d)", int(m))
-}
-
-// Fixtures are runner-only interrupt points. They are armed per start
-// sourceCommandId (order.StartSourceCommandID(idempotencyKey)) because no
-// OrderId exists before the start. Production wiring passes nil.
-type Fixtures interface {
-	// Gate returns the gate armed for the start, GateNone when none is.
-	Gate(ctx context.Context, startSourceCommandID string) (GateMode, error)
-	// TakeSkipTerminalProjection reports, and consumes in the same atomic
-	// step, whether the projection of this order's terminal event must be
-	// skipped once.
-	TakeSkipTerminalProjection(ctx context.Context, startSourceCommandID string) (bool, error)
-}
-
 // ProjectedAppender records events and the projection of the fold they
 // lead to in one atomic step — one round trip where an append followed by
 // a projection write takes two. Wired only when the event store and the
@@ -118,8 +80,6 @@ type Config struct {
 	Inventory   commerce.Inventory
 	Payment     commerce.Payment
 	Envelopes   Envelopes
-	// Fixtures is optional: nil in production.
-	Fixtures Fixtures
 	// ProjectedAppend is optional: with it each event and its projection
 	// are recorded in one round trip instead of two.
 	ProjectedAppend ProjectedAppender

@@ -88,6 +88,28 @@ func (e *env) drive(o *workflow.Order) {
 	e.t.Fatalf("order %s did not settle in 10 steps; state %+v", o.OrderID(), o.State())
 }
 
+// driveLeavingTerminalBehind is drive in the workflow's two phases, with
+// the terminal event recorded without its projection: what a process
+// stopped between that append and its projection write leaves.
+func (e *env) driveLeavingTerminalBehind(o *workflow.Order) {
+	e.t.Helper()
+	for range 10 {
+		eff, err := e.svc.MakeEffect(e.ctx, o)
+		require.NoError(e.t, err)
+		if eff == nil {
+			return
+		}
+		p := workflow.Project
+		if eff.Step() == order.StepConfirm || eff.Step() == order.StepFail {
+			p = workflow.LeaveProjectionBehind
+		}
+		progressed, err := e.svc.Record(e.ctx, o, eff, p)
+		require.NoError(e.t, err)
+		require.True(e.t, progressed)
+	}
+	e.t.Fatalf("order %s did not settle in 10 steps; state %+v", o.OrderID(), o.State())
+}
+
 func (e *env) projection(orderID string) (*contracts.OrderState, int64) {
 	e.t.Helper()
 	p, v, ok := e.d.ReadModel.Lookup(orderID)
@@ -107,9 +129,9 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 		assert.Contains(t, err.Error(), field)
 	}
 	cfg := d.Config
-	cfg.Fixtures, cfg.Evidence, cfg.Logger = nil, nil, nil
+	cfg.Evidence, cfg.Logger = nil, nil
 	_, err = workflow.New(cfg)
-	require.NoError(t, err, "fixtures, evidence and logger are optional")
+	require.NoError(t, err, "evidence and logger are optional")
 }
 
 func TestSuccessPathRecordsEventsInOrderAndProjectsConfirmed(t *testing.T) {
@@ -385,9 +407,8 @@ func TestContinueOnTerminalRepairsMissingOrStaleProjection(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.d.Fixtures.ArmSkipTerminalProjection("key-term")
 			o, _ := e.start("ord-term", "key-term", tc.method)
-			e.drive(o)
+			e.driveLeavingTerminalBehind(o)
 
 			stale, v := e.projection("ord-term")
 			require.Equal(t, tc.version-1, v, "the terminal projection was skipped")
@@ -418,21 +439,6 @@ func TestContinueOnTerminalRepairsMissingOrStaleProjection(t *testing.T) {
 			assert.Len(t, e.d.Events.Stream("ord-term"), int(tc.version))
 		})
 	}
-}
-
-func TestSkipTerminalProjectionIsTakenOnce(t *testing.T) {
-	e := newEnv(t)
-	e.d.Fixtures.ArmSkipTerminalProjection("key-once")
-	o, _ := e.start("ord-once", "key-once", methodOK)
-	e.drive(o)
-	_, v := e.projection("ord-once")
-	assert.Equal(t, int64(3), v)
-	assert.Equal(t, int64(1), e.d.Fixtures.Takes.Load(), "asked only for the terminal event")
-
-	// A second order with the same fixture key is not skipped again.
-	skip, err := e.d.Fixtures.TakeSkipTerminalProjection(e.ctx, order.StartSourceCommandID("key-once"))
-	require.NoError(t, err)
-	assert.False(t, skip)
 }
 
 func TestRebuildReplaysTheStreamAlone(t *testing.T) {
@@ -472,9 +478,9 @@ func TestContinueAndRebuildWithoutStreamWriteNothing(t *testing.T) {
 	progressed, err := e.svc.Step(e.ctx, o)
 	require.NoError(t, err)
 	assert.False(t, progressed)
-	mode, err := e.svc.Parked(e.ctx, o)
+	eff, err := e.svc.MakeEffect(e.ctx, o)
 	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode)
+	assert.Nil(t, eff)
 
 	assert.Zero(t, e.d.Writes())
 	assert.Nil(t, e.d.Events.Stream("ord-none"))
@@ -569,73 +575,6 @@ func TestDuplicateStepAppendReloadsTheFold(t *testing.T) {
 	assert.False(t, progressed)
 	assert.Equal(t, order.StatusInventoryReserved, o.State().Status)
 	assert.Equal(t, int64(2), o.State().Version)
-}
-
-func TestParkedGateModes(t *testing.T) {
-	e := newEnv(t)
-	o, _ := e.start("ord-gate", "key-gate", methodOK)
-	e.d.Fixtures.ArmGate("key-gate", workflow.GateStop)
-
-	mode, err := e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode, "Created is never parked")
-	assert.Zero(t, e.d.Fixtures.GateCalls.Load())
-
-	_, err = e.svc.Step(e.ctx, o)
-	require.NoError(t, err)
-	mode, err = e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateStop, mode)
-
-	e.d.Fixtures.ArmGate("key-gate", workflow.GateHold)
-	mode, err = e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateHold, mode)
-
-	e.d.Fixtures.ReleaseGate("key-gate")
-	mode, err = e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode)
-
-	// Armed for another start: not this order's gate.
-	e.d.Fixtures.ArmGate("key-other", workflow.GateStop)
-	mode, err = e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode)
-
-	// Once the payment outcome is recorded the gate no longer applies.
-	e.d.Fixtures.ArmGate("key-gate", workflow.GateStop)
-	_, err = e.svc.Continue(e.ctx, o)
-	require.NoError(t, err)
-	mode, err = e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode)
-
-	// Production wiring has no fixtures and never parks.
-	cfg := e.d.Config
-	cfg.Fixtures = nil
-	svc := mustService(t, cfg)
-	e2 := newEnv(t)
-	o2, _ := e2.start("ord-prod", "key-prod", methodOK)
-	_, err = e2.svc.Step(e2.ctx, o2)
-	require.NoError(t, err)
-	mode, err = svc.Parked(e.ctx, o2)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode)
-}
-
-func TestPaymentFailureAtGateStillParks(t *testing.T) {
-	e := newEnv(t)
-	o, _ := e.start("ord-gpf", "key-gpf", methodDecline)
-	_, err := e.svc.Step(e.ctx, o)
-	require.NoError(t, err)
-	_, err = e.svc.Step(e.ctx, o)
-	require.NoError(t, err)
-	require.True(t, o.State().PaymentFailed)
-	e.d.Fixtures.ArmGate("key-gpf", workflow.GateHold)
-	mode, err := e.svc.Parked(e.ctx, o)
-	require.NoError(t, err)
-	assert.Equal(t, workflow.GateNone, mode, "a payment outcome is recorded: compensation must not park")
 }
 
 func TestOpenRejectsCorruptStream(t *testing.T) {
@@ -763,8 +702,8 @@ func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
 
 // With a ProjectedAppender every event travels with its projection: the
 // read model follows the stream step by step and no separate projection
-// write happens; the terminal-projection fixture still holds the last one
-// back.
+// write happens; a terminal event recorded with its projection left
+// behind leaves the read model one version back.
 func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	e := newEnv(t)
 	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
@@ -785,9 +724,8 @@ func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	assert.Equal(t, int64(4), pa.Calls.Load(), "one projected append per event")
 	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
 
-	e.d.Fixtures.ArmSkipTerminalProjection("key-pb")
 	o2, _ := e.start("ord-pb", "key-pb", methodOK)
-	e.drive(o2)
+	e.driveLeavingTerminalBehind(o2)
 	p, v = e.projection("ord-pb")
 	assert.Equal(t, int64(3), v, "the terminal event is recorded without its projection")
 	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, p.GetStatus())

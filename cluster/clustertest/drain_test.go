@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
@@ -75,7 +76,7 @@ func (h *harness) seedOrders(t *testing.T, prefix string, n int) []seededOrder {
 		}); err != nil {
 			return err
 		}
-		return h.stores.Fixtures.ArmGate(ctx, key, workflow.GateStop)
+		return h.stores.Fixtures.ArmGate(ctx, key, fixture.GateStop)
 	})
 	require.NoError(t, err)
 	return orders

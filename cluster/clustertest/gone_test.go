@@ -15,7 +15,8 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 // confirmedOn starts orders through a until n of them are Confirmed and
@@ -89,7 +90,7 @@ func TestGoneOwnerIsUnavailableEvenWhileLive(t *testing.T) {
 
 	callers := map[string]*grain.Client{"api-a": a.client, "api-b": b.client, "workflow-a itself": wa.Client}
 	for name, c := range callers {
-		eventually(t, 5*time.Second, func() bool { return errors.Is(continueOrder(c, ids[0]), location.ErrUnavailable) },
+		require.Eventually(t, func() bool { return errors.Is(continueOrder(c, ids[0]), placement.ErrUnavailable) }, 5*time.Second, 10*time.Millisecond,
 			"%s answers Unavailable for the gone owner's order", name)
 	}
 	require.True(t, a.member.Lookup.Live(gone), "the gone member is still in api-a's topology")
@@ -98,7 +99,7 @@ func TestGoneOwnerIsUnavailableEvenWhileLive(t *testing.T) {
 		for _, id := range ids {
 			began := time.Now()
 			err := continueOrder(c, id)
-			require.ErrorIs(t, err, location.ErrUnavailable, "%s, order %s", name, id)
+			require.ErrorIs(t, err, placement.ErrUnavailable, "%s, order %s", name, id)
 			require.Less(t, time.Since(began), time.Second, "Unavailable at once, not a timeout")
 		}
 	}
@@ -120,10 +121,10 @@ func TestGoneOwnerIsUnavailableEvenWhileLive(t *testing.T) {
 
 	// A grain of the gone member that asks whether it may work is told no.
 	rec := before[ids[0]]
-	eventually(t, 5*time.Second, func() bool { return wa.Member.Lookup.IsGone(gone) }, "workflow-a learns it is gone")
+	require.Eventually(t, func() bool { return wa.Member.Lookup.IsGone(gone) }, 5*time.Second, 10*time.Millisecond, "workflow-a learns it is gone")
 	conf, err := wa.Member.Lookup.Confirm(ctxT(t, 5*time.Second), grain.KindName, ids[0], actor.NewPID(rec.PIDAddress, rec.PIDID), rec.Generation)
 	require.NoError(t, err)
-	require.Equal(t, location.Superseded, conf)
+	require.Equal(t, placement.Superseded, conf)
 
 	// The record the takeover reads.
 	gm, err := b.member.Lookup.GoneMembers(ctxT(t, 5*time.Second))
@@ -173,15 +174,15 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 	select {
 	case err := <-fenced:
 		require.ErrorIs(t, err, node.ErrSelfFenced)
-		require.ErrorIs(t, err, location.ErrEvicted)
+		require.ErrorIs(t, err, placement.ErrEvicted)
 		t.Logf("fenced %s after its gone record: %v", time.Since(markedAt).Round(time.Millisecond), err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the member did not fence itself after it was recorded gone")
+		require.FailNow(t, "the member did not fence itself after it was recorded gone")
 	}
 	require.True(t, wa.Member.Lookup.Fenced())
 
 	// Its grains are gone from it...
-	eventually(t, 5*time.Second, func() bool { return grainCount(wa) == 0 }, "workflow-a's grains stopped (count %d)", grainCount(wa))
+	require.Eventually(t, func() bool { return grainCount(wa) == 0 }, 5*time.Second, 10*time.Millisecond, "workflow-a's grains stopped (count %d)", grainCount(wa))
 	for _, id := range ids {
 		rec := before[id]
 		_, err := wa.Member.System.Root.RequestFuture(actor.NewPID(rec.PIDAddress, rec.PIDID),
@@ -194,7 +195,7 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 		require.Equal(t, before[id], h.record(t, id), "record of %s", id)
 		require.Equal(t, location.Ready, before[id].Status)
 		require.Equal(t, streams[id], h.eventTypes(t, id), "stream of %s", id)
-		require.ErrorIs(t, continueOrder(a.client, id), location.ErrUnavailable, "order %s answers Unavailable", id)
+		require.ErrorIs(t, continueOrder(a.client, id), placement.ErrUnavailable, "order %s answers Unavailable", id)
 	}
 	for _, id := range ids {
 		require.Zero(t, hostedOf{ws["workflow-b"].Member.Lookup}.hostedCountOf(id), "order %s was activated elsewhere", id)
@@ -212,7 +213,7 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 // recorded gone; once its lease ran out it stops hosting all the same.
 func TestSelfFenceWhenTheLocationStoreIsLostForTheLease(t *testing.T) {
 	h := newHarness(t)
-	locSrv := redisserver.ForTest(t)
+	locSrv := redistest.Start(t)
 	stores, err := node.OpenStores(ctxT(t, 10*time.Second), node.RedisURLs{Default: h.redis.URL(), Location: locSrv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
@@ -242,11 +243,11 @@ func TestSelfFenceWhenTheLocationStoreIsLostForTheLease(t *testing.T) {
 	case err := <-fenced:
 		took := time.Since(lostAt)
 		require.ErrorIs(t, err, node.ErrSelfFenced)
-		require.ErrorIs(t, err, location.ErrLeaseExpired)
+		require.ErrorIs(t, err, placement.ErrLeaseExpired)
 		t.Logf("fenced %s after the Location Store went away (lease %s): %v", took.Round(time.Millisecond), lease, err)
 		require.GreaterOrEqual(t, took, lease-100*time.Millisecond, "not before the lease ran out")
 	case <-time.After(10 * time.Second):
-		t.Fatal("the member did not fence itself after losing its Location Store")
+		require.FailNow(t, "the member did not fence itself after losing its Location Store")
 	}
-	eventually(t, 5*time.Second, func() bool { return grainCount(w) == 0 }, "the grain stopped")
+	require.Eventually(t, func() bool { return grainCount(w) == 0 }, 5*time.Second, 10*time.Millisecond, "the grain stopped")
 }

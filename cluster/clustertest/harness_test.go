@@ -3,7 +3,6 @@ package clustertest
 import (
 	"context"
 	"fmt"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"log/slog"
 	"strings"
@@ -19,9 +18,11 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 // harness runs several members in one process on the in-memory test
@@ -44,7 +45,7 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
@@ -122,22 +123,10 @@ func (h *harness) startAPI(name string) *api {
 }
 
 // waitMembers waits until the lookup sees n members hosting the kind.
-func waitMembers(t *testing.T, l *location.Lookup, n int) {
+func waitMembers(t *testing.T, l *placement.Lookup, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return len(l.Eligible(grain.KindName)) == n },
+	require.Eventually(t, func() bool { return len(l.Eligible(grain.KindName)) == n }, 10*time.Second, 10*time.Millisecond,
 		"expected %d workflow members", n)
-}
-
-// eventually polls cond every 10 ms until the deadline.
-func eventually(t *testing.T, within time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", within, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -190,13 +179,13 @@ func (h *harness) eventTypes(t *testing.T, orderID string) []string {
 func (h *harness) waitStatus(t *testing.T, orderID string, status contracts.OrderStatus) *contracts.OrderState {
 	t.Helper()
 	var last *contracts.OrderState
-	eventually(t, 15*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		st, _, err := h.stores.ReadModel.Get(context.Background(), orderID)
 		if err == nil {
 			last = st
 		}
 		return err == nil && st.GetStatus() == status
-	}, "order %s to reach %s (last %v)", orderID, status, &last)
+	}, 15*time.Second, 10*time.Millisecond, "order %s to reach %s (last %v)", orderID, status, &last)
 	return last
 }
 

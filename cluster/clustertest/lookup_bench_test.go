@@ -2,7 +2,6 @@ package clustertest
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -12,12 +11,14 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 // echoKind is a grain that answers every request with the request itself,
@@ -39,7 +40,7 @@ func newEchoKind() *pcluster.Kind {
 // silentSystem is an actor system whose framework logs are discarded: at
 // thousands of calls per second any log line would dominate the figure.
 func silentSystem() *actor.ActorSystem {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 }
 
@@ -69,64 +70,55 @@ func runWarm(b *testing.B, call callFunc) {
 	msg := &contracts.GetOrderStateReq{OrderId: "echo-1"}
 	// Activation (and, for the Location Store, its Redis round trips)
 	// happens here, outside the measurement.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := call(msg)
-		if err == nil {
-			if r, ok := res.(*contracts.GetOrderStateReq); !ok || r.GetOrderId() != msg.OrderId {
-				b.Fatalf("warm-up: unexpected reply %T %v", res, res)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("warm-up call never succeeded: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var res any
+	require.EventuallyWithT(b, func(c *assert.CollectT) {
+		var err error
+		res, err = call(msg)
+		require.NoError(c, err)
+	}, 10*time.Second, 10*time.Millisecond, "warm-up call never succeeded")
+	r, ok := res.(*contracts.GetOrderStateReq)
+	require.True(b, ok, "warm-up: unexpected reply %T %v", res, res)
+	require.Equal(b, msg.OrderId, r.GetOrderId(), "warm-up reply")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		res, err := call(msg)
 		if err != nil {
-			b.Fatalf("call %d: %v", i, err)
+			require.NoError(b, err, "call %d", i)
 		}
 		if _, ok := res.(*contracts.GetOrderStateReq); !ok {
-			b.Fatalf("call %d: unexpected reply %T", i, res)
+			require.FailNow(b, "unexpected reply", "call %d: %T", i, res)
 		}
 	}
 	b.StopTimer()
 }
 
 func locationPair(b *testing.B) (callFunc, func()) {
-	srv := redisserver.ForTest(b)
+	srv := redistest.Start(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	agent := test.NewInMemAgent()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	start := func(name string, kinds ...*pcluster.Kind) *cluster.Member {
 		m, err := cluster.Start(ctx, cluster.Config{
 			NodeName: name, Provider: cluster.ProviderTest, TestAgent: agent,
 			RefreshTTL: 100 * time.Millisecond, Location: stores.Location,
 			Kinds: kinds, Logger: quiet, FrameworkLogLevel: quietFramework,
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		return m
 	}
 	host := start("bench-host", newEchoKind())
 	caller := start("bench-caller")
-	eventuallyB(b, func() bool { return len(caller.Lookup.Eligible(echoKind)) == 1 }, "caller to see the host")
+	require.Eventually(b, func() bool { return len(caller.Lookup.Eligible(echoKind)) == 1 }, 10*time.Second, 10*time.Millisecond, "caller to see the host")
 	stop := func() {
 		caller.Crash()
 		host.Crash()
 		stores.Close()
 	}
-	cctx := location.NewContext(caller.Lookup)
+	cctx := placement.NewContext(caller.Lookup)
 	return func(msg *contracts.GetOrderStateReq) (any, error) {
 		return cctx.Request(msg.GetOrderId(), echoKind, msg, pcluster.WithTimeout(5*time.Second))
 	}, stop
@@ -144,7 +136,7 @@ func disthashPair(b *testing.B) (callFunc, func()) {
 	}
 	host := start(newEchoKind())
 	caller := start()
-	eventuallyB(b, func() bool { return caller.MemberList.Members().Len() == 2 }, "caller to see the host")
+	require.Eventually(b, func() bool { return caller.MemberList.Members().Len() == 2 }, 10*time.Second, 10*time.Millisecond, "caller to see the host")
 	stop := func() {
 		caller.Shutdown(false)
 		host.Shutdown(false)
@@ -152,15 +144,4 @@ func disthashPair(b *testing.B) (callFunc, func()) {
 	return func(msg *contracts.GetOrderStateReq) (any, error) {
 		return caller.Request(msg.GetOrderId(), echoKind, msg, pcluster.WithTimeout(5*time.Second))
 	}, stop
-}
-
-func eventuallyB(b *testing.B, cond func() bool, what string) {
-	b.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -11,11 +11,12 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 )
 
@@ -24,7 +25,7 @@ import (
 func (h *harness) parkedOrder(t *testing.T, a *api, ws map[string]*node.Workflow) (*contracts.StartOrderWorkflowReq, string) {
 	t.Helper()
 	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
-	require.NoError(t, h.stores.Fixtures.ArmGate(ctxT(t, 5*time.Second), req.IdempotencyKey, workflow.GateHold))
+	require.NoError(t, h.stores.Fixtures.ArmGate(ctxT(t, 5*time.Second), req.IdempotencyKey, fixture.GateHold))
 	_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
 	require.NoError(t, err)
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_InventoryReserved)
@@ -35,7 +36,7 @@ func (h *harness) parkedOrder(t *testing.T, a *api, ws map[string]*node.Workflow
 			return req, name
 		}
 	}
-	t.Fatalf("owner %s of %s is none of the workflows", rec.Owner, req.OrderId)
+	require.FailNow(t, "the owner is none of the workflows", "owner %s of %s", rec.Owner, req.OrderId)
 	return nil, ""
 }
 
@@ -86,7 +87,7 @@ func TestPlannedRelocationKeepsGenerationAndResumesAtPayment(t *testing.T) {
 	}
 	res, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: target, OperationId: "op-" + req.OrderId})
 	require.NoError(t, err)
-	eventually(t, 5*time.Second, func() bool { return answered.Load() > 20 }, "requests after the move are answered")
+	require.Eventually(t, func() bool { return answered.Load() > 20 }, 5*time.Second, 10*time.Millisecond, "requests after the move are answered")
 	close(stop)
 	wg.Wait()
 	require.Zero(t, failed.Load(), "no request sent during the move may fail")
@@ -147,7 +148,7 @@ func TestRelocationOfDeadOwnerIsRefused(t *testing.T) {
 	waitMembers(t, a.member.Lookup, 1)
 	began := time.Now()
 	_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId})
-	require.ErrorIs(t, err, location.ErrUnavailable, "relocating a dead owner's order is not crash failover")
+	require.ErrorIs(t, err, placement.ErrUnavailable, "relocating a dead owner's order is not crash failover")
 	require.Less(t, time.Since(began), time.Second)
 	require.Zero(t, hostedOf{ws[other(source)].Member.Lookup}.hostedCountOf(req.OrderId))
 }
@@ -275,7 +276,7 @@ func TestInterruptedRelocationIsCompletedByRepeating(t *testing.T) {
 	op, err := h.stores.Relocation.GetOperation(ctx, "op-int")
 	require.NoError(t, err)
 	require.Equal(t, relocation.OpCommitted, op.State)
-	eventually(t, 5*time.Second, func() bool { return hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId) == 0 },
+	require.Eventually(t, func() bool { return hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"the fenced source stops")
 	require.Equal(t, 1, h.evidence(target).Count(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)))
 

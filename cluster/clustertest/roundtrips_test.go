@@ -11,17 +11,19 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // TestRoundTripsPerOrder counts the Redis round trips (a pipeline is one)
 // that the grain call path and the workflow make for one order from start
 // to Confirmed (the edge adds its cart read and idempotency reservation: 2
 // more). The bound guards against a regression; the figure is reported in
-// the log.
+// the log. It counts with the processes' own instrument: the stores' Redis
+// hooks and the metrics registry that /metrics serves.
 func TestRoundTripsPerOrder(t *testing.T) {
 	h := newHarness(t)
-	counter := &node.RoundTrips{}
-	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{Hook: counter})
+	reg := telemetry.NewRegistry()
+	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: reg.RedisHook})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
 	ctx := ctxT(t, 30*time.Second)
@@ -46,17 +48,37 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	h.waitStatus(t, warm.OrderId, contracts.OrderStatus_Confirmed)
 
 	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
-	rt := func() int64 { return counter.Snapshot()[node.RoundTripsTotal] }
-	before := rt()
+	sum := func(name string, match map[string]string) int64 {
+		v, err := telemetry.Sum(reg.Gatherer(), name, match)
+		require.NoError(t, err)
+		return int64(v)
+	}
+	rt := func() int64 { return sum(telemetry.MetricRedisRoundTrips, nil) }
+	zrem := func() int64 { return sum(telemetry.MetricRedisCommands, map[string]string{"command": "zrem"}) }
+	byStore := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, st := range []string{node.StoreEvents, node.StoreReadModel, node.StoreCommerce, node.StoreLocation, node.StoreRelocation} {
+			out[st] = sum(telemetry.MetricRedisRoundTrips, map[string]string{telemetry.LabelStore: st})
+		}
+		return out
+	}
+	before, beforeByStore := rt(), byStore()
 	_, _, err = client.StartOrderWorkflow(ctx, req)
 	require.NoError(t, err)
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
-	eventually(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		return rt()-before >= 1
-	}, "round trips counted")
+	}, 5*time.Second, 10*time.Millisecond, "round trips counted")
 	// The terminal step's index write follows the Confirmed projection.
-	eventually(t, 5*time.Second, func() bool { return counter.Snapshot()["zrem"] >= 2 }, "index entry dropped")
+	require.Eventually(t, func() bool { return zrem() >= 2 }, 5*time.Second, 10*time.Millisecond, "index entry dropped")
 	n := rt() - before
-	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+2 at the edge); by command: %v", n, counter.Snapshot())
+	delta := byStore()
+	var perStore int64
+	for st, v := range delta {
+		delta[st] = v - beforeByStore[st]
+		perStore += delta[st]
+	}
+	require.Equal(t, n, perStore, "every round trip is some store's")
+	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+2 at the edge); by store: %v", n, delta)
 	require.LessOrEqual(t, n, int64(13), "Open, envelope, start+projection, mapping, then module call + projected append per step, plus the cold lookup (its Ready commit pipelined with the owner index), plus the active-order index entry and its removal")
 }

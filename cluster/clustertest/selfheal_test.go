@@ -22,6 +22,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // allKeys lists every key of the harness' Redis, whatever its prefix.
@@ -47,10 +48,10 @@ func TestProbesOfUnknownIdsLeaveNoKey(t *testing.T) {
 	a := h.startAPI("api-a")
 	waitMembers(t, a.member.Lookup, 1)
 	// The member-name records are written in the background at start.
-	eventually(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		names, err := h.stores.Location.MemberNames(context.Background())
 		return err == nil && len(names) == 2
-	}, "member names published")
+	}, 10*time.Second, 10*time.Millisecond, "member names published")
 	before := h.allKeys(t)
 
 	for i := range 5 {
@@ -62,7 +63,7 @@ func TestProbesOfUnknownIdsLeaveNoKey(t *testing.T) {
 	}
 	// The probe's grain gives its authority back after it answered.
 	var after []string
-	eventually(t, 5*time.Second, func() bool { after = h.allKeys(t); return slices.Equal(before, after) },
+	require.Eventually(t, func() bool { after = h.allKeys(t); return slices.Equal(before, after) }, 5*time.Second, 10*time.Millisecond,
 		"keys after the probes: %v, before: %v", &after, before)
 }
 
@@ -146,8 +147,8 @@ func TestColdStartSkipsAFrozenMember(t *testing.T) {
 	client := grain.NewClient(m.Lookup)
 	waitMembers(t, m.Lookup, 2)
 
-	activator := actor.NewPID(frozen.Member.Address(), location.ActivatorName)
-	proc, ok := frozen.Member.System.ProcessRegistry.GetLocal(location.ActivatorName)
+	activator := actor.NewPID(frozen.Member.Address(), placement.ActivatorName)
+	proc, ok := frozen.Member.System.ProcessRegistry.GetLocal(placement.ActivatorName)
 	require.True(t, ok)
 	proc.SendSystemMessage(activator, &actor.SuspendMailbox{})
 	t.Cleanup(func() { proc.SendSystemMessage(activator, &actor.ResumeMailbox{}) })
@@ -201,14 +202,14 @@ func TestLateActivationIsRefused(t *testing.T) {
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
 	_, err = a.client.CloseOrder(ctxT(t, 10*time.Second), &contracts.CloseOrderReq{OrderId: req.OrderId})
 	require.NoError(t, err)
-	eventually(t, 5*time.Second, func() bool { hosted, _ := w.Member.Lookup.Hosted(); return len(hosted) == 0 }, "the closed grain stopped")
+	require.Eventually(t, func() bool { hosted, _ := w.Member.Lookup.Hosted(); return len(hosted) == 0 }, 5*time.Second, 10*time.Millisecond, "the closed grain stopped")
 
-	res, err := a.member.System.Root.RequestFuture(actor.NewPID(w.Member.Address(), location.ActivatorName), &location.Activate{
+	res, err := a.member.System.Root.RequestFuture(actor.NewPID(w.Member.Address(), placement.ActivatorName), &placement.Activate{
 		Kind: grain.KindName, Identity: req.OrderId, Generation: 2,
-		Reason: location.ActivationReason_ACTIVATION_REASON_COLD, DeadlineUnixMs: time.Now().Add(-time.Second).UnixMilli(),
+		Reason: placement.ActivationReason_ACTIVATION_REASON_COLD, DeadlineUnixMs: time.Now().Add(-time.Second).UnixMilli(),
 	}, 5*time.Second).Result()
 	require.NoError(t, err)
-	require.Equal(t, location.ActivationFailure_ACTIVATION_FAILURE_EXPIRED, res.(*location.Activated).GetFailure())
+	require.Equal(t, placement.ActivationFailure_ACTIVATION_FAILURE_EXPIRED, res.(*placement.Activated).GetFailure())
 	hosted, err := w.Member.Lookup.Hosted()
 	require.NoError(t, err)
 	require.Empty(t, hosted, "nothing was spawned")

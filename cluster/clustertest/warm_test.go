@@ -42,9 +42,11 @@ func TestWarmCallsMakeNoLocationRoundTrip(t *testing.T) {
 	rc := h.redis.Client()
 	rc.AddHook(counter)
 	t.Cleanup(func() { _ = rc.Close() })
+	loc, err := location.NewRedis(location.Config{Client: rc})
+	require.NoError(t, err)
 	m, err := cluster.Start(ctxT(t, 20*time.Second), cluster.Config{
 		NodeName: "api-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
-		RefreshTTL: 100 * time.Millisecond, Location: location.NewStore(location.StoreConfig{Client: rc}),
+		RefreshTTL: 100 * time.Millisecond, Location: loc,
 		Logger: h.logger("api-a"), FrameworkLogLevel: quietFramework,
 	})
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
@@ -141,7 +142,7 @@ func TestConcurrentFirstCallsOneActivation(t *testing.T) {
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 }
 
-type hostedOf struct{ l *location.Lookup }
+type hostedOf struct{ l *placement.Lookup }
 
 func (h hostedOf) hostedCount() int {
 	gs, _ := h.l.Hosted()
@@ -184,7 +185,7 @@ func TestUnavailableAfterOwnerCrashNoFailover(t *testing.T) {
 	began := time.Now()
 	_, err = a.client.ContinueOrderWorkflow(ctxT(t, requestTimeout), &contracts.ContinueOrderWorkflowReq{OrderId: req.OrderId, SourceCommandId: "c1"})
 	took := time.Since(began)
-	require.ErrorIs(t, err, location.ErrUnavailable)
+	require.ErrorIs(t, err, placement.ErrUnavailable)
 	require.Less(t, took, requestTimeout/10, "Unavailable must be fast, not a timeout")
 	t.Logf("Unavailable after owner crash answered in %s", took)
 
@@ -197,7 +198,7 @@ func TestUnavailableAfterOwnerCrashNoFailover(t *testing.T) {
 	h.startWorkflow("workflow-a")
 	waitMembers(t, a.member.Lookup, 2)
 	_, err = a.client.RebuildOrderProjection(ctxT(t, requestTimeout), &contracts.RebuildOrderProjectionReq{OrderId: req.OrderId})
-	require.ErrorIs(t, err, location.ErrUnavailable)
+	require.ErrorIs(t, err, placement.ErrUnavailable)
 	again, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
 	require.NoError(t, err)
 	require.Equal(t, before, again)
@@ -231,7 +232,7 @@ func TestNotFoundHasNoSideEffects(t *testing.T) {
 	require.Empty(t, envs, "no stream, no OrderStartedEvent")
 	_, _, err = h.stores.ReadModel.Get(ctx, id)
 	require.Error(t, err, "no projection")
-	eventually(t, 5*time.Second, func() bool { return hostedOf{w.Member.Lookup}.hostedCountOf(id) == 0 }, "no lasting activation")
+	require.Eventually(t, func() bool { return hostedOf{w.Member.Lookup}.hostedCountOf(id) == 0 }, 5*time.Second, 10*time.Millisecond, "no lasting activation")
 	rec, err := h.stores.Location.Get(ctx, grain.KindName, id)
 	require.NoError(t, err)
 	require.Equal(t, location.Missing, rec.Status)
@@ -278,10 +279,10 @@ func TestIdlePassivationReleasesAuthority(t *testing.T) {
 	_, _, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
 	require.NoError(t, err)
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
-	eventually(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		rec, err := h.stores.Location.Get(context.Background(), grain.KindName, req.OrderId)
 		return err == nil && rec.Status == location.Missing && rec.Generation == 1
-	}, "idle grain releases its authority and keeps the generation")
+	}, 10*time.Second, 10*time.Millisecond, "idle grain releases its authority and keeps the generation")
 	c, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: req.OrderId})
 	require.NoError(t, err)
 	require.Equal(t, contracts.OrderStatus_Confirmed, c.GetState().GetStatus())

@@ -5,12 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,7 +15,7 @@ import (
 // members that saw it; the record makes the verdict the same everywhere:
 // every lookup answers Unavailable for the gone member's orders, even one
 // that still sees it live, and the gone member itself learns of it and
-// fences itself (RunSelfFence). The record is never undone: a member comes
+// fences itself (see package placement). The record is never undone: a member comes
 // back only as a new incarnation with a new member id.
 
 // GoneMember is the record that a member left the topology. The first
@@ -33,25 +28,11 @@ type GoneMember struct {
 	LeftAtUnixMs int64 `json:"leftAtUnixMs"`
 }
 
-var (
-	// ErrEvicted: this member is recorded gone; it must stop hosting.
-	ErrEvicted = errors.New("location: this member is recorded gone")
-	// ErrLeaseExpired: this member could not read the Location Store for
-	// longer than its lease, so it cannot know whether it was recorded
-	// gone meanwhile; it must stop hosting.
-	ErrLeaseExpired = errors.New("location: location store unreachable for longer than the lease")
-
-	// errStoreClosed: the store's client was closed; background loops end.
-	errStoreClosed = errors.New("location: store client closed")
-)
-
-func (s *Store) goneKey() string { return s.prefix + "gone" }
-
 // translateGone is translate, keeping a closed client recognisable so a
 // background loop of a member that was stopped ends quietly.
 func translateGone(err error) error {
 	if errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, errStoreClosed)
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, ErrClosed)
 	}
 	return translate(err)
 }
@@ -65,7 +46,7 @@ return 0
 // the topology at leftAtUnixMs. The first record of a member id wins and
 // is never changed: won reports whether this call wrote it. Repeating it
 // is harmless.
-func (s *Store) MarkGone(ctx context.Context, memberID, node string, leftAtUnixMs int64) (won bool, err error) {
+func (s *Redis) MarkGone(ctx context.Context, memberID, node string, leftAtUnixMs int64) (won bool, err error) {
 	if memberID == "" {
 		return false, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
 	}
@@ -73,7 +54,7 @@ func (s *Store) MarkGone(ctx context.Context, memberID, node string, leftAtUnixM
 	if err != nil {
 		return false, err
 	}
-	n, err := markGone.Run(ctx, s.rdb, []string{s.goneKey()}, memberID, string(v)).Int()
+	n, err := markGone.Run(ctx, s.rdb, []string{s.keys.gone()}, memberID, string(v)).Int()
 	if err != nil {
 		return false, translateGone(err)
 	}
@@ -81,8 +62,8 @@ func (s *Store) MarkGone(ctx context.Context, memberID, node string, leftAtUnixM
 }
 
 // Gone returns every member recorded gone, by member id.
-func (s *Store) Gone(ctx context.Context) (map[string]GoneMember, error) {
-	m, err := s.rdb.HGetAll(ctx, s.goneKey()).Result()
+func (s *Redis) Gone(ctx context.Context) (map[string]GoneMember, error) {
+	m, err := s.rdb.HGetAll(ctx, s.keys.gone()).Result()
 	if err != nil {
 		return nil, translateGone(err)
 	}
@@ -94,8 +75,8 @@ func (s *Store) Gone(ctx context.Context) (map[string]GoneMember, error) {
 }
 
 // IsGone returns memberID's gone record, if there is one.
-func (s *Store) IsGone(ctx context.Context, memberID string) (GoneMember, bool, error) {
-	v, err := s.rdb.HGet(ctx, s.goneKey(), memberID).Result()
+func (s *Redis) IsGone(ctx context.Context, memberID string) (GoneMember, bool, error) {
+	v, err := s.rdb.HGet(ctx, s.keys.gone(), memberID).Result()
 	if errors.Is(err, redis.Nil) {
 		return GoneMember{}, false, nil
 	}
@@ -105,17 +86,17 @@ func (s *Store) IsGone(ctx context.Context, memberID string) (GoneMember, bool, 
 	return goneFrom(memberID, v), true, nil
 }
 
-// goneCount is the number of gone records: they are only ever added, so
+// GoneCount is the number of gone records: they are only ever added, so
 // a changed count is how a lookup learns, in one cheap command, that it
 // must read them again.
-func (s *Store) goneCount(ctx context.Context) (int64, error) {
-	n, err := s.rdb.HLen(ctx, s.goneKey()).Result()
+func (s *Redis) GoneCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.HLen(ctx, s.keys.gone()).Result()
 	return n, translateGone(err)
 }
 
-// memberName returns the node name memberID published, "" if none.
-func (s *Store) memberName(ctx context.Context, memberID string) (string, error) {
-	v, err := s.rdb.HGet(ctx, s.membersKey(), memberID).Result()
+// MemberName returns the node name memberID published, "" if none.
+func (s *Redis) MemberName(ctx context.Context, memberID string) (string, error) {
+	v, err := s.rdb.HGet(ctx, s.keys.members(), memberID).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -129,328 +110,4 @@ func goneFrom(id, v string) GoneMember {
 	_ = json.Unmarshal([]byte(v), &g)
 	g.MemberID = id
 	return g
-}
-
-const (
-	// A lookup reads the gone records again when its topology changes,
-	// when a member announces that it recorded one (GoneRecorded), and
-	// besides every goneRefresh as a safety net for a record written
-	// without an announcement (an operator tool) about a member this
-	// lookup still sees live. The gone member itself does not wait for
-	// any of these: its self-fence watch reads its own record. The
-	// periodic read is one HLEN; the records are read in full when their
-	// count changed, and every goneFullRefresh anyway. Polling every
-	// second would make every member's background traffic show up in the
-	// per-request round-trip figures.
-	goneRefresh     = 30 * time.Second
-	goneFullRefresh = 10 * time.Minute
-	// goneReadTimeout bounds one read of the gone records.
-	goneReadTimeout = 2 * time.Second
-	// goneRecordTimeout bounds one attempt at recording a departure.
-	goneRecordTimeout = 5 * time.Second
-
-	// A process that did not run for a while (a GC pause, a VM stall,
-	// SIGSTOP) may have let its own membership health checks time out:
-	// protoactor then reports live peers as having left. Its view is not
-	// to be trusted for a while, or a paused member would record the
-	// healthy members gone and make them fence themselves. The heartbeat
-	// notices such a stall; departures seen during or shortly after one
-	// are not recorded (the members that did not stall record real ones).
-	heartbeatEvery  = 100 * time.Millisecond
-	stallThreshold  = time.Second
-	stallQuarantine = 5 * time.Second
-)
-
-// goneState is a lookup's in-memory view of the gone records, read on the
-// warm path without a round trip.
-type goneState struct {
-	// byID is the last read of the gone records (nil before the first).
-	byID atomic.Pointer[map[string]GoneMember]
-	// liveGone maps the address of every member this lookup still sees
-	// live, but which is recorded gone, to its id; nil when there is none,
-	// which keeps the warm path at one atomic load.
-	liveGone atomic.Pointer[map[string]string]
-	nudge    chan struct{}
-	// recording holds the member ids whose departure is being recorded.
-	recording sync.Map
-	fenced    atomic.Bool
-
-	epoch time.Time
-	// beat is the time of the last heartbeat and quietUntil the end of
-	// the quarantine after a stall, both as monotonic offsets from epoch.
-	beat       atomic.Int64
-	quietUntil atomic.Int64
-	lastStall  atomic.Int64
-}
-
-// startGone starts the background work of gone records: the refresh of
-// the in-memory view and the stall heartbeat. It runs once, from Setup.
-func (l *Lookup) startGone() {
-	if l.stop == nil {
-		l.stop = make(chan struct{})
-	}
-	l.gone.nudge = make(chan struct{}, 1)
-	l.gone.epoch = time.Now()
-	l.gone.beat.Store(0)
-	go l.heartbeat()
-	go l.refreshGoneLoop()
-}
-
-func (l *Lookup) stopped() bool {
-	select {
-	case <-l.stop:
-		return true
-	default:
-		return l.cluster != nil && l.cluster.ActorSystem.IsStopped()
-	}
-}
-
-func (l *Lookup) heartbeat() {
-	t := time.NewTicker(heartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		if l.stopped() {
-			return
-		}
-		now := time.Since(l.gone.epoch)
-		if gap := now - time.Duration(l.gone.beat.Load()); gap > stallThreshold {
-			l.gone.lastStall.Store(int64(gap))
-			l.gone.quietUntil.Store(int64(now + stallQuarantine))
-			l.log.Info("this process did not run for a while; members it sees leave soon after are not recorded gone",
-				slog.Duration("stall", gap.Round(time.Millisecond)), slog.Duration("quarantine", stallQuarantine))
-		}
-		l.gone.beat.Store(int64(now))
-	}
-}
-
-// stalled reports whether this process stalled just now (the heartbeat
-// has not run for too long) or recently (still in quarantine).
-func (l *Lookup) stalled() (time.Duration, bool) {
-	now := time.Since(l.gone.epoch)
-	if gap := now - time.Duration(l.gone.beat.Load()); gap > stallThreshold {
-		return gap, true
-	}
-	if now < time.Duration(l.gone.quietUntil.Load()) {
-		return time.Duration(l.gone.lastStall.Load()), true
-	}
-	return 0, false
-}
-
-// isGone reports whether memberID is recorded gone, from memory.
-func (l *Lookup) isGone(memberID string) bool {
-	m := l.gone.byID.Load()
-	if m == nil {
-		return false
-	}
-	_, ok := (*m)[memberID]
-	return ok
-}
-
-// goneAddress reports whether addr is a member this lookup sees live but
-// which is recorded gone.
-func (l *Lookup) goneAddress(addr string) bool {
-	m := l.gone.liveGone.Load()
-	if m == nil {
-		return false
-	}
-	_, ok := (*m)[addr]
-	return ok
-}
-
-// selfFenced reports whether this member must not host: it fenced
-// itself, or it is recorded gone and has not noticed yet.
-func (l *Lookup) selfFenced() bool {
-	return l.gone.fenced.Load() || (l.cluster != nil && l.isGone(l.Self()))
-}
-
-// Fenced reports whether this member fenced itself (RunSelfFence).
-func (l *Lookup) Fenced() bool { return l.gone.fenced.Load() }
-
-// IsGone reports whether memberID is recorded gone, as this lookup last
-// read the records: at once for a member recorded by one it sees, else at
-// its next topology change or periodic read.
-func (l *Lookup) IsGone(memberID string) bool { return l.isGone(memberID) }
-
-// GoneMembers reads every gone record from the Location Store, by member
-// id, and refreshes the lookup's view with it.
-func (l *Lookup) GoneMembers(ctx context.Context) (map[string]GoneMember, error) {
-	m, err := l.store.Gone(ctx)
-	if err != nil {
-		return nil, err
-	}
-	l.setGone(m)
-	out := make(map[string]GoneMember, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out, nil
-}
-
-func (l *Lookup) setGone(m map[string]GoneMember) {
-	l.gone.byID.Store(&m)
-	l.mu.Lock()
-	l.updateLiveGone()
-	l.mu.Unlock()
-}
-
-// updateLiveGone recomputes liveGone from the members and the gone view.
-// Callers hold l.mu.
-func (l *Lookup) updateLiveGone() {
-	var live map[string]string
-	for id, m := range l.members {
-		if l.isGone(id) {
-			if live == nil {
-				live = map[string]string{}
-			}
-			live[m.Address()] = id
-		}
-	}
-	if live == nil {
-		l.gone.liveGone.Store(nil)
-		return
-	}
-	l.gone.liveGone.Store(&live)
-}
-
-// nudgeGone asks the refresh loop to look now.
-func (l *Lookup) nudgeGone() {
-	select {
-	case l.gone.nudge <- struct{}{}:
-	default:
-	}
-}
-
-func (l *Lookup) refreshGoneLoop() {
-	t := time.NewTicker(goneRefresh)
-	defer t.Stop()
-	count := int64(-1)
-	var full time.Time
-	for {
-		if l.stopped() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), goneReadTimeout)
-		n, err := l.store.goneCount(ctx)
-		if err == nil && (n != count || time.Since(full) > goneFullRefresh) {
-			var m map[string]GoneMember
-			if m, err = l.store.Gone(ctx); err == nil {
-				l.setGone(m)
-				count, full = int64(len(m)), time.Now()
-			}
-		}
-		cancel()
-		if errors.Is(err, errStoreClosed) {
-			return
-		}
-		if err != nil {
-			// The self-fence watcher reports a store it cannot reach;
-			// this view keeps its last state meanwhile.
-			l.log.Debug("refreshing gone members failed", slog.Any("error", err))
-		}
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		case <-l.gone.nudge:
-		}
-	}
-}
-
-// observeLeft records, in the background, every member of left as gone.
-// It runs in onTopology, under protoactor's member-list lock, so it only
-// starts work.
-func (l *Lookup) observeLeft(left []*pcluster.Member) {
-	if len(left) == 0 || l.gone.nudge == nil {
-		return
-	}
-	now := time.Now()
-	self := l.Self()
-	for _, m := range left {
-		if m.Id == self {
-			continue
-		}
-		if stall, ok := l.stalled(); ok {
-			l.log.Warn("not recording a member gone: this process stalled just before it saw the member leave, so its view is suspect",
-				slog.String("member", m.Id), slog.String("address", m.Address()), slog.Duration("stall", stall.Round(time.Millisecond)))
-			continue
-		}
-		if _, busy := l.gone.recording.LoadOrStore(m.Id, true); busy {
-			continue
-		}
-		go l.recordGone(m.Id, now)
-	}
-	l.nudgeGone()
-}
-
-// recordGone records memberID gone, retrying with capped backoff until it
-// lands: the Location Store may be down when the member leaves, and the
-// record is what every other lookup and the member itself go by.
-func (l *Lookup) recordGone(memberID string, leftAt time.Time) {
-	defer l.gone.recording.Delete(memberID)
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		if l.stopped() {
-			return
-		}
-		err := l.tryRecordGone(memberID, leftAt)
-		if err == nil || errors.Is(err, errStoreClosed) {
-			return
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			l.log.Warn("recording a member gone failed; retrying", slog.String("member", memberID),
-				slog.Int("attempt", attempt), slog.Any("error", err))
-		}
-		select {
-		case <-l.stop:
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (l *Lookup) tryRecordGone(memberID string, leftAt time.Time) error {
-	ctx, cancel := context.WithTimeout(context.Background(), goneRecordTimeout)
-	defer cancel()
-	// A member that is itself recorded gone is the one whose view is
-	// wrong (it was paused or cut off): it records nobody.
-	if _, gone, err := l.store.IsGone(ctx, l.Self()); err != nil {
-		return err
-	} else if gone {
-		l.log.Warn("not recording a member gone: this member is itself recorded gone", slog.String("member", memberID))
-		return nil
-	}
-	_, err := l.RecordGone(ctx, memberID, leftAt)
-	return err
-}
-
-// RecordGone records memberID gone as of leftAt, under the node name it
-// published, and tells every member it sees to read the gone records
-// again. The first record of a member wins (won reports whether this one
-// did); a member is gone for good. Recording a live member gone evicts
-// it: every lookup answers Unavailable for its orders and it fences
-// itself.
-func (l *Lookup) RecordGone(ctx context.Context, memberID string, leftAt time.Time) (won bool, err error) {
-	node, err := l.store.memberName(ctx, memberID)
-	if err != nil {
-		return false, err
-	}
-	won, err = l.store.MarkGone(ctx, memberID, node, leftAt.UnixMilli())
-	if err != nil {
-		return false, err
-	}
-	if won {
-		l.log.Info("member recorded gone", slog.String("member", memberID), slog.String("node", node),
-			slog.Int64("leftAtUnixMs", leftAt.UnixMilli()))
-	}
-	l.nudgeGone()
-	if l.cluster != nil && l.cluster.MemberList != nil {
-		l.cluster.MemberList.BroadcastEvent(&GoneRecorded{MemberId: memberID}, false)
-	}
-	return won, nil
 }

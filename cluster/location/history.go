@@ -82,11 +82,11 @@ func releaseReason(ctx context.Context) OwnershipKind {
 // History returns the identity's ownership history, oldest first: at most
 // the newest HistoryCap events. A never-seen identity, or one whose only
 // activation was discarded, has none.
-func (s *Store) History(ctx context.Context, kind, id string) ([]OwnershipEvent, error) {
+func (s *Redis) History(ctx context.Context, kind, id string) ([]OwnershipEvent, error) {
 	if err := checkIdentity(id); err != nil {
 		return nil, err
 	}
-	raw, err := s.rdb.LRange(ctx, s.historyKey(kind, id), 0, -1).Result()
+	raw, err := s.rdb.LRange(ctx, s.keys.history(kind, id), 0, -1).Result()
 	if err != nil {
 		return nil, translate(err)
 	}

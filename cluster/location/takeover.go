@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/asynkron/protoactor-go/actor"
-	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,19 +26,17 @@ import (
 // record stops naming the member. The record stays the truth: a takeover
 // checks each entry's record before it acts and drops stale entries.
 
-func (s *Store) ownedKey(memberID string) string { return s.prefix + "owned:" + memberID }
-
 func ownedEntry(kind, id string) string { return kind + "/" + id }
 
 // indexedEval runs script in one round trip with the index entry of
 // (kind, id) at owner added just before it.
-func (s *Store) indexedEval(ctx context.Context, owner, kind, id string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Redis) indexedEval(ctx context.Context, owner, kind, id string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if owner == "" {
 		return script.Run(ctx, s.rdb, keys, args...)
 	}
 	var cmd *redis.Cmd
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.SAdd(ctx, s.ownedKey(owner), ownedEntry(kind, id))
+		p.SAdd(ctx, s.keys.owned(owner), ownedEntry(kind, id))
 		cmd = script.EvalSha(ctx, p, keys, args...)
 		return nil
 	})
@@ -52,22 +48,22 @@ func (s *Store) indexedEval(ctx context.Context, owner, kind, id string, script 
 
 // unindex drops an index entry, best-effort: a stale entry costs a
 // takeover one record read, never a wrong decision.
-func (s *Store) unindex(ctx context.Context, owner, kind, id string) {
+func (s *Redis) unindex(ctx context.Context, owner, kind, id string) {
 	if owner == "" {
 		return
 	}
-	_ = s.rdb.SRem(context.WithoutCancel(ctx), s.ownedKey(owner), ownedEntry(kind, id)).Err()
+	_ = s.rdb.SRem(context.WithoutCancel(ctx), s.keys.owned(owner), ownedEntry(kind, id)).Err()
 }
 
 // Owned returns the ids of kind that memberID's index lists. It lists
 // every identity committed Ready at that member since the index existed
 // (and possibly some it no longer owns): check each record before acting
 // on it, and ScanRecords for records older than the index.
-func (s *Store) Owned(ctx context.Context, memberID, kind string) ([]string, error) {
+func (s *Redis) Owned(ctx context.Context, memberID, kind string) ([]string, error) {
 	if memberID == "" {
 		return nil, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
 	}
-	entries, err := s.rdb.SMembers(ctx, s.ownedKey(memberID)).Result()
+	entries, err := s.rdb.SMembers(ctx, s.keys.owned(memberID)).Result()
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -82,11 +78,11 @@ func (s *Store) Owned(ctx context.Context, memberID, kind string) ([]string, err
 
 // Unindex drops a stale entry from memberID's index: the record of (kind,
 // id) was found not to name that member.
-func (s *Store) Unindex(ctx context.Context, memberID, kind, id string) error {
+func (s *Redis) Unindex(ctx context.Context, memberID, kind, id string) error {
 	if memberID == "" {
 		return nil
 	}
-	return translate(s.rdb.SRem(ctx, s.ownedKey(memberID), ownedEntry(kind, id)).Err())
+	return translate(s.rdb.SRem(ctx, s.keys.owned(memberID), ownedEntry(kind, id)).Err())
 }
 
 // ScanRecords calls fn with every record of kind in the store, in no
@@ -94,22 +90,21 @@ func (s *Store) Unindex(ctx context.Context, memberID, kind, id string) error {
 // the fallback of a takeover that cannot trust the index: it reads the
 // whole keyspace, so it is for operators, never for a request path. A
 // record may change while the scan runs; fn sees each as it was read.
-func (s *Store) ScanRecords(ctx context.Context, kind string, fn func(id string, rec Record) error) error {
-	pattern := s.prefix + kind + ":{*}"
+func (s *Redis) ScanRecords(ctx context.Context, kind string, fn func(id string, rec Record) error) error {
+	pattern := s.keys.recordPattern(kind)
 	var mu sync.Mutex // ForEachMaster scans masters at once; fn runs under mu
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
-			keys, next, err := c.Scan(ctx, cursor, pattern, 500).Result()
+			found, next, err := c.Scan(ctx, cursor, pattern, 500).Result()
 			if err != nil {
 				return translate(err)
 			}
-			for _, k := range keys {
-				id, ok := strings.CutPrefix(k, s.prefix+kind+":{")
-				if !ok || !strings.HasSuffix(id, "}") {
+			for _, k := range found {
+				id, ok := s.keys.recordID(kind, k)
+				if !ok {
 					continue
 				}
-				id = strings.TrimSuffix(id, "}")
 				m, err := c.HGetAll(ctx, k).Result()
 				if err != nil {
 					return translate(err)
@@ -198,14 +193,14 @@ return {'reset', '', ARGV[3]}
 // a live member. owner's index entry is dropped. Repeating it is harmless.
 // The caller must have raised the stream's fence to newGeneration first:
 // resetting without it would let the old owner and the next one write.
-func (s *Store) ResetTakenOver(ctx context.Context, kind, id, owner string, oldGeneration, newGeneration int64) (ResetOutcome, error) {
+func (s *Redis) ResetTakenOver(ctx context.Context, kind, id, owner string, oldGeneration, newGeneration int64) (ResetOutcome, error) {
 	if err := checkIdentity(id); err != nil {
 		return 0, err
 	}
 	if owner == "" || newGeneration <= oldGeneration {
 		return 0, fmt.Errorf("%w: reset of %s from member %q generation %d to %d", ErrInvalidIdentity, id, owner, oldGeneration, newGeneration)
 	}
-	res, err := resetTakenOver.Run(ctx, s.rdb, []string{s.recKey(kind, id), s.historyKey(kind, id)},
+	res, err := resetTakenOver.Run(ctx, s.rdb, []string{s.keys.record(kind, id), s.keys.history(kind, id)},
 		owner, oldGeneration, newGeneration, nowUnixMs()).StringSlice()
 	if err != nil {
 		return 0, translate(err)
@@ -228,20 +223,4 @@ func (s *Store) ResetTakenOver(ctx context.Context, kind, id, owner string, oldG
 		s.unindex(ctx, owner, kind, id)
 	}
 	return out, nil
-}
-
-// DropRoute tells every member, this one included, to forget a route to
-// the grain a record named before a takeover, as a stopped grain's
-// activator does: a cached pid of a live old owner (a forced takeover)
-// would otherwise keep receiving the order's commands. The old grain
-// learns nothing from it; the raised fence is what stops it writing.
-func (l *Lookup) DropRoute(kind, id string, old Record) {
-	if l.cluster == nil || old.PIDID == "" {
-		return
-	}
-	pid := actor.NewPID(old.PIDAddress, old.PIDID)
-	l.cluster.PidCache.RemoveByValue(id, kind, pid)
-	l.cluster.MemberList.BroadcastEvent(&pcluster.ActivationTerminated{
-		Pid: pid, ClusterIdentity: pcluster.NewClusterIdentity(id, kind),
-	}, true)
 }

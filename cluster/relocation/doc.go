@@ -6,7 +6,7 @@
 // The store keeps envelopes as opaque bytes, so it must not import
 // actors/..., edge, eventstore or readmodel; callers encode and decode. Its
 // keyspace is separate from the Location Store's (default prefix "sm:loc:"):
-// the spec lets both share a Redis deployment but never a key, so New
+// the spec lets both share a Redis deployment but never a key, so NewRedis
 // refuses a prefix inside the Location Store's default keyspace.
 //
 // Keys (prefix default "sm:rel:"):
@@ -22,4 +22,9 @@
 // the operation id so it, too, is valid on Redis Cluster.
 //
 // The store never reads the clock: every time comes in on the Operation.
+//
+// It follows the store convention described in package eventstore:
+// relocation.go holds the Store interface with its contract and the
+// sentinels, redis.go the Redis implementation and NewRedis, keys.go the
+// only code that spells keys, and relocationtest the contract suite.
 package relocation

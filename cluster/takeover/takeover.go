@@ -44,25 +44,26 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/errkind"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
 var (
 	// ErrOwnerLive: the order's owner is neither recorded gone nor out of
 	// the topology; only an explicit force evicts a live owner.
-	ErrOwnerLive = errors.New("takeover: the owner is live")
+	ErrOwnerLive = errkind.New(errkind.FailedPrecondition, "takeover: the owner is live")
 	// ErrNoOwner: the order has no Ready or Moving owner to take over
 	// from (it is Missing, or being created).
-	ErrNoOwner = errors.New("takeover: the order has no owner to take over from")
+	ErrNoOwner = errkind.New(errkind.FailedPrecondition, "takeover: the order has no owner to take over from")
 	// ErrNotFound: the order was never activated.
-	ErrNotFound = errors.New("takeover: no such order")
+	ErrNotFound = errkind.New(errkind.NotFound, "takeover: no such order")
 	// ErrUnknownMember: no member id or node name matches.
-	ErrUnknownMember = errors.New("takeover: no such member")
+	ErrUnknownMember = errkind.New(errkind.NotFound, "takeover: no such member")
 	// ErrConflict: the operation id belongs to another order or to an
 	// operation of another kind.
-	ErrConflict = errors.New("takeover: operation id in use")
+	ErrConflict = errkind.New(errkind.Conflict, "takeover: operation id in use")
 	// ErrInvalidArgument: an empty or malformed id.
-	ErrInvalidArgument = errors.New("takeover: invalid argument")
+	ErrInvalidArgument = errkind.New(errkind.InvalidArgument, "takeover: invalid argument")
 )
 
 // Fencer raises an order's stream fence; eventstore.Store is one.
@@ -77,8 +78,8 @@ type Fencer interface {
 type Config struct {
 	// Kind is the grain kind whose identities are order ids.
 	Kind        string
-	Location    *location.Store
-	Relocations *relocation.Store
+	Location    location.Store
+	Relocations relocation.Store
 	Fences      Fencer
 	// Live, optional, tells whether a member is in the topology as this
 	// process sees it. A member that is not counts as gone for a takeover
@@ -87,7 +88,7 @@ type Config struct {
 	Live func(memberID string) bool
 	// DropRoute, optional, is told of every record taken over, with the
 	// record as it was, so that cached routes to the old grain are dropped
-	// ((*location.Lookup).DropRoute).
+	// ((*placement.Lookup).DropRoute).
 	DropRoute func(kind, id string, old location.Record)
 	// Parallel bounds the order takeovers a member takeover runs at once;
 	// default 8.
@@ -289,7 +290,7 @@ func (s *Service) order(ctx context.Context, req Request, owners map[string]stri
 		Generation: rec.Generation, NewGeneration: rec.Generation + 1,
 		State: relocation.OpFenced, StartedAtUnixMs: now, UpdatedAtUnixMs: now,
 	}
-	return s.finish(ctx, op, rec, live)
+	return s.finish(ctx, op, rec, res)
 }
 
 func hasKey(m map[string]string, k string) bool {
@@ -327,35 +328,34 @@ func kindName(k relocation.OpKind) string {
 	return string(k)
 }
 
+// recorded is what op's record says of its takeover, with outcome.
+func recorded(op relocation.Operation, outcome Outcome) Result {
+	return Result{
+		OrderID: op.OrderID, OperationID: op.ID, Member: op.Member, Node: op.Source,
+		OldGeneration: op.Generation, NewGeneration: op.NewGeneration, Outcome: outcome,
+	}
+}
+
 // resume finishes a recorded takeover, or reports it finished.
 func (s *Service) resume(ctx context.Context, op relocation.Operation, dryRun bool) (Result, error) {
-	res := Result{
-		OrderID: op.OrderID, OperationID: op.ID, Member: op.Member, Node: op.Source,
-		OldGeneration: op.Generation, NewGeneration: op.NewGeneration,
-	}
 	if op.State.Final() {
-		res.Outcome = AlreadyTakenOver
-		return res, nil
+		return recorded(op, AlreadyTakenOver), nil
 	}
 	if dryRun {
-		res.Outcome = WouldTakeOver
-		return res, nil
+		return recorded(op, WouldTakeOver), nil
 	}
 	rec, err := s.cfg.Location.Get(ctx, s.cfg.Kind, op.OrderID)
 	if err != nil {
 		return Result{}, err
 	}
 	s.log.Info("finishing a half-done takeover", slog.String("order", op.OrderID), slog.String("operation", op.ID))
-	return s.finish(ctx, op, rec, false)
+	return s.finish(ctx, op, rec, recorded(op, ""))
 }
 
-// finish runs the three steps of a takeover in their order. old is the
-// record as read before, for the routes to drop.
-func (s *Service) finish(ctx context.Context, op relocation.Operation, old location.Record, live bool) (Result, error) {
-	res := Result{
-		OrderID: op.OrderID, OperationID: op.ID, Member: op.Member, Node: op.Source,
-		OldGeneration: op.Generation, NewGeneration: op.NewGeneration, OwnerLive: live,
-	}
+// finish runs the three steps of a takeover in their order and completes
+// res, the takeover's result so far. old is the record as read before,
+// for the routes to drop.
+func (s *Service) finish(ctx context.Context, op relocation.Operation, old location.Record, res Result) (Result, error) {
 	// 1. No writer below the new generation can append from here on.
 	if _, err := s.cfg.Fences.RaiseFence(ctx, op.OrderID, op.NewGeneration); err != nil {
 		return Result{}, fmt.Errorf("takeover of order %s: raise the fence: %w", op.OrderID, err)
@@ -368,7 +368,7 @@ func (s *Service) finish(ctx context.Context, op relocation.Operation, old locat
 			// Another caller (an API racing on the same default id)
 			// finished this very operation meanwhile.
 			if done, found, gerr := s.operation(ctx, op.ID, op.OrderID); gerr == nil && found && done.State.Final() {
-				return s.resume(ctx, done, false)
+				return recorded(done, AlreadyTakenOver), nil
 			}
 		}
 		return Result{}, fmt.Errorf("takeover of order %s: record operation %s: %w", op.OrderID, op.ID, err)
@@ -393,7 +393,7 @@ func (s *Service) finish(ctx context.Context, op relocation.Operation, old locat
 	s.log.Info("order taken over", slog.String("order", op.OrderID), slog.String("operation", op.ID),
 		slog.String("member", op.Member), slog.String("node", op.Source), slog.String("caller", op.Caller),
 		slog.Int64("oldGeneration", op.Generation), slog.Int64("newGeneration", op.NewGeneration),
-		slog.Bool("ownerLive", live), slog.String("outcome", string(res.Outcome)), slog.String("record", out.String()))
+		slog.Bool("ownerLive", res.OwnerLive), slog.String("outcome", string(res.Outcome)), slog.String("record", out.String()))
 	return res, nil
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 const kind = "shoppingmall.order-workflow"
@@ -23,8 +23,8 @@ const kind = "shoppingmall.order-workflow"
 type env struct {
 	t      *testing.T
 	rdb    *redis.Client
-	loc    *location.Store
-	rel    *relocation.Store
+	loc    location.Store
+	rel    relocation.Store
 	events *eventstore.Redis
 	live   sync.Map // member id → true while "in the topology"
 	svc    *Service
@@ -32,13 +32,19 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	rdb := srv.Client()
 	t.Cleanup(func() { _ = rdb.Close() })
+	events, err := eventstore.NewRedis(eventstore.Config{Client: rdb})
+	require.NoError(t, err)
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	require.NoError(t, err)
+	rel, err := relocation.NewRedis(relocation.Config{Client: rdb})
+	require.NoError(t, err)
 	e := &env{t: t, rdb: rdb,
-		loc:    location.NewStore(location.StoreConfig{Client: rdb}),
-		rel:    relocation.New(relocation.Config{Client: rdb}),
-		events: eventstore.NewRedis(eventstore.RedisConfig{Client: rdb}),
+		loc:    loc,
+		rel:    rel,
+		events: events,
 	}
 	svc, err := New(Config{Kind: kind, Location: e.loc, Relocations: e.rel, Fences: e.events,
 		Live: func(m string) bool { _, ok := e.live.Load(m); return ok },

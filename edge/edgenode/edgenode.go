@@ -19,9 +19,10 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
-	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
 	"github.com/shoppingmall-go/shoppingmall/edge"
+	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck"
 )
 
 // Config configures an API member.
@@ -67,7 +68,7 @@ type API struct {
 // topology counts live workflow members as this member sees them, and
 // checks the stores for the edge's /readyz (edge.StoreCheck).
 type topology struct {
-	l      *location.Lookup
+	l      *placement.Lookup
 	stores *node.Stores
 }
 
@@ -194,7 +195,12 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
 	}
 	if cfg.SelfCheck {
-		ecfg.SelfCheck = &edge.SelfCheck{
+		// The runner's hooks are test machinery: mounted on the admin
+		// listener only with -self-check, otherwise their paths are 404.
+		var hooks *selfcheck.Hooks
+		hooks, err = selfcheck.New(selfcheck.Config{
+			Idempotency: st.Commerce.Idempotency(),
+			Orders:      client,
 			Fixtures:    st.Fixtures,
 			Events:      st.Events,
 			Authority:   st.Location,
@@ -203,9 +209,13 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 			Projections: st.ReadModel,
 			Inventory:   st.Commerce.Inventory(),
 			Payment:     st.Commerce.Payment(),
-		}
+		})
+		ecfg.Mounts = append(ecfg.Mounts, hooks)
 	}
-	srv, err := edge.New(ecfg)
+	var srv *edge.Server
+	if err == nil {
+		srv, err = edge.New(ecfg)
+	}
 	if err != nil {
 		if policy != nil {
 			policy.Close()

@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 type errorReply struct {
@@ -70,7 +71,7 @@ func TestStartingHandlerSaysWhyNotReady(t *testing.T) {
 }
 
 func TestStartingHandlerWaitsForTheMember(t *testing.T) {
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	s, err := node.NewStores(node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)

@@ -29,7 +29,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 			require.Equal(t, 1, ev.Count("shoppingmall-ready kind=http node="+a.name))
 			for _, wf := range []string{"workflow-a", "workflow-b"} {
 				line := fmt.Sprintf("shoppingmall-ready kind=object-route node=%s target=%s", a.name, wf)
-				eventually(t, 10*time.Second, func() bool { return ev.Count(line) > 0 }, "%q", line)
+				require.Eventually(t, func() bool { return ev.Count(line) > 0 }, 10*time.Second, 10*time.Millisecond, "%q", line)
 				require.Equal(t, 1, ev.Count(line))
 			}
 			require.Equal(t, []string{"workflow-a", "workflow-b"}, a.api.Routes.Targets())
@@ -37,7 +37,6 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		}
 	})
 
-	var confirmed *contracts.StartOrderRes
 	t.Run("success is Confirmed, read from either API", func(t *testing.T) {
 		res := h.startOrder(apiA, startBody(commerce.DemoCartOK, commerce.DemoMethodOK, newKey(t)), http.StatusCreated)
 		require.Equal(t, contracts.OrderStatus_Created, res.GetState().GetStatus())
@@ -61,7 +60,6 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 			"the evidence hook prints its line on the API that served it")
 		started := fmt.Sprintf("shoppingmall-order started order=%s spot=shoppingmall.order-workflow/%s", res.OrderId, res.OrderId)
 		require.Equal(t, 1, h.ev(ev.OwnerNode).Count(started))
-		confirmed = res
 	})
 
 	t.Run("inventory failure", func(t *testing.T) {
@@ -206,7 +204,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		code, b := h.do("POST", apiB, "/self-check/skip-terminal-projection", fmt.Sprintf(`{"idempotencyKey":%q}`, key))
 		require.Equal(t, http.StatusOK, code, string(b))
 		res := h.startOrder(apiA, startBody(commerce.DemoCartOK, commerce.DemoMethodOK, key), http.StatusCreated)
-		eventually(t, 15*time.Second, func() bool { return len(h.evidenceOf(apiB, res.OrderId).Events) == len(success) },
+		require.Eventually(t, func() bool { return len(h.evidenceOf(apiB, res.OrderId).Events) == len(success) }, 15*time.Second, 10*time.Millisecond,
 			"terminal event recorded")
 		st, ok := h.getState(apiA, res.OrderId)
 		require.True(t, ok)
@@ -222,7 +220,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 	})
 
 	t.Run("deleted projection is rebuilt from the stream alone", func(t *testing.T) {
-		require.NotNil(t, confirmed, "needs the success order")
+		confirmed := h.confirmedOrder(t, apiA)
 		before, ok := h.getState(apiA, confirmed.OrderId)
 		require.True(t, ok)
 		code, b := h.do("DELETE", apiB, "/self-check/orders/"+confirmed.OrderId+"/projection", "")
@@ -242,7 +240,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 	})
 
 	t.Run("repeated effects return the first results and move nothing", func(t *testing.T) {
-		require.NotNil(t, confirmed)
+		confirmed := h.confirmedOrder(t, apiB)
 		code, b := h.do("POST", apiA, "/self-check/orders/"+confirmed.OrderId+"/repeat-effects", "")
 		require.Equal(t, http.StatusOK, code, string(b))
 		var rep struct {
@@ -308,7 +306,7 @@ func TestGetWorksWhileOwnerIsDead(t *testing.T) {
 
 	h.workflows[before.OwnerNode].Member.Crash()
 	for _, a := range h.apis {
-		eventually(t, 10*time.Second, func() bool { return len(a.api.Member.Lookup.Eligible(grain.KindName)) == 1 },
+		require.Eventually(t, func() bool { return len(a.api.Member.Lookup.Eligible(grain.KindName)) == 1 }, 10*time.Second, 10*time.Millisecond,
 			"%s sees the owner gone", a.name)
 	}
 
@@ -333,4 +331,13 @@ func TestGetWorksWhileOwnerIsDead(t *testing.T) {
 	require.Equal(t, before.OwnerMember, after.OwnerMember, "nothing re-created elsewhere")
 	require.Equal(t, before.Generation, after.Generation)
 	require.Len(t, after.Events, len(success))
+}
+
+// confirmedOrder starts an order of its own through a and waits until it
+// is Confirmed, so that no subtest depends on what an earlier one left.
+func (h *harness) confirmedOrder(t *testing.T, a *apiNode) *contracts.StartOrderRes {
+	t.Helper()
+	res := h.startOrder(a, startBody(commerce.DemoCartOK, commerce.DemoMethodOK, newKey(t)), http.StatusCreated)
+	h.waitStatus(a, res.OrderId, contracts.OrderStatus_Confirmed)
+	return res
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"log/slog"
 	"net"
@@ -23,10 +22,11 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 // requestTimeout is each API's request bound.
@@ -67,7 +67,7 @@ type harness struct {
 // self-check hooks and admin on, and waits until both APIs are ready.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	srv := redisserver.ForTest(t)
+	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
@@ -87,9 +87,9 @@ func newHarness(t *testing.T) *harness {
 		h.startAPI(ctx, name)
 	}
 	for _, a := range h.apis {
-		eventually(t, 10*time.Second, func() bool { return h.status("GET", a, "/readyz", "") == http.StatusOK },
+		require.Eventually(t, func() bool { return h.status("GET", a, "/readyz", "") == http.StatusOK }, 10*time.Second, 10*time.Millisecond,
 			"%s ready", a.name)
-		eventually(t, 10*time.Second, func() bool { return len(a.api.Member.Lookup.Eligible(grain.KindName)) == 2 },
+		require.Eventually(t, func() bool { return len(a.api.Member.Lookup.Eligible(grain.KindName)) == 2 }, 10*time.Second, 10*time.Millisecond,
 			"%s sees both workflow members", a.name)
 	}
 	return h
@@ -233,11 +233,11 @@ func (h *harness) getState(a *apiNode, id string) (*contracts.OrderState, bool) 
 func (h *harness) waitStatus(a *apiNode, id string, status contracts.OrderStatus) *contracts.OrderState {
 	h.t.Helper()
 	var last *contracts.OrderState
-	eventually(h.t, 15*time.Second, func() bool {
+	require.Eventually(h.t, func() bool {
 		st, ok := h.getState(a, id)
 		last = st
 		return ok && st.GetStatus() == status
-	}, "order %s to reach %s via %s (last %v)", id, status, a.name, &last)
+	}, 15*time.Second, 10*time.Millisecond, "order %s to reach %s via %s (last %v)", id, status, a.name, &last)
 	return last
 }
 
@@ -300,18 +300,6 @@ func requireCode(t *testing.T, body []byte, code string) {
 	}
 	require.NoError(t, json.Unmarshal(body, &e), string(body))
 	require.Equal(t, code, e.Error.Code, string(body))
-}
-
-// eventually polls cond every 10 ms until the deadline.
-func eventually(t *testing.T, within time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", within, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func sameState(t *testing.T, want, got *contracts.OrderState) {

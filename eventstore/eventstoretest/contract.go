@@ -367,23 +367,35 @@ func testRace(t *testing.T, s eventstore.Store) {
 		Writer int `json:"writer"`
 	}
 	var (
-		wg        sync.WaitGroup
+		wg sync.WaitGroup
+		// loaded holds every writer's first append until all of them have
+		// read the stream, so that the first round is a real race (one
+		// winner, the rest conflicting) even on a store that answers
+		// faster than goroutines interleave.
+		loaded    sync.WaitGroup
 		start     = make(chan struct{})
 		conflicts atomic.Int64
 		mu        sync.Mutex
 		wins      = map[int][]int64{} // writer -> versions it won
 		winners   = map[int64]int{}   // version -> number of writers told they won it
 	)
+	loaded.Add(writers)
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var firstLoad sync.Once
+			defer firstLoad.Do(loaded.Done)
 			<-start
 			for attempt := 0; ; attempt++ {
 				evs, err := s.Load(ctx, o)
 				if err != nil {
 					t.Errorf("writer %d: Load: %v", w, err)
 					return
+				}
+				if attempt == 0 {
+					firstLoad.Do(loaded.Done)
+					loaded.Wait()
 				}
 				v := int64(len(evs))
 				if v >= target {

@@ -108,11 +108,19 @@ func (l *load) pathOf(n int64) string {
 	}
 }
 
+// progress says whether a load phase reports its progress as it runs.
+type progress bool
+
+const (
+	quiet          progress = false
+	reportProgress progress = true
+)
+
 // run drives Concurrency workers, each with one order in flight: POST, then
 // GET every Poll until the order is terminal. It stops starting orders
 // after duration (when orders is 0) or after orders orders, and returns
 // once every started order has finished.
-func (l *load) run(ctx context.Context, phase string, duration time.Duration, orders int, progress bool) loadResult {
+func (l *load) run(ctx context.Context, phase string, duration time.Duration, orders int, report progress) loadResult {
 	start := time.Now()
 	var started, done, terminal, errs atomic.Int64
 	var polls atomic.Int64
@@ -156,7 +164,7 @@ func (l *load) run(ctx context.Context, phase string, duration time.Duration, or
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		if !progress {
+		if report == quiet {
 			return
 		}
 		t := time.NewTicker(time.Second)

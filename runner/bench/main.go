@@ -9,10 +9,14 @@
 // plot in <run-dir>/bench-results.png.
 //
 // It is a measuring tool, not a test: nothing in `make test` runs it. It
-// talks to the cluster over HTTP, reads the processes' stats files
-// (actors/node.ProcessStats), and uses Redis directly only to seed, to read
-// INFO and to run the ceiling load; it must not import edge, the workflow
-// or the grain packages.
+// reads what an operator reads: client-side Redis figures from each
+// process's Prometheus /metrics, Redis' own from INFO commandstats, and
+// each process's CPU time from the OS (procfs), which needs nothing from
+// the processes, so a binary of an older commit can be measured too. It
+// talks to the cluster over HTTP and uses Redis directly only to seed, to
+// read INFO and to run the ceiling load; it must not import gin,
+// protoactor, edge, actors/node, the framework package cluster, the
+// workflow or the grain packages.
 package main
 
 import (
@@ -30,7 +34,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -52,7 +55,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.runDir, "run-dir", ".run/bench", "run directory: logs, stats files, results")
+	flag.StringVar(&o.runDir, "run-dir", ".run/bench", "run directory: logs, results")
 	flag.StringVar(&o.apiBin, "api-bin", "", "built commerce-api (default: go build into <run-dir>/bin)")
 	flag.StringVar(&o.workflowBin, "workflow-bin", "", "built order-workflow (default: go build into <run-dir>/bin)")
 	flag.IntVar(&o.concurrency, "concurrency", 64, "closed-loop workers, each with one order in flight")
@@ -87,12 +90,11 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	// A previous run's logs and stats would be read as this run's.
+	// A previous run's logs would be read as this run's.
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	statsDir := filepath.Join(dir, "stats")
-	if err := os.MkdirAll(statsDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if o.apiBin == "" || o.workflowBin == "" {
@@ -100,8 +102,7 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 	}
-	env := append(localcluster.ChildEnv(os.Environ()),
-		"SHOPPINGMALL_STATS_FILE="+filepath.Join(statsDir, node.StatsNodePlaceholder+".json"))
+	env := localcluster.ChildEnv(os.Environ())
 	logf("starting cluster in %s", dir)
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: env,
@@ -147,18 +148,17 @@ func run(ctx context.Context, o options) (err error) {
 
 	if o.warmup > 0 {
 		logf("warm-up: %d orders (not measured)", o.warmup)
-		w := gen.run(ctx, "warmup", 0, o.warmup, false)
+		w := gen.run(ctx, "warmup", 0, o.warmup, quiet)
 		if w.errors() == len(w.Results) {
 			return fmt.Errorf("warm-up: every order failed, first error: %s", w.firstError())
 		}
 	}
 
-	procs := map[string]int{}
+	procs := map[string]proc{}
 	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
-		procs[n] = c.PID(n)
+		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n)}
 	}
-	statsPath := func(n string) string { return filepath.Join(statsDir, n+".json") }
-	before, err := snapshot(ctx, rdb, procs, c.RedisPID(), statsPath)
+	before, err := snapshot(ctx, rdb, procs, c.RedisPID())
 	if err != nil {
 		return err
 	}
@@ -168,8 +168,8 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	logf("measuring: %s, concurrency %d, mix %d%% success / %d%% inventory failure / %d%% payment failure, poll %s",
 		mode, o.concurrency, 100-o.inventoryPct-o.paymentPct, o.inventoryPct, o.paymentPct, o.poll)
-	res := gen.run(ctx, "load", o.duration, o.orders, true)
-	after, err := snapshot(ctx, rdb, procs, c.RedisPID(), statsPath)
+	res := gen.run(ctx, "load", o.duration, o.orders, reportProgress)
+	after, err := snapshot(ctx, rdb, procs, c.RedisPID())
 	if err != nil {
 		return err
 	}
@@ -222,33 +222,6 @@ func build(ctx context.Context, binDir string) (api, wf string, err error) {
 		}
 	}
 	return api, wf, nil
-}
-
-// signalDump asks a process for a stats dump (SIGUSR1) and waits, bounded,
-// for a file written after the request.
-func signalDump(ctx context.Context, pid int, path string) (node.ProcessStats, error) {
-	asked := time.Now().UnixNano()
-	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
-		return node.ProcessStats{}, fmt.Errorf("SIGUSR1 pid %d: %w", pid, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, err := node.ReadStats(path)
-		if err == nil && st.WrittenAtUnixNano >= asked {
-			return st, nil
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("no fresh dump")
-			}
-			return node.ProcessStats{}, fmt.Errorf("stats of pid %d at %s: %w", pid, path, err)
-		}
-		select {
-		case <-ctx.Done():
-			return node.ProcessStats{}, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

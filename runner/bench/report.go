@@ -32,7 +32,10 @@ type replayStats struct {
 func replayRead(ctx context.Context, rdb *redis.Client, res loadResult, n int) replayStats {
 	st := replayStats{Method: "eventstore Load (XRANGE + decode) of terminal orders' streams from the runner, sequential; " +
 		"read part of a replay only, fence not raised"}
-	es := eventstore.NewRedis(eventstore.RedisConfig{Client: rdb})
+	es, err := eventstore.NewRedis(eventstore.Config{Client: rdb})
+	if err != nil {
+		return replayStats{Method: st.Method + ": " + err.Error()}
+	}
 	var ds []time.Duration
 	events := 0
 	for _, r := range res.Results {
@@ -80,10 +83,17 @@ func printReport(w io.Writer, r *report) {
 	}
 	row("GET polls", "%.2f per order (%d)", r.Polls.PerOrder, r.Polls.Total)
 	cr := r.ClientRoundTrips
-	row("Redis round trips/order", "%.2f client-side total = workflow %.2f + API StartOrder %.2f + API GET polls %.2f (%.2f per poll)",
-		cr.PerOrder, cr.WorkflowPerOrder, cr.APIStartPerOrder, cr.APIPollPerOrder, cr.APIPerPoll)
+	if len(cr.ByNode) == 0 {
+		row("Redis round trips/order", "n/a: no process served /metrics (see the notes)")
+	} else {
+		row("Redis round trips/order", "%.2f client-side total = workflow %.2f + API StartOrder %.2f + API GET polls %.2f (%.2f per poll)",
+			cr.PerOrder, cr.WorkflowPerOrder, cr.APIStartPerOrder, cr.APIPollPerOrder, cr.APIPerPoll)
+	}
 	for _, n := range sortedKeys(cr.ByNode) {
 		row("  "+n, "%s", fmtCounts(cr.ByNode[n]))
+	}
+	if len(cr.ByStore) > 0 {
+		row("  by store", "%s", fmtCounts(cr.ByStore))
 	}
 	row("Redis commands/order", "%.2f server-side (commandstats, incl. inside scripts); Redis time %.0f us/order",
 		r.RedisCommands.PerOrder, r.RedisCommands.UsecPerOrder)

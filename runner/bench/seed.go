@@ -39,5 +39,9 @@ func seed(ctx context.Context, rdb *redis.Client, run string) (seedIDs, error) {
 			{MethodID: ids.MethodDeclined, Approve: false, Reason: "card declined"},
 		},
 	}
-	return ids, commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, s)
+	cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+	if err != nil {
+		return ids, err
+	}
+	return ids, cs.ApplySeed(ctx, s)
 }

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/shoppingmall-go/shoppingmall/actors/node"
 )
 
 // runnerCPU names this process (load generator) in the CPU figures.
@@ -25,39 +23,49 @@ type cmdStat struct {
 	Usec  int64
 }
 
-// snap is everything read before and after the measured load.
+// proc is one process the bench started: its PID for the OS's CPU
+// figures, its metrics listener for the rest.
+type proc struct {
+	PID        int
+	MetricsURL string
+}
+
+// snap is everything read before and after the measured load, each from
+// where an operator reads it.
 type snap struct {
 	At time.Time
-	// Stats are the processes' own dumps (client-side round trips).
-	Stats map[string]node.ProcessStats
-	// CPU is utime+stime from /proc/<pid>/stat, by node and "redis".
+	// Metrics is each process's /metrics scrape (client-side Redis round
+	// trips and commands, by store).
+	Metrics map[string]scraped
+	// CPU is user+system time from the OS (procfs), by node, "redis-server"
+	// and the bench itself.
 	CPU      map[string]float64
 	Cmdstats map[string]cmdStat
 	Missing  []string
 }
 
-func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]int, redisPID int, statsPath func(string) string) (snap, error) {
-	s := snap{At: time.Now(), Stats: map[string]node.ProcessStats{}, CPU: map[string]float64{}}
+func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]proc, redisPID int) (snap, error) {
+	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}}
 	for _, name := range sortedKeys(procs) {
-		pid := procs[name]
-		st, err := signalDump(ctx, pid, statsPath(name))
+		p := procs[name]
+		m, err := scrapeMetrics(ctx, p.MetricsURL)
 		if err != nil {
-			s.Missing = append(s.Missing, fmt.Sprintf("%s stats: %v", name, err))
+			s.Missing = append(s.Missing, fmt.Sprintf("%s metrics: %v", name, err))
 		} else {
-			s.Stats[name] = st
+			s.Metrics[name] = m
 		}
-		cpu, err := node.CPUSeconds(pid)
+		cpu, err := cpuSeconds(p.PID)
 		if err != nil {
 			s.Missing = append(s.Missing, fmt.Sprintf("%s cpu: %v", name, err))
 		} else {
 			s.CPU[name] = cpu
 		}
 	}
-	if cpu, err := node.CPUSeconds(redisPID); err == nil {
+	if cpu, err := cpuSeconds(redisPID); err == nil {
 		s.CPU["redis-server"] = cpu
 	}
 	// The load generator shares the machine: its cost is shown, apart.
-	if cpu, err := node.CPUSeconds(0); err == nil {
+	if cpu, err := cpuSeconds(0); err == nil {
 		s.CPU[runnerCPU] = cpu
 	}
 	info, err := rdb.Info(ctx, "commandstats").Result()
@@ -134,10 +142,12 @@ var notOrderCommands = map[string]bool{
 
 var scriptCommands = map[string]bool{"evalsha": true, "eval": true, "evalsha_ro": true, "eval_ro": true, "fcall": true}
 
-// The client counters that are not command names (node.RoundTrips).
-var counterKeys = map[string]bool{
-	node.RoundTripsTotal: true, node.RoundTripsCommands: true, node.RoundTripsPipelines: true, node.RoundTripsConnSetup: true,
-}
+// The per-node figures that are not command names.
+const (
+	keyRoundTrips = "total"
+	keyCommands   = "commands"
+	keyPipelines  = "pipelines"
+)
 
 // pollCommand is what the API sends for GET /orders/{id}: the read model
 // is read with one HMGET (readmodel.Redis.Get). Starting an order never
@@ -194,8 +204,11 @@ type report struct {
 		// API poll reads (GET /orders/{id}).
 		APIPollPerOrder float64 `json:"apiPollPerOrder"`
 		APIPerPoll      float64 `json:"apiPerPoll"`
-		// ByNode: per order, by command name (and the counters).
+		// ByNode: per order, by command name, and the round trips
+		// ("total"), commands and pipelines.
 		ByNode map[string]map[string]float64 `json:"byNode"`
+		// ByStore: round trips per order by store, all processes.
+		ByStore map[string]float64 `json:"byStore"`
 	} `json:"clientRoundTrips"`
 	RedisCommands struct {
 		Source   string             `json:"source"`
@@ -281,31 +294,47 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 	}
 	r.Polls.PerOrder = float64(res.Polls) / orders
 
-	// Client-side round trips from the processes' dumps.
-	r.ClientRoundTrips.Source = "each process's go-redis hook (node.RoundTrips), SIGUSR1 dumps before and after the measured load"
+	// Client-side round trips from the processes' /metrics.
+	r.ClientRoundTrips.Source = "each process's /metrics (" + metricRedisRoundTrips + ", " + metricRedisCommands +
+		" by command, by store), scraped before and after the measured load"
 	r.ClientRoundTrips.ByNode = map[string]map[string]float64{}
+	r.ClientRoundTrips.ByStore = map[string]float64{}
 	clientByName := map[string]int64{} // summed over processes, command names only
-	for name, a := range after.Stats {
-		b, ok := before.Stats[name]
+	haveClient := false
+	for name, a := range after.Metrics {
+		b, ok := before.Metrics[name]
 		if !ok {
 			continue
 		}
+		haveClient = true
 		d := map[string]float64{}
-		for k, v := range a.RedisRoundTrips {
-			dv := v - b.RedisRoundTrips[k]
-			if dv == 0 {
-				continue
-			}
-			d[k] = float64(dv) / orders
-			if !counterKeys[k] {
-				clientByName[k] += dv
+		add := func(k string, dv int64) {
+			if dv != 0 {
+				d[k] = float64(dv) / orders
 			}
 		}
+		bCmd := b.by(metricRedisCommands, labelCommand)
+		for k, v := range a.by(metricRedisCommands, labelCommand) {
+			dv := int64(v - bCmd[k])
+			add(k, dv)
+			clientByName[k] += dv
+		}
+		rt := int64(a.sum(metricRedisRoundTrips, nil) - b.sum(metricRedisRoundTrips, nil))
+		add(keyRoundTrips, rt)
+		add(keyCommands, int64(a.sum(metricRedisCommands, nil)-b.sum(metricRedisCommands, nil)))
+		add(keyPipelines, int64(a.sum(metricRedisPipelines, nil)-b.sum(metricRedisPipelines, nil)))
 		r.ClientRoundTrips.ByNode[name] = d
-		total := float64(a.RedisRoundTrips[node.RoundTripsTotal]-b.RedisRoundTrips[node.RoundTripsTotal]) / orders
+		bStore := b.by(metricRedisRoundTrips, labelStore)
+		for st, v := range a.by(metricRedisRoundTrips, labelStore) {
+			if dv := v - bStore[st]; dv != 0 {
+				r.ClientRoundTrips.ByStore[st] += dv / orders
+			}
+		}
+		total := float64(rt) / orders
 		r.ClientRoundTrips.PerOrder += total
 		if strings.HasPrefix(name, "api") {
-			poll := float64(a.RedisRoundTrips[pollCommand]-b.RedisRoundTrips[pollCommand]) / orders
+			poll := (a.sum(metricRedisCommands, map[string]string{labelCommand: pollCommand}) -
+				b.sum(metricRedisCommands, map[string]string{labelCommand: pollCommand})) / orders
 			r.ClientRoundTrips.APIPollPerOrder += poll
 			r.ClientRoundTrips.APIStartPerOrder += total - poll
 		} else {
@@ -347,7 +376,7 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		"first append and projection) plus the HTTP and idempotency work; the figure is StartOrder latency"
 	r.Activation.Ms = r.StartOrderMs
 
-	r.Mix = deriveMix(serverByName, clientByName, orders, len(after.Stats) > 0)
+	r.Mix = deriveMix(serverByName, clientByName, orders, haveClient)
 	return r
 }
 

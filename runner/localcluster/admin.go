@@ -75,15 +75,20 @@ func (c *Cluster) AdminURL(name string) string {
 	return "http://127.0.0.1:" + strconv.Itoa(n.adminPort)
 }
 
-// env is a node's environment: Config.Env (nil: the caller's), and for an
-// API the admin token.
+// MetricsHTTPEnv is the variable through which a node gets its
+// -metrics-http address. A binary built before that flag ignores the
+// variable, where the flag would stop it, so a runner can still start
+// (and bench) an older commit.
+const MetricsHTTPEnv = "SHOPPINGMALL_METRICS_HTTP"
+
+// env is a node's environment: Config.Env (nil: the caller's), its
+// metrics address, and the admin token (an API's admin listener, a
+// workflow's /debug/pprof/).
 func (c *Cluster) env(n *node) []string {
-	if n.role != RoleAPI {
-		return c.cfg.Env
-	}
 	env := c.cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
-	return append(append([]string{}, env...), AdminTokenEnv+"="+c.adminToken)
+	return append(append([]string{}, env...),
+		MetricsHTTPEnv+"=127.0.0.1:"+strconv.Itoa(n.metricsPort), AdminTokenEnv+"="+c.adminToken)
 }

@@ -18,15 +18,16 @@ echo "shoppingmall-ready kind=object-route node=$node target=workflow-b"
 exec sleep 600
 `
 
-// fakeTokenlessWorkflow reports whether it got the admin token (it must not).
-const fakeTokenlessWorkflow = parseNode + `echo "env-token $node ${SHOPPINGMALL_ADMIN_TOKEN:-none}"
+// fakeTokenWorkflow reports the admin token it got through its
+// environment.
+const fakeTokenWorkflow = parseNode + `echo "env-token $node ${SHOPPINGMALL_ADMIN_TOKEN:-none}"
 echo '{"time":"t","level":"INFO","msg":"order-workflow started","node":"'$node'","member":"m"}'
 exec sleep 600
 `
 
 func TestEveryAPIGetsALoopbackAdminListenerAndTheGeneratedToken(t *testing.T) {
 	t.Setenv(AdminTokenEnv, "a-token-from-the-callers-shell")
-	c, runDir, err := startFake(t, fakeAdminAPI, fakeTokenlessWorkflow, Poll{Interval: 20 * time.Millisecond, Attempts: 500})
+	c, runDir, err := startFake(t, fakeAdminAPI, fakeTokenWorkflow, Poll{Interval: 20 * time.Millisecond, Attempts: 500})
 	require.NoError(t, err)
 
 	fi, err := os.Stat(filepath.Join(runDir, "admin.token"))
@@ -60,8 +61,8 @@ func TestEveryAPIGetsALoopbackAdminListenerAndTheGeneratedToken(t *testing.T) {
 		require.Empty(t, c.AdminURL(wf))
 		log, err := os.ReadFile(c.LogPath(wf))
 		require.NoError(t, err)
-		require.Contains(t, string(log), "env-token "+wf+" a-token-from-the-callers-shell",
-			"a workflow gets only the caller's environment, not the admin token")
+		require.Contains(t, string(log), "env-token "+wf+" "+tok,
+			"a workflow gets the generated token too, never the caller's: it guards the ops listener's /debug/pprof/")
 	}
 	require.NotContains(t, string(b), "a-token-from-the-callers-shell")
 }

@@ -8,7 +8,9 @@
 // passively from each node's log separately, as whole lines, polling every
 // 100 ms at most 300 times. Each workflow node also gets an operations
 // listener (-ops-http on a free loopback port, see OpsURL) for operators'
-// /healthz and /readyz; the runner itself does not judge by it. Processes are stopped by their PID only
+// /healthz and /readyz; the runner itself does not judge by it. Every node
+// serves Prometheus /metrics on a free loopback port of its own
+// (MetricsURL). Processes are stopped by their PID only
 // (SIGTERM, a bounded wait, then SIGKILL), never by name.
 //
 // Once started, the cluster supervises its nodes as Kubernetes'
@@ -146,6 +148,7 @@ type node struct {
 	httpPort        int // API only
 	opsPort         int // workflow only: its -ops-http port
 	adminPort       int // API only: its -admin-http port
+	metricsPort     int // its -metrics-http port
 	automanagedPort int
 	logPath         string
 	pidPath         string
@@ -243,8 +246,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	w := len(workflows)
 	// Redis, two API HTTP ports, one automanaged port per node, one
-	// operations port per workflow, two API admin ports last.
-	ports, err := freePorts(7 + 2*w)
+	// operations port per workflow, two API admin ports, then one metrics
+	// port per node.
+	ports, err := freePorts(9 + 3*w)
 	if err != nil {
 		return nil, err
 	}
@@ -255,11 +259,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		seeds[i] = "127.0.0.1:" + strconv.Itoa(p)
 	}
 	c.seeds = strings.Join(seeds, ",")
+	metricsPorts := ports[7+2*w:]
 	for i, name := range APINodes {
-		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[5+2*w+i]})
+		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[5+2*w+i], metricsPort: metricsPorts[i]})
 	}
 	for i, name := range workflows {
-		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[5+w+i]})
+		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[5+w+i], metricsPort: metricsPorts[2+i]})
 	}
 
 	if c.adminToken, err = writeAdminToken(dir); err != nil {
@@ -374,9 +379,9 @@ func (c *Cluster) startNode(n *node) error {
 	c.mu.Unlock()
 	go c.supervise(n, p)
 	if n.role == RoleWorkflow {
-		c.cfg.Logf("%s pid=%d ops=%s log=%s", n.name, p.pid(), c.OpsURL(n.name), n.logPath)
+		c.cfg.Logf("%s pid=%d ops=%s metrics=%s log=%s", n.name, p.pid(), c.OpsURL(n.name), c.MetricsURL(n.name), n.logPath)
 	} else {
-		c.cfg.Logf("%s pid=%d http=%s admin=%s log=%s", n.name, p.pid(), c.APIURL(n.name), c.AdminURL(n.name), n.logPath)
+		c.cfg.Logf("%s pid=%d http=%s admin=%s metrics=%s log=%s", n.name, p.pid(), c.APIURL(n.name), c.AdminURL(n.name), c.MetricsURL(n.name), n.logPath)
 	}
 	return nil
 }
@@ -617,6 +622,16 @@ func (c *Cluster) OpsURL(name string) string {
 	return "http://127.0.0.1:" + strconv.Itoa(n.opsPort)
 }
 
+// MetricsURL is the base URL of a node's Prometheus listener (GET
+// /metrics), e.g. http://127.0.0.1:40127.
+func (c *Cluster) MetricsURL(name string) string {
+	n, ok := c.nodes[name]
+	if !ok {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(n.metricsPort)
+}
+
 // LogPath is the node's log file.
 func (c *Cluster) LogPath(name string) string {
 	if n, ok := c.nodes[name]; ok {
@@ -659,7 +674,7 @@ func (c *Cluster) State() State {
 	}
 	for _, name := range c.order {
 		n := c.nodes[name]
-		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort}
+		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort, MetricsURL: c.MetricsURL(name)}
 		if n.role == RoleAPI {
 			ps.URL = c.APIURL(name)
 			ps.AdminURL = c.AdminURL(name)

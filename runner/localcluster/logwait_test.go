@@ -98,7 +98,7 @@ func TestWaitLinesSeesLinesAppendedLater(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("wait did not see the appended lines")
+		require.FailNow(t, "wait did not see the appended lines")
 	}
 }
 

@@ -82,7 +82,10 @@ func applySeed(ctx context.Context, url string) error {
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	store := commerce.NewRedis(commerce.RedisConfig{Client: rc})
+	store, err := commerce.NewRedis(commerce.Config{Client: rc})
+	if err != nil {
+		return err
+	}
 	for {
 		err := store.ApplySeed(ctx, commerce.DemoSeed())
 		if err == nil || ctx.Err() != nil {

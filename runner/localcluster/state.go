@@ -27,7 +27,9 @@ type ProcessState struct {
 	OpsURL string `json:"opsUrl,omitempty"`
 	// AdminURL is an API's admin listener (/admin/, /self-check/,
 	// /debug/pprof/); it needs the token of State.AdminTokenFile.
-	AdminURL        string `json:"adminUrl,omitempty"`
+	AdminURL string `json:"adminUrl,omitempty"`
+	// MetricsURL is the node's Prometheus listener (GET /metrics).
+	MetricsURL      string `json:"metricsUrl,omitempty"`
 	Log             string `json:"log,omitempty"`
 	AutomanagedPort int    `json:"automanagedPort,omitempty"`
 }

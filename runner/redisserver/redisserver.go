@@ -1,5 +1,7 @@
 // Package redisserver starts and stops a private redis-server process, by
-// PID, for tests and local runners.
+// PID, for tests and local runners. Tests start theirs with
+// redisserver/redistest, which keeps package testing out of the runners'
+// binaries.
 //
 // It owns only the child process it starts and the temporary directory it
 // creates; it never touches a system-wide Redis and never stops a process
@@ -21,7 +23,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -342,23 +343,3 @@ func (s *Server) removeDir() error {
 
 // Exited is closed once the server process has exited for any reason.
 func (s *Server) Exited() <-chan struct{} { return s.exited }
-
-// ForTest starts a non-persistent server on a unix socket in a short
-// temporary directory and stops it when the test ends. A missing binary
-// fails the test: store tests must run against a real server.
-func ForTest(t testing.TB) *Server {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	s, err := Start(ctx, Config{})
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("stop redis-server pid=%d: %v", s.PID(), err)
-		}
-	})
-	t.Logf("redis-server pid=%d addr=%s", s.PID(), s.Addr())
-	return s
-}

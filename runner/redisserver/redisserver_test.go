@@ -3,7 +3,6 @@ package redisserver_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,30 +58,6 @@ func startT(t *testing.T, cfg redisserver.Config) *redisserver.Server {
 		}
 	})
 	return s
-}
-
-func TestForTestServesUnixSocket(t *testing.T) {
-	s := redisserver.ForTest(t)
-	if s.Network() != "unix" || !strings.HasSuffix(s.Addr(), "redis.sock") {
-		t.Fatalf("network=%q addr=%q, want a unix socket", s.Network(), s.Addr())
-	}
-	if !processAlive(s.PID()) {
-		t.Fatalf("pid %d not running", s.PID())
-	}
-
-	c := s.Client()
-	defer c.Close()
-	ctx := ctxT(t)
-	must(t, c.Set(ctx, "k", "v", 0).Err(), "SET")
-	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
-		t.Fatalf("GET = %q, %v", got, err)
-	}
-	// The reported PID is the process serving this socket.
-	info, err := c.Info(ctx, "server").Result()
-	must(t, err, "INFO")
-	if !strings.Contains(info, "process_id:"+strconv.Itoa(s.PID())+"\r\n") {
-		t.Fatalf("INFO server does not name pid %d:\n%s", s.PID(), info)
-	}
 }
 
 func TestURLIsParseable(t *testing.T) {
@@ -202,25 +177,6 @@ func TestPortInUseFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "process exited") {
 		t.Fatalf("err = %v, want process exited", err)
 	}
-}
-
-func TestForTestLogsPID(t *testing.T) {
-	rec := &recordingTB{TB: t}
-	s := redisserver.ForTest(rec)
-	want := "redis-server pid=" + strconv.Itoa(s.PID()) + " addr=" + s.Addr()
-	if !strings.Contains(strings.Join(rec.logs, "\n"), want) {
-		t.Fatalf("ForTest logs %q, want %q", rec.logs, want)
-	}
-}
-
-type recordingTB struct {
-	testing.TB
-	logs []string
-}
-
-func (r *recordingTB) Logf(format string, args ...any) {
-	r.logs = append(r.logs, fmt.Sprintf(format, args...))
-	r.TB.Logf(format, args...)
 }
 
 func freePort(t *testing.T) int {

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/edge"
+	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck/selfcheckapi"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
@@ -43,7 +43,10 @@ const (
 	typeFailed         = "OrderFailedEvent"
 	authorityReady     = "Ready"
 	authorityMissing   = "Missing"
-	gateStop, gateHold = "stop", "hold"
+	gateStop, gateHold = selfcheckapi.GateStop, selfcheckapi.GateHold
+	// The public API's answer to a command whose owner is gone (the
+	// edge's CodeUnavailable and ReasonOwnerGone, a wire contract).
+	codeUnavailable, reasonOwnerGone = "UNAVAILABLE", "OWNER_GONE"
 )
 
 func stateJSON(st *contracts.OrderState) string {
@@ -322,11 +325,11 @@ func (r *runner) fixtureKill(ctx context.Context) error {
 
 // wantOwnerGone is the only answer that shows a dead owner: any other 503
 // (a store outage, no eligible member) says nothing about the owner.
-var wantOwnerGone = fmt.Sprintf("%d %s (%s)", http.StatusServiceUnavailable, edge.CodeUnavailable, edge.ReasonOwnerGone)
+var wantOwnerGone = fmt.Sprintf("%d %s (%s)", http.StatusServiceUnavailable, codeUnavailable, reasonOwnerGone)
 
 func ownerGone(rep client.Reply) bool {
 	return rep.Status == http.StatusServiceUnavailable && rep.Error != nil &&
-		rep.Error.Code == edge.CodeUnavailable && rep.Error.Reason == edge.ReasonOwnerGone
+		rep.Error.Code == codeUnavailable && rep.Error.Reason == reasonOwnerGone
 }
 
 // awaitUnavailable polls the public continue until it answers 503

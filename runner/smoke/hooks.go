@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/shoppingmall-go/shoppingmall/edge"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck/selfcheckapi"
 )
 
 // hooks calls one API process's runner-only /self-check/* hooks and its
@@ -90,11 +90,9 @@ func (h *hooks) doJSON(ctx context.Context, method, path string, in, out any) er
 }
 
 func (h *hooks) pendingMapping(ctx context.Context, key, cart, address, method string) (string, error) {
-	var out struct {
-		OrderID string `json:"orderId"`
-	}
-	err := h.doJSON(ctx, http.MethodPost, "/self-check/pending-mapping", map[string]string{
-		"idempotencyKey": key, "cartId": cart, "shippingAddressId": address, "paymentMethodId": method,
+	var out selfcheckapi.PendingMappingReply
+	err := h.doJSON(ctx, http.MethodPost, selfcheckapi.PendingMappingPath, selfcheckapi.PendingMappingRequest{
+		IdempotencyKey: key, CartID: cart, ShippingAddressID: address, PaymentMethodID: method,
 	}, &out)
 	if err == nil && out.OrderID == "" {
 		err = fmt.Errorf("pending-mapping answered no orderId")
@@ -103,14 +101,12 @@ func (h *hooks) pendingMapping(ctx context.Context, key, cart, address, method s
 }
 
 func (h *hooks) armGate(ctx context.Context, key, mode string) error {
-	return h.doJSON(ctx, http.MethodPost, "/self-check/gates", map[string]string{"idempotencyKey": key, "mode": mode}, nil)
+	return h.doJSON(ctx, http.MethodPost, selfcheckapi.GatesPath, selfcheckapi.GateRequest{IdempotencyKey: key, Mode: mode}, nil)
 }
 
 func (h *hooks) releaseGate(ctx context.Context, key, orderID string) (*contracts.OrderState, error) {
-	var out struct {
-		State json.RawMessage `json:"state"`
-	}
-	if err := h.doJSON(ctx, http.MethodPost, "/self-check/gates/release", map[string]string{"idempotencyKey": key, "orderId": orderID}, &out); err != nil {
+	var out selfcheckapi.ReleaseReply
+	if err := h.doJSON(ctx, http.MethodPost, selfcheckapi.GatesReleasePath, selfcheckapi.ReleaseRequest{IdempotencyKey: key, OrderID: orderID}, &out); err != nil {
 		return nil, err
 	}
 	st := &contracts.OrderState{}
@@ -121,17 +117,17 @@ func (h *hooks) releaseGate(ctx context.Context, key, orderID string) (*contract
 }
 
 func (h *hooks) skipTerminalProjection(ctx context.Context, key string) error {
-	return h.doJSON(ctx, http.MethodPost, "/self-check/skip-terminal-projection", map[string]string{"idempotencyKey": key}, nil)
+	return h.doJSON(ctx, http.MethodPost, selfcheckapi.SkipTerminalProjectionPath, selfcheckapi.SkipTerminalProjectionRequest{IdempotencyKey: key}, nil)
 }
 
 func (h *hooks) deleteProjection(ctx context.Context, orderID string) error {
-	return h.doJSON(ctx, http.MethodDelete, "/self-check/orders/"+url.PathEscape(orderID)+"/projection", nil, nil)
+	return h.doJSON(ctx, http.MethodDelete, selfcheckapi.ProjectionPath(orderID), nil, nil)
 }
 
 // evidence is the reply of GET /self-check/orders/{id}/evidence: the
-// edge's own reply type, with the runner's helpers on it.
+// hooks' own reply type, with the runner's helpers on it.
 type evidence struct {
-	edge.Evidence
+	selfcheckapi.Evidence
 }
 
 func (e *evidence) types() []string {
@@ -150,7 +146,7 @@ func (e *evidence) String() string {
 // evidence reads an order's server-side evidence; found is false on 404
 // (no stream).
 func (h *hooks) evidence(ctx context.Context, orderID string) (ev *evidence, found bool, err error) {
-	b, err := h.do(ctx, http.MethodGet, "/self-check/orders/"+url.PathEscape(orderID)+"/evidence", nil)
+	b, err := h.do(ctx, http.MethodGet, selfcheckapi.EvidencePath(orderID), nil)
 	if he, ok := err.(*hookError); ok && he.status == http.StatusNotFound {
 		return nil, false, nil
 	}
@@ -164,34 +160,12 @@ func (h *hooks) evidence(ctx context.Context, orderID string) (ev *evidence, fou
 	return ev, true, nil
 }
 
-type effectResult struct {
-	Accepted bool   `json:"accepted"`
-	Reason   string `json:"reason"`
-}
-
-type repeatEffects struct {
-	Reservation *struct {
-		First       effectResult     `json:"first"`
-		Repeat      effectResult     `json:"repeat"`
-		StockBefore map[string]int64 `json:"stockBefore"`
-		StockAfter  map[string]int64 `json:"stockAfter"`
-	} `json:"reservation"`
-	Payment *struct {
-		First          effectResult `json:"first"`
-		Repeat         effectResult `json:"repeat"`
-		CapturedBefore int64        `json:"capturedBefore"`
-		CapturedAfter  int64        `json:"capturedAfter"`
-	} `json:"payment"`
-	SameResults  bool `json:"sameResults"`
-	NothingMoved bool `json:"nothingMoved"`
-}
-
-func (h *hooks) repeatEffects(ctx context.Context, orderID string) (*repeatEffects, string, error) {
-	b, err := h.do(ctx, http.MethodPost, "/self-check/orders/"+url.PathEscape(orderID)+"/repeat-effects", nil)
+func (h *hooks) repeatEffects(ctx context.Context, orderID string) (*selfcheckapi.RepeatEffects, string, error) {
+	b, err := h.do(ctx, http.MethodPost, selfcheckapi.RepeatEffectsPath(orderID), nil)
 	if err != nil {
 		return nil, "", err
 	}
-	out := &repeatEffects{}
+	out := &selfcheckapi.RepeatEffects{}
 	if err := json.Unmarshal(b, out); err != nil {
 		return nil, "", fmt.Errorf("repeat-effects of %s: decode %q: %w", orderID, b, err)
 	}

@@ -255,7 +255,11 @@ func (r *runner) applySeed(ctx context.Context, url string) error {
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	if err := commerce.NewRedis(commerce.RedisConfig{Client: rc}).ApplySeed(ctx, r.seed); err != nil {
+	cs, err := commerce.NewRedis(commerce.Config{Client: rc})
+	if err != nil {
+		return err
+	}
+	if err := cs.ApplySeed(ctx, r.seed); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
 	r.logf("seeded carts %s (ample stock), %s (stock 1 of 3), methods %s (approves), %s (declines)",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -83,10 +84,16 @@ func collect(ctx context.Context, rdb *redis.Client, ids seedIDs, log *clientLog
 		h.Faults = append(h.Faults, check.Fault{Kind: f.Kind, Target: f.Target, AtUnixMs: f.InjectedAtUnixMs, Effect: eff})
 	}
 
-	es := eventstore.NewRedis(eventstore.RedisConfig{Client: rdb})
-	rm := readmodel.NewRedis(readmodel.RedisConfig{Client: rdb})
-	loc := location.NewStore(location.StoreConfig{Client: rdb})
-	cs := commerce.NewRedis(commerce.RedisConfig{Client: rdb})
+	es, err1 := eventstore.NewRedis(eventstore.Config{Client: rdb})
+	rm, err2 := readmodel.NewRedis(readmodel.Config{Client: rdb})
+	cs, err3 := commerce.NewRedis(commerce.Config{Client: rdb})
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, nil, err
+	}
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	if err != nil {
+		return nil, nil, err
+	}
 
 	streams, err := scan(ctx, rdb, eventstore.DefaultKeyPrefix+"{*}:stream")
 	if err != nil {

@@ -97,7 +97,7 @@ func schedule(seed uint64, d time.Duration) []Fault {
 // faulter runs the schedule against the cluster, one fault at a time.
 type faulter struct {
 	c      *localcluster.Cluster
-	loc    *location.Store
+	loc    location.Store
 	log    *clientLog
 	http   *http.Client
 	seed   uint64
@@ -138,12 +138,21 @@ func (f *faulter) admin(ctx context.Context, method, path, body string) (int, []
 	return 0, nil, lastErr
 }
 
+// takeoverWait says whether a takeover answer of 0 orders is final.
+type takeoverWait bool
+
+const (
+	// takeNone: 0 orders is an answer (a member that owned nothing).
+	takeNone takeoverWait = false
+	// takeSome: the member was just killed and owned orders: 0 is asked
+	// again until the deadline, since the dead incarnation counts only
+	// once the cluster has seen it leave.
+	takeSome takeoverWait = true
+)
+
 // takeover takes over every order of a member id or node name, retrying
 // a transient failure; it returns how many orders moved.
-// With expect (a member just killed) an answer of 0 orders is asked again
-// until the deadline: the dead incarnation counts only once the cluster has
-// seen it leave.
-func (f *faulter) takeover(ctx context.Context, member string, expect bool) (int, string) {
+func (f *faulter) takeover(ctx context.Context, member string, wait takeoverWait) (int, string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -163,7 +172,7 @@ func (f *faulter) takeover(ctx context.Context, member string, expect bool) (int
 					n++
 				}
 			}
-			if (len(rep.Failed) == 0 && (n > 0 || !expect)) || time.Now().After(deadline) {
+			if (len(rep.Failed) == 0 && (n > 0 || wait == takeNone)) || time.Now().After(deadline) {
 				return n, fmt.Sprintf("takeover %s: %d taken over, %d failed", member, n, len(rep.Failed))
 			}
 		} else if err == nil && (st != http.StatusConflict || time.Now().After(deadline)) {
@@ -268,7 +277,7 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 			return ft
 		}
 		ft.Injected = true
-		n, d := f.takeover(ctx, ft.Target, true)
+		n, d := f.takeover(ctx, ft.Target, takeSome)
 		ft.TakenOver, ft.Effective = n, n > 0
 		note("%s", d)
 		if err := f.ensureRunning(ctx, ft.Target); err != nil {
@@ -295,7 +304,7 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 			// A member recorded gone fences itself, exits and is
 			// restarted by the supervisor.
 			ft.Rejoined = f.waitRejoined(ctx, ft.Target, at, 30*time.Second)
-			n, d := f.takeover(ctx, ft.Target, true)
+			n, d := f.takeover(ctx, ft.Target, takeSome)
 			ft.TakenOver = n
 			note("%s", d)
 		}

@@ -51,7 +51,11 @@ func seedCatalogue(ctx context.Context, rdb *redis.Client, run string) (seedIDs,
 			{MethodID: ids.MethodDeclined, Approve: false, Reason: "card declined"},
 		},
 	}
-	return ids, commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, s)
+	cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+	if err != nil {
+		return ids, err
+	}
+	return ids, cs.ApplySeed(ctx, s)
 }
 
 // Results is soak-results.json.
@@ -138,7 +142,11 @@ func run(ctx context.Context, o options) (bool, error) {
 		ld.apis = append(ld.apis, &client.API{BaseURL: c.APIURL(n), HTTP: hc})
 		ld.names = append(ld.names, n)
 	}
-	fl := &faulter{c: c, loc: location.NewStore(location.StoreConfig{Client: rdb}), log: clog, http: hc, seed: o.seed}
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	if err != nil {
+		return false, err
+	}
+	fl := &faulter{c: c, loc: loc, log: clog, http: hc, seed: o.seed}
 
 	stopLoad := make(chan struct{})
 	var loadWG sync.WaitGroup
@@ -269,7 +277,7 @@ func operatorPass(ctx context.Context, fl *faulter) []string {
 		out = append(out, "gone members: "+err.Error())
 	}
 	for _, id := range sortedKeys(gone) {
-		_, d := fl.takeover(ctx, id, false)
+		_, d := fl.takeover(ctx, id, takeNone)
 		out = append(out, d)
 	}
 	cctx, cancel = context.WithTimeout(ctx, 60*time.Second)

@@ -20,9 +20,13 @@
 //
 // The operations listener (-ops-http, net/http) answers /healthz (the
 // process runs) and /readyz (the stores answer a PING and the member has
-// joined; otherwise 503 with a JSON body naming what is missing). It
-// listens first: the process then waits for its stores, however long Redis
-// is down or loading, before it joins the cluster.
+// joined; otherwise 503 with a JSON body naming what is missing), and
+// serves the process's profiles under /debug/pprof/, which require
+// `Authorization: Bearer <token>` when -admin-token (or
+// SHOPPINGMALL_ADMIN_TOKEN, the API's admin token) is set. It listens
+// first: the process then waits for its stores, however long Redis is down
+// or loading, before it joins the cluster. Prometheus metrics are on their
+// own listener, -metrics-http.
 package main
 
 import (
@@ -32,6 +36,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,7 +59,7 @@ type options struct {
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
 	lease                              time.Duration
-	opsHTTP                            string
+	opsHTTP, adminToken                string
 }
 
 func parse(args []string) (options, error) {
@@ -66,7 +71,8 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
 	fs.DurationVar(&o.lease, "lease", node.DefaultLease, "self-fence (exit 3) once the Location Store has not answered for this long: the member may have been recorded gone meanwhile")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
-	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
+	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz, /debug/pprof/); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
+	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the ops listener's /debug/pprof/ requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
 	return o, o.Parse(fs, args)
 }
 
@@ -86,7 +92,7 @@ func run(args []string) error {
 	log, stores := proc.Log, proc.Stores
 
 	ready := node.NewReadiness(stores)
-	ops, err := node.StartOps(node.OpsConfig{Addr: o.opsHTTP, Readiness: ready, Logger: log})
+	ops, err := node.StartOps(node.OpsConfig{Addr: o.opsHTTP, Readiness: ready, Token: strings.TrimSpace(o.adminToken), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -127,7 +133,7 @@ func run(args []string) error {
 	}
 	ready.Joined(w.Member)
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
-		"ops", ops.Addr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
+		"ops", ops.Addr(), "metrics", proc.MetricsAddr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
 
 	// The watch ends with SIGTERM: a drain hands orders off through the
 	// Location Store's own checks.

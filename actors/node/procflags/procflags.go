@@ -1,5 +1,5 @@
 // Package procflags binds the flags every ShoppingMall process shares —
-// node name, store Redis URLs, cluster membership, logging, stats — and
+// node name, store Redis URLs, cluster membership, logging, metrics — and
 // their SHOPPINGMALL_<FLAG> environment defaults. Only mains import it: it
 // reads the flag set and environment a main hands it, and no library
 // package may depend on it.
@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // Common holds the shared flags' values after Parse.
@@ -30,9 +31,11 @@ type Common struct {
 	AutomanagedPort int
 	Seeds           string
 	Refresh         time.Duration
-	StatsFile       string
-	LogFormat       string
-	LogLevel        string
+	// MetricsHTTP is the Prometheus /metrics listener's address, or
+	// telemetry.MetricsOff.
+	MetricsHTTP string
+	LogFormat   string
+	LogLevel    string
 	// ClusterTLS is the cluster link's mutual TLS (PEM files); empty is
 	// plain text.
 	ClusterTLS cluster.TLS
@@ -57,7 +60,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.StringVar(&c.ClusterTLS.CertFile, "cluster-tls-cert", "", "cluster link mutual TLS: this member's certificate (PEM; serverAuth and clientAuth, a SAN for the advertised host)")
 	fs.StringVar(&c.ClusterTLS.KeyFile, "cluster-tls-key", "", "cluster link mutual TLS: the certificate's private key (PEM)")
 	fs.StringVar(&c.ClusterTLS.CAFile, "cluster-tls-ca", "", "cluster link mutual TLS: the CA every member's certificate must chain to (PEM)")
-	fs.StringVar(&c.StatsFile, "stats-file", "", "write Redis round trips and CPU seconds as JSON to this file on SIGUSR1 and at exit ({node} = node name)")
+	fs.StringVar(&c.MetricsHTTP, "metrics-http", telemetry.DefaultMetricsAddr, "Prometheus /metrics listener, unauthenticated: keep it on loopback or a private network; port 0 picks one (logged as metrics); \"off\" serves none")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
@@ -141,30 +144,51 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 func EnvDefaults(fs *flag.FlagSet) error { return envDefaults(fs, os.LookupEnv) }
 
 // Process is what every process opens before it joins the cluster: its
-// logger (also slog's default), the stats dump, and the stores.
+// logger (also slog's default), its metrics registry and listener, and
+// the stores.
 type Process struct {
-	Log    *slog.Logger
-	Stats  *node.Stats
-	Stores *node.Stores
+	Log *slog.Logger
+	// Metrics is the process's registry: every part that measures
+	// something registers with it, and -metrics-http serves it.
+	Metrics *telemetry.Registry
+	Stores  *node.Stores
+	metrics *telemetry.Server
 }
 
-// Open sets up the logger, starts the stats dump and builds the store
-// clients. It does not contact Redis: a process may start before its
-// Redis answers, and waits for it with node.WaitStores once its probes
-// listen. Close undoes it.
+// Open sets up the logger and the metrics registry, starts the metrics
+// listener (unless -metrics-http is off) and builds the store clients,
+// each store's Redis calls counted under its own label. It does not
+// contact Redis: a process may start before its Redis answers, and waits
+// for it with node.WaitStores once its probes listen. A taken metrics
+// address fails here. Close undoes it.
 func (c *Common) Open() (*Process, error) {
 	log, err := c.Logger()
 	if err != nil {
 		return nil, err
 	}
 	slog.SetDefault(log)
-	stats := node.StartStats(c.StatsFile, c.Node, log)
-	stores, err := node.NewStores(c.Redis, node.StoreOptions{Hook: stats.Hook()})
+	reg := telemetry.NewRegistry()
+	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: reg.RedisHook})
 	if err != nil {
-		stats.Close()
 		return nil, err
 	}
-	return &Process{Log: log, Stats: stats, Stores: stores}, nil
+	p := &Process{Log: log, Metrics: reg, Stores: stores}
+	if c.MetricsHTTP != telemetry.MetricsOff {
+		if p.metrics, err = reg.Serve(c.MetricsHTTP, log); err != nil {
+			stores.Close()
+			return nil, err
+		}
+		log.Info("metrics listening", "metrics", p.metrics.Addr())
+	}
+	return p, nil
+}
+
+// MetricsAddr is the metrics listener's bound address; "" when off.
+func (p *Process) MetricsAddr() string {
+	if p.metrics == nil {
+		return ""
+	}
+	return p.metrics.Addr()
 }
 
 // WaitStores waits, logging, until every store answers or ctx ends.
@@ -172,8 +196,13 @@ func (p *Process) WaitStores(ctx context.Context) error {
 	return node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log})
 }
 
-// Close closes the stores and writes the last stats dump.
+// Close closes the stores, then the metrics listener: it is the last
+// thing to go, so a scrape during a drain still answers.
 func (p *Process) Close() {
 	p.Stores.Close()
-	p.Stats.Close()
+	if p.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.metrics.Shutdown(ctx)
+	}
 }

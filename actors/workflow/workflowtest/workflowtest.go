@@ -4,10 +4,12 @@
 // contracts (fencing, expected version, source-command dedupe, first result
 // per deterministic id, version-guarded projection) and count every call.
 //
-// Store adapters are tested against a real Redis in their own packages;
-// these fakes exist only for tests above them. Nothing outside _test files
-// may import this package. It must not import actors/grain, cluster, edge
-// or any Redis client.
+// Each store fake passes the contract suite its Redis store passes
+// (eventstoretest, readmodeltest, commercetest; contract_test.go), so a
+// test above the stores sees nothing from a fake that Redis would not do.
+// These fakes exist only for tests above the stores. Nothing outside
+// _test files may import this package. It must not import actors/grain,
+// cluster, edge or any Redis client.
 package workflowtest
 
 import (
@@ -40,11 +42,9 @@ type Deps struct {
 	Inventory   *Inventory
 	Payment     *Payment
 	Envelopes   *Envelopes
-	Fixtures    *Fixtures
 	Clock       *Clock
 	Evidence    *Evidence
-	// Config uses every fake above, Fixtures included; set it to nil to
-	// model production wiring.
+	// Config uses every fake above.
 	Config workflow.Config
 }
 
@@ -59,7 +59,6 @@ func NewDeps() *Deps {
 		Inventory:   NewInventory(),
 		Payment:     NewPayment(),
 		Envelopes:   NewEnvelopes(),
-		Fixtures:    NewFixtures(),
 		Clock:       NewClock(1_700_000_000_000, 1),
 		Evidence:    &Evidence{},
 	}
@@ -71,7 +70,6 @@ func NewDeps() *Deps {
 		Inventory:   d.Inventory,
 		Payment:     d.Payment,
 		Envelopes:   d.Envelopes,
-		Fixtures:    d.Fixtures,
 		Now:         d.Clock.Now,
 		Evidence:    d.Evidence,
 	}
@@ -80,12 +78,12 @@ func NewDeps() *Deps {
 
 // Writes counts every state-changing call made to any fake (appends,
 // projection writes and deletes, mapping changes, module effects, envelope
-// saves, fixture takes). Seeding helpers are not counted.
+// saves). Seeding helpers are not counted.
 func (d *Deps) Writes() int64 {
 	return d.Events.Appends.Load() + d.ReadModel.Puts.Load() + d.ReadModel.Deletes.Load() +
 		d.Idempotency.MarkStartedCalls.Load() + d.Idempotency.ReserveCalls.Load() +
 		d.Inventory.TotalReserveCalls.Load() + d.Inventory.TotalReleaseCalls.Load() +
-		d.Payment.TotalAuthorizeCalls.Load() + d.Envelopes.Saves.Load() + d.Fixtures.Takes.Load()
+		d.Payment.TotalAuthorizeCalls.Load() + d.Envelopes.Saves.Load()
 }
 
 // StartReq reserves a pending idempotency mapping key → orderID (as
@@ -250,8 +248,13 @@ func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64
 		st = &stream{}
 		e.streams[orderID] = st
 	}
+	// The checks apply in the contract's order: fence, version, source
+	// command.
 	if st.fence != nil && (*st.fence != fence || st.fence.Epoch == 0) {
 		return 0, fmt.Errorf("fence %+v is not %+v: %w", fence, *st.fence, eventstore.ErrFenced)
+	}
+	if v := int64(len(st.entries)); v != expectedVersion {
+		return 0, fmt.Errorf("stream at %d, expected %d: %w", v, expectedVersion, eventstore.ErrVersionConflict)
 	}
 	for _, env := range events {
 		if env.SourceCommandID == "" {
@@ -263,16 +266,15 @@ func (e *Events) Append(_ context.Context, orderID string, expectedVersion int64
 			}
 		}
 	}
-	if v := int64(len(st.entries)); v != expectedVersion {
-		return 0, fmt.Errorf("stream at %d, expected %d: %w", v, expectedVersion, eventstore.ErrVersionConflict)
-	}
 	if st.fence == nil && len(events) > 0 {
 		f := fence
 		st.fence = &f
 	}
 	for _, env := range events {
+		env.OrderID = orderID
 		env.Version = int64(len(st.entries)) + 1
 		env.Data = slices.Clone(env.Data)
+		env.FenceGeneration, env.FenceEpoch = fence.Generation, fence.Epoch
 		st.entries = append(st.entries, env)
 	}
 	if flt != nil {
@@ -403,6 +405,17 @@ func (r *ReadModel) Seed(orderID string, version int64, state *contracts.OrderSt
 	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
 }
 
+// seedUnlessNewer stores a projection, without counting a write, unless a
+// newer one is stored: Put's guard.
+func (r *ReadModel) seedUnlessNewer(orderID string, version int64, state *contracts.OrderState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.records[orderID]; ok && p.version > version {
+		return
+	}
+	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+}
+
 // Remove deletes a projection without counting a write.
 func (r *ReadModel) Remove(orderID string) {
 	r.mu.Lock()
@@ -511,7 +524,31 @@ func NewInventory() *Inventory {
 	}
 }
 
+// reserveTotals validates a reservation request as the Redis module does
+// and sums its quantities per SKU.
+func reserveTotals(req *contracts.ReserveInventoryReq) (map[string]int64, error) {
+	if req.GetReservationId() == "" {
+		return nil, fmt.Errorf("%w: reservationId is empty", commerce.ErrInvalidArgument)
+	}
+	if len(req.GetLines()) == 0 {
+		return nil, fmt.Errorf("%w: reservation %q has no lines", commerce.ErrInvalidArgument, req.GetReservationId())
+	}
+	totals := map[string]int64{}
+	for i, l := range req.GetLines() {
+		if l.GetSku() == "" || l.GetQuantity() <= 0 {
+			return nil, fmt.Errorf("%w: reservation %q line %d: sku %q quantity %d", commerce.ErrInvalidArgument,
+				req.GetReservationId(), i, l.GetSku(), l.GetQuantity())
+		}
+		totals[l.GetSku()] += int64(l.GetQuantity())
+	}
+	return totals, nil
+}
+
 func (v *Inventory) Reserve(_ context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error) {
+	totals, err := reserveTotals(req)
+	if err != nil {
+		return nil, err
+	}
 	v.TotalReserveCalls.Add(1)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -521,14 +558,14 @@ func (v *Inventory) Reserve(_ context.Context, req *contracts.ReserveInventoryRe
 	}
 	res := &contracts.ReserveInventoryRes{Accepted: true}
 	for _, l := range req.Lines {
-		if v.stock[l.Sku] < int64(l.Quantity) {
+		if v.stock[l.Sku] < totals[l.Sku] {
 			res = &contracts.ReserveInventoryRes{Accepted: false, Reason: proto.String("insufficient stock for " + l.Sku)}
 			break
 		}
 	}
 	if res.Accepted {
-		for _, l := range req.Lines {
-			v.stock[l.Sku] -= int64(l.Quantity)
+		for sku, q := range totals {
+			v.stock[sku] -= q
 		}
 	}
 	v.reservations[req.ReservationId] = &reservation{res: res, lines: req.Lines}
@@ -536,6 +573,9 @@ func (v *Inventory) Reserve(_ context.Context, req *contracts.ReserveInventoryRe
 }
 
 func (v *Inventory) Release(_ context.Context, req *contracts.ReleaseInventoryReq) (*contracts.ReleaseInventoryRes, error) {
+	if req.GetReservationId() == "" {
+		return nil, fmt.Errorf("%w: reservationId is empty", commerce.ErrInvalidArgument)
+	}
 	v.TotalReleaseCalls.Add(1)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -543,9 +583,9 @@ func (v *Inventory) Release(_ context.Context, req *contracts.ReleaseInventoryRe
 	r, ok := v.reservations[req.ReservationId]
 	switch {
 	case !ok:
-		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String("unknown reservation")}, nil
+		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String(commerce.ReasonUnknownReservation)}, nil
 	case !r.res.Accepted:
-		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String("reservation was rejected")}, nil
+		return &contracts.ReleaseInventoryRes{Released: false, Reason: proto.String(commerce.ReasonReservationNotAccepted)}, nil
 	case r.released != nil:
 		return proto.Clone(r.released).(*contracts.ReleaseInventoryRes), nil
 	}
@@ -557,6 +597,9 @@ func (v *Inventory) Release(_ context.Context, req *contracts.ReleaseInventoryRe
 }
 
 func (v *Inventory) SetStock(_ context.Context, sku string, quantity int64) error {
+	if sku == "" || quantity < 0 {
+		return fmt.Errorf("%w: stock of %q is %d", commerce.ErrInvalidArgument, sku, quantity)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.stock[sku] = quantity
@@ -604,6 +647,10 @@ func NewPayment() *Payment {
 }
 
 func (p *Payment) Authorize(_ context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error) {
+	if req.GetPaymentId() == "" || req.GetPaymentMethodId() == "" || req.GetAmount() < 0 {
+		return nil, fmt.Errorf("%w: payment %q method %q amount %d", commerce.ErrInvalidArgument,
+			req.GetPaymentId(), req.GetPaymentMethodId(), req.GetAmount())
+	}
 	p.TotalAuthorizeCalls.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -616,7 +663,9 @@ func (p *Payment) Authorize(_ context.Context, req *contracts.AuthorizePaymentRe
 	var res *contracts.AuthorizePaymentRes
 	switch {
 	case !ok:
-		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String("unknown payment method")}
+		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String(commerce.ReasonUnknownPaymentMethod)}
+	case !m.Approve && m.Reason == "":
+		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String(commerce.ReasonPaymentDeclined)}
 	case !m.Approve:
 		res = &contracts.AuthorizePaymentRes{Accepted: false, Reason: proto.String(m.Reason)}
 	default:
@@ -628,6 +677,9 @@ func (p *Payment) Authorize(_ context.Context, req *contracts.AuthorizePaymentRe
 }
 
 func (p *Payment) PutMethod(_ context.Context, m commerce.PaymentMethod) error {
+	if strings.TrimSpace(m.MethodID) == "" || (m.Approve && m.Reason != "") {
+		return fmt.Errorf("%w: payment method %+v", commerce.ErrInvalidArgument, m)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.methods[m.MethodID] = m
@@ -699,61 +751,6 @@ func (e *Envelopes) LoadFirst(_ context.Context, orderID string) (*contracts.Sta
 	return proto.Clone(req).(*contracts.StartOrderWorkflowReq), nil
 }
 
-// ---- fixtures ----
-
-// Fixtures is an in-memory workflow.Fixtures with the arming API of the
-// Redis fixture store, keyed the same way.
-type Fixtures struct {
-	mu    sync.Mutex
-	gates map[string]workflow.GateMode
-	skips map[string]bool
-
-	GateCalls, Takes atomic.Int64
-}
-
-// NewFixtures returns fixtures with nothing armed.
-func NewFixtures() *Fixtures {
-	return &Fixtures{gates: map[string]workflow.GateMode{}, skips: map[string]bool{}}
-}
-
-// ArmGate arms a gate for the start of idempotencyKey.
-func (f *Fixtures) ArmGate(idempotencyKey string, mode workflow.GateMode) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gates[order.StartSourceCommandID(idempotencyKey)] = mode
-}
-
-// ReleaseGate removes the gate of the start of idempotencyKey.
-func (f *Fixtures) ReleaseGate(idempotencyKey string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.gates, order.StartSourceCommandID(idempotencyKey))
-}
-
-// ArmSkipTerminalProjection arms a one-time skip of the terminal
-// projection for the start of idempotencyKey.
-func (f *Fixtures) ArmSkipTerminalProjection(idempotencyKey string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.skips[order.StartSourceCommandID(idempotencyKey)] = true
-}
-
-func (f *Fixtures) Gate(_ context.Context, startSourceCommandID string) (workflow.GateMode, error) {
-	f.GateCalls.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.gates[startSourceCommandID], nil
-}
-
-func (f *Fixtures) TakeSkipTerminalProjection(_ context.Context, startSourceCommandID string) (bool, error) {
-	f.Takes.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	skip := f.skips[startSourceCommandID]
-	delete(f.skips, startSourceCommandID)
-	return skip, nil
-}
-
 var (
 	_ eventstore.Store     = (*Events)(nil)
 	_ readmodel.Store      = (*ReadModel)(nil)
@@ -761,12 +758,12 @@ var (
 	_ commerce.Inventory   = (*Inventory)(nil)
 	_ commerce.Payment     = (*Payment)(nil)
 	_ workflow.Envelopes   = (*Envelopes)(nil)
-	_ workflow.Fixtures    = (*Fixtures)(nil)
 )
 
-// ProjectedAppender is a fake of workflow.ProjectedAppender over Events and
-// ReadModel: the append and the projection write happen together or not at
-// all, and Calls counts them.
+// ProjectedAppender is a fake of readmodel.ProjectedAppender (and so of
+// workflow.ProjectedAppender) over Events and ReadModel: the append and
+// the projection write, under Put's version guard, happen together or not
+// at all, and Calls counts them.
 type ProjectedAppender struct {
 	Events    *Events
 	ReadModel *ReadModel
@@ -780,6 +777,6 @@ func (p *ProjectedAppender) AppendProjected(ctx context.Context, orderID string,
 	if err != nil {
 		return 0, err
 	}
-	p.ReadModel.Seed(orderID, v, state)
+	p.ReadModel.seedUnlessNewer(orderID, v, state)
 	return v, nil
 }

@@ -26,7 +26,8 @@
 //
 // Every flag can also be set from the environment as SHOPPINGMALL_<FLAG>
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
-// go to stdout, logs to stderr.
+// go to stdout, logs to stderr. Prometheus metrics are served on their own
+// listener, -metrics-http (loopback by default; "off" serves none).
 //
 // The process binds -http first and answers /healthz 200 and /readyz 503
 // there while it waits for its stores (however long Redis is down or
@@ -178,7 +179,7 @@ func run(args []string) error {
 		_ = api.Stop(context.Background())
 		return err
 	}
-	log.Info("commerce-api started", "http", ln.Addr().String(), "member", api.Member.ID(),
+	log.Info("commerce-api started", "http", ln.Addr().String(), "member", api.Member.ID(), "metrics", proc.MetricsAddr(),
 		"selfCheck", o.selfCheck, "admin", o.admin, "takeoverAfter", o.takeoverAfter)
 
 	served := make(chan error, 2)

@@ -70,7 +70,11 @@ func start(t *testing.T) *env {
 			}
 			rdb := redis.NewClient(opt)
 			defer rdb.Close()
-			return commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, seed())
+			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+			if err != nil {
+				return err
+			}
+			return cs.ApplySeed(ctx, seed())
 		},
 	})
 	require.NoError(t, err)

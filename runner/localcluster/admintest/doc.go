@@ -2,6 +2,8 @@
 // locked and that the stuck-order report finds and resumes a held order:
 // a local cluster (runner/localcluster) with the admin listeners on loopback
 // and the generated token, the commerce-api admin CLI against it, and the
-// runner's GateStop fixture holding an order at InventoryReserved. It
-// holds only tests.
+// runner's GateStop fixture holding an order at InventoryReserved. It also
+// proves that every process serves /metrics on a loopback listener of its
+// own whose Redis figures move by exactly what a request costs, and that a
+// workflow's /debug/pprof/ needs the cluster's token. It holds only tests.
 package admintest

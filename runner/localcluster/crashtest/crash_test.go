@@ -103,8 +103,11 @@ func TestOwnerKilledIsUnavailableWithoutFailover(t *testing.T) {
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	require.NoError(t, commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, commerce.DemoSeed()))
-	loc := location.NewStore(location.StoreConfig{Client: rdb})
+	cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+	require.NoError(t, err)
+	require.NoError(t, cs.ApplySeed(ctx, commerce.DemoSeed()))
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	require.NoError(t, err)
 
 	api := c.APIURL(localcluster.APIA)
 	start := post(t, api+"/orders", fmt.Sprintf(`{"cartId":%q,"shippingAddressId":"addr-1","paymentMethodId":%q,"idempotencyKey":"crash-%d"}`,

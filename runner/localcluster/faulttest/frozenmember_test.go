@@ -159,7 +159,7 @@ func TestColdStartSurvivesFrozenMember(t *testing.T) {
 		assert.NotZero(t, named, "no activation skip names the frozen member %s (%s)", member, frozen)
 	}
 
-	final, at = f.waitTerminal(ctx, ids, time.Now().Add(30*time.Second))
+	final, _ = f.waitTerminal(ctx, ids, time.Now().Add(30*time.Second))
 	for _, id := range ids {
 		assert.Equal(t, "Confirmed", final[id], "order %s started while %s was frozen", id, frozen)
 	}

@@ -100,7 +100,11 @@ func startCluster(t *testing.T, o clusterOpts) *fixture {
 				return err
 			}
 			defer rdb.Close()
-			return commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, seed())
+			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+			if err != nil {
+				return err
+			}
+			return cs.ApplySeed(ctx, seed())
 		},
 	})
 	require.NoError(t, err)
@@ -127,8 +131,9 @@ func startCluster(t *testing.T, o clusterOpts) *fixture {
 		MaxIdleConns: 128, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second,
 	}}
 	t.Cleanup(hc.CloseIdleConnections)
-	f := &fixture{c: c, apiNames: localcluster.APINodes, rdb: rdb,
-		stores: commerce.NewRedis(commerce.RedisConfig{Client: rdb})}
+	stores, err := commerce.NewRedis(commerce.Config{Client: rdb})
+	require.NoError(t, err)
+	f := &fixture{c: c, apiNames: localcluster.APINodes, rdb: rdb, stores: stores}
 	for _, n := range localcluster.APINodes {
 		f.apis = append(f.apis, &client.API{BaseURL: c.APIURL(n), HTTP: hc})
 	}

@@ -314,7 +314,8 @@ func checkStore(t *testing.T, ctx context.Context, f *fixture, keys []string, ac
 		streamKeys = append(streamKeys, iter.Val())
 	}
 	require.NoError(t, iter.Err())
-	es := eventstore.NewRedis(eventstore.RedisConfig{Client: f.rdb})
+	es, err := eventstore.NewRedis(eventstore.Config{Client: f.rdb})
+	require.NoError(t, err)
 	hasStream := map[string]bool{}
 	var startProblems, orphans []string
 	confirmed := 0

@@ -45,7 +45,7 @@ const (
 type fixture struct {
 	c    *localcluster.Cluster
 	apis map[string]*client.API
-	loc  *location.Store
+	loc  location.Store
 	hc   *http.Client
 }
 
@@ -69,7 +69,11 @@ func startCluster(t *testing.T) *fixture {
 				return err
 			}
 			defer rdb.Close()
-			return commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, commerce.DemoSeed())
+			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+			if err != nil {
+				return err
+			}
+			return cs.ApplySeed(ctx, commerce.DemoSeed())
 		},
 	})
 	require.NoError(t, err)
@@ -95,7 +99,9 @@ func startCluster(t *testing.T) *fixture {
 	t.Cleanup(func() { _ = rdb.Close() })
 	hc := &http.Client{Timeout: 15 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
-	f := &fixture{c: c, apis: map[string]*client.API{}, loc: location.NewStore(location.StoreConfig{Client: rdb}), hc: hc}
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	require.NoError(t, err)
+	f := &fixture{c: c, apis: map[string]*client.API{}, loc: loc, hc: hc}
 	for _, n := range localcluster.APINodes {
 		f.apis[n] = &client.API{BaseURL: c.APIURL(n), HTTP: hc}
 	}

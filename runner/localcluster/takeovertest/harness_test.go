@@ -138,8 +138,8 @@ type env struct {
 	api    *client.API // api-a's public API
 	rdb    *redis.Client
 	fx     *fixture.Store
-	loc    *location.Store
-	rel    *relocation.Store
+	loc    location.Store
+	rel    relocation.Store
 	events *eventstore.Redis
 	rm     *readmodel.Redis
 	cs     *commerce.Redis
@@ -168,7 +168,11 @@ func startCluster(t *testing.T, extraEnv ...string) *env {
 				return err
 			}
 			defer rdb.Close()
-			return commerce.NewRedis(commerce.RedisConfig{Client: rdb}).ApplySeed(ctx, seed())
+			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+			if err != nil {
+				return err
+			}
+			return cs.ApplySeed(ctx, seed())
 		},
 	})
 	require.NoError(t, err)
@@ -190,15 +194,27 @@ func startCluster(t *testing.T, extraEnv ...string) *env {
 	t.Cleanup(func() { _ = rdb.Close() })
 	hc := &http.Client{Timeout: 20 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
+	fx, err := fixture.NewRedis(fixture.Config{Client: rdb})
+	require.NoError(t, err)
+	events, err := eventstore.NewRedis(eventstore.Config{Client: rdb})
+	require.NoError(t, err)
+	rm, err := readmodel.NewRedis(readmodel.Config{Client: rdb})
+	require.NoError(t, err)
+	cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+	require.NoError(t, err)
+	loc, err := location.NewRedis(location.Config{Client: rdb})
+	require.NoError(t, err)
+	rel, err := relocation.NewRedis(relocation.Config{Client: rdb})
+	require.NoError(t, err)
 	return &env{
 		t: t, c: c, apiBin: apiBin, rdb: rdb,
 		api:    &client.API{BaseURL: c.APIURL(localcluster.APIA), HTTP: hc},
-		fx:     fixture.New(fixture.Config{Client: rdb}),
-		loc:    location.NewStore(location.StoreConfig{Client: rdb}),
-		rel:    relocation.New(relocation.Config{Client: rdb}),
-		events: eventstore.NewRedis(eventstore.RedisConfig{Client: rdb}),
-		rm:     readmodel.NewRedis(readmodel.RedisConfig{Client: rdb}),
-		cs:     commerce.NewRedis(commerce.RedisConfig{Client: rdb}),
+		fx:     fx,
+		loc:    loc,
+		rel:    rel,
+		events: events,
+		rm:     rm,
+		cs:     cs,
 		run:    strconv.FormatInt(time.Now().UnixNano()&0xffffffffff, 36),
 	}
 }

@@ -319,7 +319,10 @@ func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(strin
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	store := commerce.NewRedis(commerce.RedisConfig{Client: rc})
+	store, err := commerce.NewRedis(commerce.Config{Client: rc})
+	if err != nil {
+		return err
+	}
 	pause := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -451,9 +454,13 @@ func printSummary(w io.Writer, st localcluster.State) {
 			// A workflow has no public HTTP, only its operations listener.
 			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", n.Name, "ops "+n.OpsURL, n.PID, n.Log)
 		}
+		if n.MetricsURL != "" {
+			fmt.Fprintf(w, "  %-11s %s\n", "", "metrics "+n.MetricsURL+"/metrics")
+		}
 	}
 	fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
 	fmt.Fprintf(w, "\nProbes: GET /healthz and /readyz on each API and on each workflow's ops address.\n")
+	fmt.Fprintf(w, "Metrics: GET /metrics on each node's metrics address; profiles: /debug/pprof/ on each API's admin and each workflow's ops address, with the bearer token.\n")
 	fmt.Fprintf(w, "\nDemo data (commerce.DemoSeed):\n")
 	fmt.Fprintf(w, "  carts            %s (ample stock), %s (sold out)\n", commerce.DemoCartOK, commerce.DemoCartNoStock)
 	fmt.Fprintf(w, "  payment methods  %s (approves), %s (declines: %q)\n", commerce.DemoMethodOK, commerce.DemoMethodDeclined, commerce.DemoDeclineReason)

@@ -1,0 +1,126 @@
+package commerce
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+// The Payment module on Redis: method seeds and one record per payment,
+// all under the {payment} hash tag.
+
+// authorizeScript: KEYS[1] payment record, KEYS[2] method seed; ARGV
+// orderId, methodId, amount, currency, unknown-method reason, default
+// decline reason. The method is read inside the script, so the decision
+// and its record are one step and a later change of the seed cannot
+// change a recorded result.
+var authorizeScript = redis.NewScript(`
+local rec = KEYS[1]
+redis.call('HINCRBY', rec, 'calls', 1)
+local prev = redis.call('HMGET', rec, 'accepted', 'reason')
+if prev[1] then
+  return {prev[1], prev[2] or ''}
+end
+local m = redis.call('HMGET', KEYS[2], 'approve', 'reason')
+local accepted, reason = '0', ''
+if not m[1] then
+  reason = ARGV[5]
+elseif m[1] == '1' then
+  accepted = '1'
+else
+  reason = m[2] or ''
+  if reason == '' then reason = ARGV[6] end
+end
+redis.call('HSET', rec, 'accepted', accepted, 'reason', reason, 'orderId', ARGV[1],
+  'methodId', ARGV[2], 'amount', ARGV[3], 'currency', ARGV[4])
+return {accepted, reason}
+`)
+
+// Authorize implements Payment.
+func (r paymentStore) Authorize(ctx context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error) {
+	switch {
+	case req == nil || req.GetPaymentId() == "":
+		return nil, invalid("paymentId is empty")
+	case req.GetPaymentMethodId() == "":
+		return nil, invalid("payment %q: paymentMethodId is empty", req.GetPaymentId())
+	case req.GetAmount() < 0:
+		return nil, invalid("payment %q: amount %d is negative", req.GetPaymentId(), req.GetAmount())
+	}
+	res, err := authorizeScript.Run(ctx, r.client,
+		[]string{r.keys.paymentRecord(req.GetPaymentId()), r.keys.paymentMethod(req.GetPaymentMethodId())},
+		req.GetOrderId(), req.GetPaymentMethodId(), req.GetAmount(), req.GetCurrency(),
+		ReasonUnknownPaymentMethod, ReasonPaymentDeclined).StringSlice()
+	if err != nil {
+		return nil, translate("authorize payment", err)
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("%w: authorize payment: unexpected reply %q", ErrCorrupt, res)
+	}
+	out := &contracts.AuthorizePaymentRes{Accepted: res[0] == "1"}
+	if !out.Accepted {
+		out.Reason = &res[1]
+	}
+	return out, nil
+}
+
+// PutMethod implements Payment.
+func (r paymentStore) PutMethod(ctx context.Context, m PaymentMethod) error {
+	if err := validateMethod(m); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	return translate("put payment method", r.client.HSet(ctx, r.keys.paymentMethod(m.MethodID),
+		"approve", boolField(m.Approve), "reason", m.Reason).Err())
+}
+
+// GetMethod implements Payment.
+func (r paymentStore) GetMethod(ctx context.Context, methodID string) (PaymentMethod, error) {
+	if methodID == "" {
+		return PaymentMethod{}, invalid("methodId is empty")
+	}
+	v, err := r.client.HGetAll(ctx, r.keys.paymentMethod(methodID)).Result()
+	if err != nil {
+		return PaymentMethod{}, translate("get payment method", err)
+	}
+	if len(v) == 0 {
+		return PaymentMethod{}, fmt.Errorf("%w: payment method %q", ErrNotFound, methodID)
+	}
+	approve, ok := v["approve"]
+	if !ok || (approve != "0" && approve != "1") {
+		return PaymentMethod{}, fmt.Errorf("%w: payment method %q has approve %q", ErrCorrupt, methodID, approve)
+	}
+	return PaymentMethod{MethodID: methodID, Approve: approve == "1", Reason: v["reason"]}, nil
+}
+
+// AuthorizeCalls implements Payment.
+func (r paymentStore) AuthorizeCalls(ctx context.Context, paymentID string) (int64, error) {
+	return r.counter(ctx, r.keys.paymentRecord(paymentID), "calls")
+}
+
+// Captured implements Payment. Only the first, recorded result counts, so
+// the answer is the amount once however often Authorize ran.
+func (r paymentStore) Captured(ctx context.Context, paymentID string) (int64, error) {
+	v, err := r.client.HMGet(ctx, r.keys.paymentRecord(paymentID), "accepted", "amount").Result()
+	if err != nil {
+		return 0, translate("get captured amount", err)
+	}
+	if s, _ := v[0].(string); s != "1" {
+		return 0, nil
+	}
+	raw, _ := v[1].(string)
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: payment %q amount is %q", ErrCorrupt, paymentID, raw)
+	}
+	return n, nil
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

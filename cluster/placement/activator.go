@@ -1,0 +1,333 @@
+package placement
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/ctxext"
+)
+
+// Opener is implemented by grains that open their state when they start
+// (replaying a stream, raising a fence). The activator answers an
+// activation of such a grain only once it reported the outcome with
+// Activation.Opened, so an identity is never recorded Ready at a grain
+// that cannot serve.
+type Opener interface {
+	// OpensOnStart marks the grain; it is never called.
+	OpensOnStart()
+}
+
+type hosted struct {
+	pid        *actor.PID
+	generation int64
+	// waiting are the requesters to answer once the grain opened; nil
+	// once it has.
+	waiting []*actor.PID
+	opening bool
+}
+
+// opened is a grain's report that it opened its state (err == nil) or
+// could not.
+type opened struct {
+	pid       *actor.PID
+	err       error
+	storeDown bool
+}
+
+// stoppedOpening: a grain stopped before its open was answered.
+type stoppedOpening struct{ pid *actor.PID }
+
+// activator hosts grains on one member. It is the only place that spawns
+// them, so two activations of one identity on one member cannot happen.
+type activator struct {
+	lookup *Lookup
+	grains map[string]*hosted // kind/identity → grain
+	// retired are grains that announced they are leaving, by pid id: a
+	// new activation of their identity gets a new grain, never one that
+	// is about to stop.
+	retired map[string]retiredGrain
+}
+
+type retiredGrain struct {
+	key string
+	pid *actor.PID
+}
+
+// retiring is a grain's notice that it is leaving.
+type retiring struct{ pid *actor.PID }
+
+func (a *activator) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Activate:
+		if res := a.activate(ctx, m); res != nil {
+			ctx.Respond(res)
+		}
+	case *opened:
+		a.onOpened(ctx, m)
+	case *retiring:
+		for key, h := range a.grains {
+			if h.pid.Equal(m.pid) && !h.opening {
+				delete(a.grains, key)
+				if a.retired == nil {
+					a.retired = map[string]retiredGrain{}
+				}
+				a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
+			}
+		}
+	case *actor.Terminated:
+		for key, h := range a.grains {
+			if h.pid.Equal(m.Who) {
+				if h.opening {
+					// System messages overtake user messages: the grain's
+					// report of its open may still be queued. Decide after
+					// it, in a message of our own queued behind it.
+					ctx.Send(ctx.Self(), &stoppedOpening{pid: h.pid})
+					continue
+				}
+				a.forget(ctx, key, h, true)
+			}
+		}
+		if r, ok := a.retired[m.Who.Id]; ok {
+			delete(a.retired, m.Who.Id)
+			a.forget(ctx, r.key, &hosted{pid: r.pid}, true)
+		}
+	case *stoppedOpening:
+		for key, h := range a.grains {
+			if h.pid.Equal(m.pid) && h.opening {
+				// It stopped without reporting its open (it failed past
+				// its restarts): another member may do better.
+				reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+				for _, w := range h.waiting {
+					ctx.Send(w, reply)
+				}
+				a.forget(ctx, key, h, false)
+			}
+		}
+	case *hostedQuery:
+		out := make([]HostedGrain, 0, len(a.grains))
+		for key, h := range a.grains {
+			if h.opening {
+				continue
+			}
+			kind, id := splitKey(key)
+			out = append(out, HostedGrain{Kind: kind, Identity: id, PID: h.pid, Generation: h.generation})
+		}
+		ctx.Respond(out)
+	}
+}
+
+// forget drops a grain that stopped or failed to open (from grains, if it
+// is still there under key). Only a grain that
+// may have been recorded somewhere is announced to the other members.
+func (a *activator) forget(ctx actor.Context, key string, h *hosted, announce bool) {
+	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
+		delete(a.grains, key)
+	}
+	kind, id := splitKey(key)
+	if k, ok := a.lookup.cluster.TryGetClusterKind(kind); ok {
+		k.Dec()
+	}
+	if announce {
+		// Only the local pid cache learns of a stop by itself; tell the
+		// other members so none keeps calling a stopped grain.
+		a.lookup.cluster.MemberList.BroadcastEvent(&pcluster.ActivationTerminated{
+			Pid: h.pid, ClusterIdentity: pcluster.NewClusterIdentity(id, kind),
+		}, true)
+	}
+}
+
+func (a *activator) onOpened(ctx actor.Context, m *opened) {
+	for key, h := range a.grains {
+		if !h.pid.Equal(m.pid) || !h.opening {
+			continue
+		}
+		if m.err == nil {
+			h.opening = false
+			reply := &Activated{PidAddress: h.pid.Address, PidId: h.pid.Id}
+			for _, w := range h.waiting {
+				ctx.Send(w, reply)
+			}
+			h.waiting = nil
+			return
+		}
+		failure := ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
+		if m.storeDown {
+			failure = ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
+		}
+		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: failure}
+		for _, w := range h.waiting {
+			ctx.Send(w, reply)
+		}
+		// The grain stops itself; it was never recorded anywhere, so its
+		// stop is nobody else's business.
+		ctx.Unwatch(h.pid)
+		ctx.Stop(h.pid)
+		a.forget(ctx, key, h, false)
+		return
+	}
+}
+
+func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
+	key := m.Kind + "/" + m.Identity
+	if h, ok := a.grains[key]; ok {
+		if h.generation != m.Generation {
+			return &Activated{Error: "identity already hosted here with another generation", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+		}
+		if h.opening {
+			if s := ctx.Sender(); s != nil {
+				h.waiting = append(h.waiting, s)
+			}
+			return nil
+		}
+		return &Activated{PidAddress: h.pid.Address, PidId: h.pid.Id}
+	}
+	if m.DeadlineUnixMs > 0 && time.Now().UnixMilli() > m.DeadlineUnixMs {
+		// The requester has given up and may already have released the
+		// creation lock: opening now could fence the owner it chose next.
+		a.lookup.log.Warn("activation refused: it arrived after its deadline",
+			slog.String("identity", key), slog.Int64("generation", m.Generation))
+		return &Activated{Error: "activation request arrived after its deadline", Failure: ActivationFailure_ACTIVATION_FAILURE_EXPIRED}
+	}
+	if a.lookup.draining.Load() {
+		return &Activated{Error: "member is draining", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+	}
+	kind, ok := a.lookup.cluster.TryGetClusterKind(m.Kind)
+	if !ok || !a.lookup.kinds[m.Kind] {
+		return &Activated{Error: "kind not hosted here: " + m.Kind, Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	act := &Activation{
+		Kind: m.Kind, Identity: m.Identity, Generation: m.Generation, Reason: m.Reason,
+		Deadline: deadlineOf(m), Lookup: a.lookup,
+		report: func(o *opened) { root.Send(self, o) },
+		retire: func(pid *actor.PID) { root.Send(self, &retiring{pid: pid}) },
+	}
+	var opens bool
+	// Props must come from the Kind and carry the cluster identity, or the
+	// grain never sees ClusterInit. The activation lives in the context's
+	// extensions, which survive a restart after a panic: protoactor makes
+	// a new actor then but runs no OnInit again.
+	props := pcluster.WithClusterIdentity(kind.Props, pcluster.NewClusterIdentity(m.Identity, m.Kind)).
+		Clone(actor.WithOnInit(func(c actor.Context) {
+			c.Set(&activationExt{act: act})
+			_, opens = c.Actor().(Opener)
+		}))
+	pid := ctx.SpawnPrefix(props, m.Identity)
+	ctx.Watch(pid)
+	kind.Inc()
+	h := &hosted{pid: pid, generation: m.Generation, opening: opens}
+	a.grains[key] = h
+	a.lookup.log.Debug("activated", slog.String("identity", key), slog.Int64("generation", m.Generation), slog.String("reason", m.Reason.String()))
+	if opens {
+		if s := ctx.Sender(); s != nil {
+			h.waiting = append(h.waiting, s)
+		}
+		return nil
+	}
+	return &Activated{PidAddress: pid.Address, PidId: pid.Id}
+}
+
+func deadlineOf(m *Activate) time.Time {
+	if m.DeadlineUnixMs == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(m.DeadlineUnixMs)
+}
+
+func splitKey(key string) (string, string) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:]
+		}
+	}
+	return key, ""
+}
+
+var activationExtID = ctxext.NextContextExtensionID()
+
+type activationExt struct{ act *Activation }
+
+func (*activationExt) ExtensionID() ctxext.ContextExtensionID { return activationExtID }
+
+// ActivationOf returns the activation a grain was spawned with by a
+// member's activator. It is there from the grain's first Started on, and
+// again after every restart.
+func ActivationOf(ctx actor.Context) (*Activation, bool) {
+	ext, ok := ctx.Get(activationExtID).(*activationExt)
+	if !ok || ext == nil {
+		return nil, false
+	}
+	return ext.act, true
+}
+
+// WithActivation returns props whose actors see act through ActivationOf,
+// for hosting a grain outside an activator (tests of a grain alone).
+func WithActivation(props *actor.Props, act *Activation) *actor.Props {
+	return props.Clone(actor.WithOnInit(func(c actor.Context) { c.Set(&activationExt{act: act}) }))
+}
+
+// Opened reports the outcome of a grain's first open to the activator that
+// waits for it; storeDown says the failure was a store that did not
+// answer. Reports after the first (a restarted grain opening again) are
+// ignored.
+func (a *Activation) Opened(self *actor.PID, err error, storeDown bool) {
+	if a.reported.Swap(true) || a.report == nil {
+		return
+	}
+	a.report(&opened{pid: self, err: err, storeDown: storeDown})
+}
+
+type hostedQuery struct{}
+
+// HostedGrain is one grain hosted by this member's activator.
+type HostedGrain struct {
+	Kind       string
+	Identity   string
+	PID        *actor.PID
+	Generation int64
+}
+
+// Hosted lists the grains this member hosts and serves (not those still
+// opening).
+func (l *Lookup) Hosted() ([]HostedGrain, error) {
+	if l.activator == nil {
+		return nil, nil
+	}
+	res, err := l.cluster.ActorSystem.Root.RequestFuture(l.activator, &hostedQuery{}, l.cfg.ActivationTimeout).Result()
+	if err != nil {
+		return nil, err
+	}
+	out, _ := res.([]HostedGrain)
+	return out, nil
+}
+
+// NewActivation returns an activation whose grain reports its first open
+// to opened, for hosting a grain outside an activator (a grain's own
+// tests). Activators make theirs themselves.
+func NewActivation(kind, id string, generation int64, reason ActivationReason, p Placement,
+	report func(pid *actor.PID, err error, storeDown bool)) *Activation {
+	return &Activation{
+		Kind: kind, Identity: id, Generation: generation, Reason: reason, Lookup: p,
+		report: func(o *opened) {
+			if report != nil {
+				report(o.pid, o.err, o.storeDown)
+			}
+		},
+	}
+}
+
+// Leaving tells the activator that the grain is about to give up its
+// authority and stop: a new activation of the identity on this member,
+// which may follow at once, gets a new grain instead of this one. Call it
+// before releasing the record.
+func (a *Activation) Leaving(self *actor.PID) {
+	if a.retire != nil {
+		a.retire(self)
+	}
+}
+
+// Reported tells whether the grain already reported its first open: a
+// grain that starts again after that was restarted after a failure.
+func (a *Activation) Reported() bool { return a.reported.Load() }

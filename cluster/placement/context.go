@@ -1,0 +1,166 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// ContextProducer returns a cluster.ContextProducer for
+// cluster.WithClusterContextProducer. The stock context retries a nil pid
+// until the timeout and answers an untyped error; ours answers a dead owner
+// with ErrUnavailable at once and fails in-flight requests when the owner
+// leaves.
+func ContextProducer(l *Lookup) pcluster.ContextProducer {
+	return func(c *pcluster.Cluster) pcluster.Context { return &Context{lookup: l} }
+}
+
+// Context is the cluster context for grains placed by a Lookup.
+type Context struct {
+	lookup *Lookup
+}
+
+var _ pcluster.Context = (*Context)(nil)
+
+// Request sends message to the identity's owner and waits for its reply.
+// Errors: ErrUnavailable (owner gone, before or during the call),
+// ErrTimeout, ErrNoMember, ErrStoreUnavailable. A command the owner did not
+// process (dead letter, or a Retry answer while it moves) is resent to the
+// new owner within the same deadline.
+func (c *Context) Request(identity, kind string, message any, opts ...pcluster.GrainCallOption) (any, error) {
+	cfg := pcluster.NewGrainCallOptions(c.lookup.cluster)
+	for _, o := range opts {
+		o(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	return c.RequestContext(ctx, identity, kind, message)
+}
+
+// RequestContext is Request bounded by ctx instead of a timeout option.
+//
+// A message is resent only when it provably was not processed: a Retry
+// answer, or a dead letter (no such grain at that pid). Never after a
+// timeout, since the owner may have run it. A dead letter from the pid the
+// Location record still names, at a live owner member, means that record
+// points at a grain that does not exist (its open failed after the record
+// was written, or it stopped without releasing): the record is released
+// and the message resent once, so the next activation serves it.
+func (c *Context) RequestContext(ctx context.Context, identity, kind string, message any) (any, error) {
+	backoff := time.Millisecond
+	repaired := false
+	for {
+		pid, err := c.lookup.Resolve(ctx, kind, identity)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.await(ctx, pid, message)
+		var retry, dead bool
+		switch {
+		case errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):
+			retry, dead = true, true
+		case err != nil:
+			return nil, err
+		default:
+			if _, ok := res.(*Retry); ok {
+				retry = true
+			} else if _, ok := res.(*actor.DeadLetterResponse); ok {
+				retry, dead = true, true
+			}
+		}
+		if !retry {
+			return res, nil
+		}
+		c.lookup.Forget(kind, identity, pid)
+		if dead {
+			released, err := c.lookup.repairDeadPID(ctx, kind, identity, pid)
+			if err != nil {
+				return nil, err
+			}
+			if released {
+				if repaired {
+					return nil, fmt.Errorf("%w: %s/%s: a second activation did not answer either", location.ErrTimeout, kind, identity)
+				}
+				repaired = true
+				continue
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %s/%s did not settle on an owner", location.ErrTimeout, kind, identity)
+		case <-t.C:
+		}
+		if backoff < 50*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, error) {
+	timeout := time.Until(deadline(ctx))
+	if timeout <= 0 {
+		return nil, location.ErrTimeout
+	}
+	left := c.lookup.leaveSignal(pid.Address)
+	select {
+	case <-left:
+		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
+	default:
+	}
+	f := c.lookup.cluster.ActorSystem.Root.RequestFuture(pid, message, timeout)
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
+			return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
+		}
+		return r.res, r.err
+	case <-left:
+		return nil, fmt.Errorf("%w: owner at %s left during the request", ErrUnavailable, pid.Address)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
+	}
+}
+
+func deadline(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Minute)
+}
+
+// RequestFuture implements cluster.Context.
+func (c *Context) RequestFuture(identity, kind string, message any, opts ...pcluster.GrainCallOption) (*actor.Future, error) {
+	cfg := pcluster.NewGrainCallOptions(c.lookup.cluster)
+	for _, o := range opts {
+		o(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	pid, err := c.lookup.Resolve(ctx, kind, identity)
+	if err != nil {
+		return nil, err
+	}
+	return c.lookup.cluster.ActorSystem.Root.RequestFuture(pid, message, cfg.Timeout), nil
+}
+
+// NewContext returns a context over the lookup's cluster, for typed
+// clients that want ctx-bounded calls.
+func NewContext(l *Lookup) *Context { return &Context{lookup: l} }

@@ -1,0 +1,18 @@
+// Package placement owns where grains run and how calls reach them, on
+// protoactor: the IdentityLookup (Lookup) that resolves an identity
+// through the Location Store and cold-activates a Missing one, each
+// member's activator that hosts grains and answers an activation only
+// once the grain opened its state, the cluster context that turns a dead
+// owner into a fast, typed ErrUnavailable, planned relocation (move.go),
+// and the gone records' in-memory view and self-fencing (gone.go,
+// selffence.go). It never fails over: a Ready identity whose owner left
+// the topology stays where it is until an operator acts. A member seen
+// leaving is recorded gone, so that every member treats its identities
+// alike and the member itself, should it still run, fences itself.
+//
+// The records themselves are package location's: this package reads and
+// changes them only through location.Store, and keeps no Redis code of
+// its own. It knows nothing of orders, HTTP or the event stream; it must
+// not import actors/..., edge, eventstore or go-redis. Nothing under
+// runner/ may import it: it links the actor runtime.
+package placement

@@ -1,0 +1,34 @@
+package placement
+
+import (
+	"errors"
+
+	"github.com/shoppingmall-go/shoppingmall/errkind"
+)
+
+// The placement's own failures. A failure of the Location Store itself
+// comes wrapped in location's sentinels (location.ErrStoreUnavailable,
+// location.ErrTimeout, location.ErrNotOwner, location.ErrInvalidIdentity),
+// and so does a call that runs out of time here: one timeout, whichever
+// layer ran out of it.
+var (
+	// ErrUnavailable: the identity is Ready at an owner that has left the
+	// topology (or is leaving, or is recorded gone). Nothing is activated
+	// anywhere instead.
+	ErrUnavailable = errkind.New(errkind.OwnerGone, "placement: owner unavailable")
+	// ErrNoMember: no live member hosts the kind.
+	ErrNoMember = errkind.New(errkind.NoEligibleMember, "placement: no eligible member")
+	// ErrMoveRolledBack: a relocation failed before the target activated
+	// and the source is the Ready owner again.
+	ErrMoveRolledBack = errkind.New(errkind.RelocationRolledBack, "placement: relocation rolled back")
+	// ErrOpen classes why a grain could not open its state: its sentinel
+	// decides whether the activation failure is reported as a store outage
+	// (retry later) or as a permanent failure of this identity.
+	ErrOpen = errors.New("placement: grain could not open its state")
+	// ErrEvicted: this member is recorded gone; it must stop hosting.
+	ErrEvicted = errors.New("placement: this member is recorded gone")
+	// ErrLeaseExpired: this member could not read the Location Store for
+	// longer than its lease, so it cannot know whether it was recorded
+	// gone meanwhile; it must stop hosting.
+	ErrLeaseExpired = errors.New("placement: location store unreachable for longer than the lease")
+)

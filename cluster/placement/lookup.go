@@ -1,0 +1,691 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/google/uuid"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// ActivatorName is the actor name of each member's activator.
+const ActivatorName = "shoppingmall-activator"
+
+// Config configures a Lookup.
+type Config struct {
+	Store location.Store
+	// NodeName is this process's operator-facing name (api-a, workflow-b).
+	NodeName string
+	// CreateLockTTL bounds how long a dead creator can block an identity.
+	// A live creator extends it before asking each member, so it must
+	// only exceed ActivationTimeout; default ActivationTimeout + 3s.
+	CreateLockTTL time.Duration
+	// ActivationTimeout bounds one activation request to one member,
+	// including the grain's open. A member that does not answer in time
+	// is skipped and the next one is asked; default 1s, well below the 2s
+	// after which protoactor's health check drops a silent member, so a
+	// paused member costs a cold start one second, not its failure.
+	ActivationTimeout time.Duration
+	// WaitTimeout bounds waiting for another caller's Creating or Moving.
+	WaitTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Activation is what a grain learns when it is activated.
+type Activation struct {
+	Kind       string
+	Identity   string
+	Generation int64
+	Reason     ActivationReason
+	// Deadline is when the activation's requester gives up: a grain that
+	// opens its state must be done by then. Zero means none.
+	Deadline time.Time
+	// Lookup lets the grain release its authority, confirm it, or move
+	// itself.
+	Lookup Placement
+
+	report   func(*opened)
+	retire   func(*actor.PID)
+	reported atomic.Bool
+}
+
+// Placement is what a grain may ask of the placement that activated it.
+// Methods are safe for concurrent use; each is at most a few Location
+// Store round trips and honours ctx.
+type Placement interface {
+	// Release makes the identity Missing if pid is still its Ready owner
+	// (explicit close, idle passivation, an activation that owned
+	// nothing). With discard the generation it took is given back.
+	Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error
+	// Confirm tells whether the Location record names pid, at generation,
+	// as the Ready owner. A grain runs no work of its own before that.
+	Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error)
+	// Move relocates the identity with the same generation (see
+	// (*Lookup).Move).
+	Move(ctx context.Context, p MovePlan) (location.Record, error)
+	// NodeNames returns member id → node name.
+	NodeNames(ctx context.Context) (map[string]string, error)
+	// Self is this member's id.
+	Self() string
+}
+
+// Confirmation is what the Location record says of an activation.
+type Confirmation int
+
+const (
+	// Confirmed: the record names the grain as its Ready owner.
+	Confirmed Confirmation = iota
+	// Pending: the record is Creating or Moving at the grain's generation;
+	// its activator has not committed yet.
+	Pending
+	// Superseded: the record names another owner or generation, or none,
+	// or this member is recorded gone or fenced itself. The grain owns
+	// nothing and must stop without touching the record.
+	Superseded
+)
+
+func (c Confirmation) String() string {
+	switch c {
+	case Confirmed:
+		return "confirmed"
+	case Pending:
+		return "pending"
+	case Superseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("Confirmation(%d)", int(c))
+}
+
+// Lookup is a cluster.IdentityLookup backed by the Location Store.
+type Lookup struct {
+	cfg     Config
+	store   location.Store
+	log     *slog.Logger
+	cluster *pcluster.Cluster
+	kinds   map[string]bool // kinds hosted here
+
+	mu        sync.Mutex
+	members   map[string]*pcluster.Member // live members by id
+	byAddress map[string]string           // address → member id
+	leaving   map[string]chan struct{}    // address → closed when it leaves
+	inflight  map[string]*resolveCall
+	ready     chan struct{}
+	readyOnce sync.Once
+	draining  atomic.Bool
+	rr        atomic.Uint64
+	activator *actor.PID
+	sub       *eventstream.Subscription
+	onJoin    []func(memberID, address string, kinds []string)
+	onLeave   []func(memberID, address string)
+	named     chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	gone      goneState
+}
+
+type resolveCall struct {
+	done chan struct{}
+	pid  *actor.PID
+	err  error
+}
+
+// New returns a Lookup; pass it to cluster.Configure.
+func New(cfg Config) *Lookup {
+	if cfg.ActivationTimeout == 0 {
+		cfg.ActivationTimeout = time.Second
+	}
+	if cfg.CreateLockTTL <= cfg.ActivationTimeout {
+		cfg.CreateLockTTL = cfg.ActivationTimeout + 3*time.Second
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Lookup{
+		cfg:       cfg,
+		store:     cfg.Store,
+		log:       cfg.Logger,
+		members:   map[string]*pcluster.Member{},
+		byAddress: map[string]string{},
+		leaving:   map[string]chan struct{}{},
+		inflight:  map[string]*resolveCall{},
+		ready:     make(chan struct{}),
+		named:     make(chan struct{}),
+	}
+}
+
+// Store returns the Location Store behind the lookup.
+func (l *Lookup) Store() location.Store { return l.store }
+
+// OnMemberJoined registers f for every member that joins the topology,
+// observed passively. Register before the cluster starts.
+func (l *Lookup) OnMemberJoined(f func(memberID, address string, kinds []string)) {
+	l.mu.Lock()
+	l.onJoin = append(l.onJoin, f)
+	l.mu.Unlock()
+}
+
+// OnMemberLeft registers f for every member that leaves the topology,
+// observed passively. Register before the cluster starts.
+func (l *Lookup) OnMemberLeft(f func(memberID, address string)) {
+	l.mu.Lock()
+	l.onLeave = append(l.onLeave, f)
+	l.mu.Unlock()
+}
+
+// Setup implements cluster.IdentityLookup. It runs inside StartMember,
+// before any member is known.
+func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
+	l.cluster = c
+	l.startGone()
+	l.kinds = map[string]bool{}
+	for _, k := range kinds {
+		if k != pcluster.TopicActorKind {
+			l.kinds[k] = true
+		}
+	}
+	sys := c.ActorSystem
+	sub := sys.EventStream.Subscribe(func(ev any) {
+		switch e := ev.(type) {
+		case *pcluster.ClusterTopology:
+			// Published under the member list's lock: touch only our state.
+			l.onTopology(e)
+		case *remote.EndpointTerminatedEvent:
+			l.onEndpointTerminated(e.Address)
+		case *GoneRecorded:
+			l.nudgeGone()
+		case *pcluster.ActivationTerminated:
+			if e.ClusterIdentity != nil {
+				c.PidCache.RemoveByValue(e.ClusterIdentity.Identity, e.ClusterIdentity.Kind, e.Pid)
+			}
+		}
+	})
+	l.sub = sub
+	if !isClient && len(l.kinds) > 0 {
+		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
+			return &activator{lookup: l, grains: map[string]*hosted{}}
+		}), ActivatorName)
+		if err != nil {
+			l.log.Error("activator spawn failed", slog.Any("error", err))
+		}
+		l.activator = pid
+	}
+	if l.cfg.NodeName != "" {
+		go l.publishName(sys.ID)
+	}
+}
+
+// publishName records member id → node name, retrying with capped
+// backoff until it lands: readiness and topology evidence, relocation
+// targets and operators all read it, and a store outage at start-up must
+// not leave it missing for the life of the process.
+func (l *Lookup) publishName(memberID string) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.store.PutMemberName(ctx, memberID, l.cfg.NodeName)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				l.log.Info("member name published", slog.String("node", l.cfg.NodeName), slog.Int("attempts", attempt))
+			}
+			close(l.named)
+			return
+		}
+		l.log.Warn("publishing member name failed; retrying", slog.String("node", l.cfg.NodeName),
+			slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// NamePublished is closed once this member's node name is recorded.
+func (l *Lookup) NamePublished() <-chan struct{} { return l.named }
+
+// Shutdown implements cluster.IdentityLookup.
+func (l *Lookup) Shutdown() {
+	if l.sub != nil && l.cluster != nil {
+		l.cluster.ActorSystem.EventStream.Unsubscribe(l.sub)
+	}
+	l.stopOnce.Do(func() {
+		if l.stop != nil {
+			close(l.stop)
+		}
+	})
+}
+
+func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
+	l.mu.Lock()
+	members := map[string]*pcluster.Member{}
+	byAddr := map[string]string{}
+	for _, m := range t.Members {
+		members[m.Id] = m
+		byAddr[m.Address()] = m.Id
+	}
+	for _, m := range t.Left {
+		if ch, ok := l.leaving[m.Address()]; ok {
+			close(ch)
+			delete(l.leaving, m.Address())
+		}
+	}
+	l.members, l.byAddress = members, byAddr
+	l.updateLiveGone()
+	joins := append([]func(string, string, []string){}, l.onJoin...)
+	leaves := append([]func(string, string){}, l.onLeave...)
+	self := l.cluster != nil && members[l.cluster.ActorSystem.ID] != nil
+	l.mu.Unlock()
+	if self {
+		l.readyOnce.Do(func() { close(l.ready) })
+	}
+	l.observeLeft(t.Left)
+	for _, m := range t.Joined {
+		for _, f := range joins {
+			f(m.Id, m.Address(), m.Kinds)
+		}
+	}
+	for _, m := range t.Left {
+		for _, f := range leaves {
+			f(m.Id, m.Address())
+		}
+	}
+}
+
+// onEndpointTerminated fails in-flight requests to an address as soon as
+// remoting reports the connection gone; the topology confirms later.
+func (l *Lookup) onEndpointTerminated(addr string) {
+	l.mu.Lock()
+	if ch, ok := l.leaving[addr]; ok {
+		close(ch)
+		delete(l.leaving, addr)
+	}
+	l.mu.Unlock()
+}
+
+// leaveSignal returns a channel closed when the member at addr leaves.
+func (l *Lookup) leaveSignal(addr string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch, ok := l.leaving[addr]
+	if !ok {
+		ch = make(chan struct{})
+		if _, live := l.byAddress[addr]; !live && addr != l.selfAddress() {
+			close(ch)
+			return ch
+		}
+		l.leaving[addr] = ch
+	}
+	return ch
+}
+
+func (l *Lookup) selfAddress() string {
+	if l.cluster == nil {
+		return ""
+	}
+	return l.cluster.ActorSystem.Address()
+}
+
+// WaitReady blocks until the first topology that holds this member.
+func (l *Lookup) WaitReady(ctx context.Context) error {
+	select {
+	case <-l.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for first topology", location.ErrTimeout)
+	}
+}
+
+// Live reports whether a member id is in the current topology.
+func (l *Lookup) Live(memberID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.members[memberID] != nil
+}
+
+// Eligible returns the live members hosting kind that are not recorded
+// gone, sorted by id.
+func (l *Lookup) Eligible(kind string) []*pcluster.Member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*pcluster.Member
+	for _, m := range l.members {
+		if m.HasKind(kind) && !l.isGone(m.Id) {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out
+}
+
+// Get implements cluster.IdentityLookup for callers that go around our
+// context; errors become nil as that interface demands.
+func (l *Lookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.WaitTimeout)
+	defer cancel()
+	pid, err := l.Resolve(ctx, ci.Kind, ci.Identity)
+	if err != nil {
+		return nil
+	}
+	return pid
+}
+
+// RemovePid implements cluster.IdentityLookup.
+func (l *Lookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID) {
+	l.Forget(ci.Kind, ci.Identity, pid)
+}
+
+// Forget drops a cached pid so the next call reads the Location Store.
+func (l *Lookup) Forget(kind, id string, pid *actor.PID) {
+	if pid == nil {
+		l.cluster.PidCache.Remove(id, kind)
+		return
+	}
+	l.cluster.PidCache.RemoveByValue(id, kind, pid)
+}
+
+// Resolve returns the pid of the identity's owner, activating it when the
+// identity is Missing. Warm calls are answered from the pid cache without a
+// Redis round trip. A Ready identity whose owner has left the topology, or
+// is recorded gone (even if this lookup still sees it live), is
+// ErrUnavailable at once; nothing is activated anywhere.
+func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
+	if pid, ok := l.cluster.PidCache.Get(id, kind); ok && pid != nil {
+		if !l.goneAddress(pid.Address) {
+			return pid, nil
+		}
+		l.cluster.PidCache.RemoveByValue(id, kind, pid)
+	}
+	if err := l.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	key := kind + "/" + id
+	l.mu.Lock()
+	if c, ok := l.inflight[key]; ok {
+		l.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.pid, c.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: resolving %s", location.ErrTimeout, key)
+		}
+	}
+	c := &resolveCall{done: make(chan struct{})}
+	l.inflight[key] = c
+	l.mu.Unlock()
+
+	c.pid, c.err = l.resolve(ctx, kind, id)
+	if c.err == nil {
+		l.cluster.PidCache.Set(id, kind, c.pid)
+	}
+	l.mu.Lock()
+	delete(l.inflight, key)
+	l.mu.Unlock()
+	close(c.done)
+	return c.pid, c.err
+}
+
+func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
+	backoff := 2 * time.Millisecond
+	for {
+		token := uuid.NewString()
+		acquired, gen, rec, err := l.store.BeginCreate(ctx, kind, id, token, l.cfg.CreateLockTTL)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case acquired:
+			return l.create(ctx, kind, id, token, gen)
+		case rec.Status == location.Ready:
+			if !l.Live(rec.Owner) {
+				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
+			}
+			if l.isGone(rec.Owner) {
+				return nil, fmt.Errorf("%w: %s is owned by member %s, which is recorded gone", ErrUnavailable, id, rec.Owner)
+			}
+			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
+		case rec.Status == location.Moving && (!l.Live(rec.Owner) || l.isGone(rec.Owner)):
+			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left or is recorded gone", ErrUnavailable, id, rec.Owner)
+		}
+		// Creating or Moving: wait for Ready.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: waiting for %s to become Ready", location.ErrTimeout, id)
+		case <-t.C:
+		}
+		if backoff < 50*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// create cold-activates an identity whose creation lock token holds, on
+// the next eligible member round-robin, and records it Ready. A member
+// that does not answer, or refuses, is skipped while the lock is extended,
+// so one frozen member cannot fail a cold start. A grain that could not
+// open its state aborts the creation: the lock is given back and the next
+// command activates again.
+func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64) (*actor.PID, error) {
+	abort := func() { _ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token) }
+	candidates := l.Eligible(kind)
+	if len(candidates) == 0 {
+		abort()
+		return nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
+	}
+	start := int(l.rr.Add(1))
+	var lastErr error
+	for i := range candidates {
+		m := candidates[(start+i)%len(candidates)]
+		if i > 0 {
+			// The lock must outlive this attempt, or another caller could
+			// create the identity on a third member meanwhile.
+			if err := l.store.ExtendCreate(ctx, kind, id, token, l.cfg.CreateLockTTL); err != nil {
+				abort()
+				return nil, err
+			}
+		}
+		pid, err := l.activateOn(ctx, m, kind, id, gen, ActivationReason_ACTIVATION_REASON_COLD)
+		if err != nil {
+			lastErr = err
+			var af *activationError
+			if errors.As(err, &af) && !af.tryNext() {
+				abort()
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if i+1 < len(candidates) {
+				l.log.Warn("activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
+					slog.String("member", m.Id), slog.Any("error", err))
+			}
+			continue
+		}
+		err = l.store.CommitReady(context.WithoutCancel(ctx), kind, id, token, location.Record{
+			Owner: m.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen,
+		})
+		if err != nil {
+			// The grain cannot own what was not recorded: stop it. Should
+			// the commit have landed after all, the record names a stopped
+			// pid, which the next caller repairs on its dead letter.
+			l.cluster.ActorSystem.Root.Stop(pid)
+			return nil, err
+		}
+		return pid, nil
+	}
+	abort()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: activating %s: %v", location.ErrTimeout, id, lastErr)
+	}
+	return nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
+}
+
+// activationError is a member's refusal or failure to activate.
+type activationError struct {
+	member  string
+	failure ActivationFailure
+	text    string
+	timeout bool
+}
+
+func (e *activationError) Error() string {
+	if e.timeout {
+		return fmt.Sprintf("activate on %s: no answer in time", e.member)
+	}
+	return fmt.Sprintf("activate on %s: %s", e.member, e.text)
+}
+
+// Unwrap classes the failure with this package's sentinels.
+func (e *activationError) Unwrap() error {
+	switch {
+	case e.timeout:
+		return location.ErrTimeout
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE:
+		return location.ErrStoreUnavailable
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+		return ErrOpen
+	}
+	return nil
+}
+
+// tryNext tells whether another member may succeed where this one failed:
+// not when the grain's state itself could not be opened.
+func (e *activationError) tryNext() bool {
+	switch e.failure {
+	case ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+		return false
+	}
+	return true
+}
+
+func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id string, gen int64, reason ActivationReason) (*actor.PID, error) {
+	timeout := l.cfg.ActivationTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return nil, &activationError{member: m.Id, timeout: true}
+	}
+	deadline := time.Now().Add(timeout)
+	res, err := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName),
+		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli()}, timeout).Result()
+	if err != nil {
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, &activationError{member: m.Id, timeout: true}
+		}
+		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: err.Error()}
+	}
+	a, ok := res.(*Activated)
+	if !ok {
+		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: fmt.Sprintf("unexpected reply %T", res)}
+	}
+	if a.Error != "" {
+		return nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error}
+	}
+	return actor.NewPID(a.PidAddress, a.PidId), nil
+}
+
+// Release gives up authority for an identity owned by pid (explicit close
+// or idle passivation). With discard, the generation it took is returned.
+func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error {
+	_, err := l.store.Release(ctx, kind, id, pid.Id, discard)
+	l.cluster.PidCache.RemoveByValue(id, kind, pid)
+	return err
+}
+
+// Confirm implements Placement.
+func (l *Lookup) Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error) {
+	if l.selfFenced() {
+		return Superseded, nil
+	}
+	rec, err := l.store.Get(ctx, kind, id)
+	if err != nil {
+		return Pending, err
+	}
+	switch {
+	case rec.Status == location.Creating && rec.Generation+1 == generation:
+		// A creation records its generation only when it commits.
+		return Pending, nil
+	case rec.Generation != generation:
+		return Superseded, nil
+	case rec.Status == location.Ready && rec.PIDID == pid.Id && rec.PIDAddress == pid.Address:
+		return Confirmed, nil
+	case rec.Status == location.Moving:
+		return Pending, nil
+	}
+	return Superseded, nil
+}
+
+// repairDeadPID makes a Ready record Missing when it still names pid at a
+// live owner member that has just answered a dead letter for it: the grain
+// provably does not exist there (its open failed after the record was
+// written, or it stopped without releasing). Matching the member id, not
+// the node name, keeps a restarted node's new incarnation out of it; the
+// next activation's higher generation fences anything left behind.
+func (l *Lookup) repairDeadPID(ctx context.Context, kind, id string, pid *actor.PID) (bool, error) {
+	l.mu.Lock()
+	owner, live := l.byAddress[pid.Address]
+	l.mu.Unlock()
+	if !live || l.isGone(owner) {
+		// A gone member's records stay as they are until an operator
+		// takes them over.
+		return false, nil
+	}
+	ok, err := l.store.ReleaseDead(ctx, kind, id, owner, pid.Id)
+	if ok {
+		l.log.Warn("released a Ready record whose grain is gone", slog.String("identity", kind+"/"+id),
+			slog.String("member", owner), slog.String("pid", pid.Id))
+	}
+	return ok, err
+}
+
+// SetDraining makes this member's activator refuse new activations, so a
+// graceful stop can move its grains away without new ones arriving.
+func (l *Lookup) SetDraining(v bool) { l.draining.Store(v) }
+
+// NodeNames returns member id → node name for live members.
+func (l *Lookup) NodeNames(ctx context.Context) (map[string]string, error) {
+	return l.store.MemberNames(ctx)
+}
+
+// MemberByNode finds the live member id published under a node name,
+// not recorded gone.
+func (l *Lookup) MemberByNode(ctx context.Context, node string) (*pcluster.Member, error) {
+	names, err := l.store.MemberNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, n := range names {
+		if n == node && !l.isGone(id) {
+			if m := l.members[id]; m != nil {
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: no live member named %s", ErrNoMember, node)
+}
+
+// Cluster returns the protoactor cluster the lookup serves.
+func (l *Lookup) Cluster() *pcluster.Cluster { return l.cluster }
+
+// Self returns this member's id.
+func (l *Lookup) Self() string { return l.cluster.ActorSystem.ID }

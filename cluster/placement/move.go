@@ -1,0 +1,150 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// MoveStage names the steps of a planned relocation, for the operation
+// record kept by the caller.
+type MoveStage string
+
+const (
+	MoveStarted         MoveStage = "moving"
+	MoveTargetActivated MoveStage = "target-activated"
+	MoveCommitted       MoveStage = "committed"
+	MoveAborted         MoveStage = "aborted"
+)
+
+// MovePlan names what a relocation moves and where.
+type MovePlan struct {
+	Kind     string
+	Identity string
+	// Source is the current owner's pid; the caller is that owner, in its
+	// own turn, so the move never splits a turn.
+	Source *actor.PID
+	// TargetNode is an operator-chosen node name; empty lets the cluster
+	// pick another eligible member.
+	TargetNode  string
+	OperationID string
+	// Progress is told each stage before the next begins.
+	Progress func(stage MoveStage, target string, generation int64)
+}
+
+// Move relocates an identity to another member with the same generation:
+// Ready → Moving (callers wait) → the target activates and replays → Ready
+// at the target. A failure before the target activated rolls back to the
+// source; after it, only completion is possible (the target's activation
+// fenced the source), so the error says to repeat the operation. Repeating
+// with the same OperationID resumes.
+func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) {
+	report := func(s MoveStage, target string, g int64) {
+		if p.Progress != nil {
+			p.Progress(s, target, g)
+		}
+	}
+	gen, err := l.store.BeginMove(ctx, p.Kind, p.Identity, p.Source.Id, p.OperationID)
+	if err != nil {
+		return location.Record{}, err
+	}
+	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, l.Self())
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, "", gen)
+		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
+	}
+	report(MoveStarted, target.Id, gen)
+	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, gen, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, target.Id, gen)
+		return location.Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
+	}
+	report(MoveTargetActivated, target.Id, gen)
+	rec := location.Record{Status: location.Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen}
+	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, rec); err != nil {
+		return location.Record{}, fmt.Errorf("relocation of %s activated the target but did not commit; repeat operation %s: %w", p.Identity, p.OperationID, err)
+	}
+	l.cluster.PidCache.Set(p.Identity, p.Kind, pid)
+	report(MoveCommitted, target.Id, gen)
+	return rec, nil
+}
+
+// pickTarget finds the named member, or another eligible member than
+// exclude (the current owner).
+func (l *Lookup) pickTarget(ctx context.Context, kind, node, exclude string) (*pcluster.Member, error) {
+	self := exclude
+	if node != "" {
+		m, err := l.MemberByNode(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		if m.Id == self {
+			return nil, fmt.Errorf("%w: %s already owns it", location.ErrNotOwner, node)
+		}
+		if !m.HasKind(kind) {
+			return nil, fmt.Errorf("%w: %s does not host %s", ErrNoMember, node, kind)
+		}
+		return m, nil
+	}
+	var others []*pcluster.Member
+	for _, m := range l.Eligible(kind) {
+		if m.Id != self {
+			others = append(others, m)
+		}
+	}
+	if len(others) == 0 {
+		return nil, fmt.Errorf("%w: no other member hosts %s", ErrNoMember, kind)
+	}
+	return others[int(l.rr.Add(1))%len(others)], nil
+}
+
+// CompleteMove finishes a relocation that was interrupted after it began
+// (its operation id is still the record's moveOp): it activates the target
+// with the same generation — an activator hands back a target that already
+// activated — commits it, and stops the source, which the target's fence
+// has cut off from the stream. If the target cannot be activated the move
+// rolls back to the source. Repeating a committed move is a no-op.
+func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (location.Record, error) {
+	report := func(s MoveStage, target string, g int64) {
+		if p.Progress != nil {
+			p.Progress(s, target, g)
+		}
+	}
+	rec, err := l.store.Get(ctx, p.Kind, p.Identity)
+	if err != nil {
+		return location.Record{}, err
+	}
+	if rec.Status != location.Moving || rec.MoveOp != p.OperationID {
+		return location.Record{}, fmt.Errorf("%w: relocation %s of %s is not in progress", location.ErrNotOwner, p.OperationID, p.Identity)
+	}
+	source := actor.NewPID(rec.PIDAddress, rec.PIDID)
+	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, rec.Owner)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, "", rec.Generation)
+		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
+	}
+	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, rec.Generation, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	if err != nil {
+		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		report(MoveAborted, target.Id, rec.Generation)
+		return location.Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
+	}
+	report(MoveTargetActivated, target.Id, rec.Generation)
+	done := location.Record{Status: location.Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: rec.Generation}
+	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, done); err != nil {
+		return location.Record{}, err
+	}
+	l.cluster.PidCache.RemoveByValue(p.Identity, p.Kind, source)
+	if l.Live(rec.Owner) {
+		l.cluster.ActorSystem.Root.Poison(source)
+	}
+	report(MoveCommitted, target.Id, rec.Generation)
+	return done, nil
+}

@@ -1,0 +1,144 @@
+// Package errkind is the project's one vocabulary of error kinds: the
+// reasons of the public error contract, which a client sees as an HTTP
+// status, code and reason (edge/errors.go) and a grain's caller sees as a
+// reason code (actors/grain/errors.go).
+//
+// A package gives a sentinel its kind where it declares it (New), so a
+// caller several layers up can classify any error by its kind (Of) without
+// importing the package that raised it. The kind is a classification in
+// addition to the sentinel, never instead of it: errors.Is on the sentinel
+// keeps working, and a sentinel without a kind is Internal to everyone
+// outside its package.
+//
+// It imports only the standard library and must import nothing of the
+// project, so that every layer but the pure domain (actors/order) may use
+// it.
+package errkind
+
+import (
+	"context"
+	"errors"
+)
+
+// Kind is one class of failure as the public contract names it. A Kind is
+// itself an error so that errors.Is(err, NotFound) asks whether err
+// carries that kind.
+type Kind uint8
+
+// The kinds. Their meaning never changes; new ones are added at the end.
+const (
+	// Internal: nothing the caller can act on; also every error that has
+	// no kind.
+	Internal Kind = iota
+	// InvalidArgument: the request or an identifier in it is malformed.
+	InvalidArgument
+	// NotFound: the order (or the record asked for) does not exist.
+	NotFound
+	// Conflict: the command conflicts with what the order has recorded.
+	Conflict
+	// FailedPrecondition: the operation cannot run in the order's current
+	// situation.
+	FailedPrecondition
+	// OwnerGone: the order's Ready owner has left; nothing fails over by
+	// itself (the contract's reason UNAVAILABLE).
+	OwnerGone
+	// StoreUnavailable: a store could not be reached; the owner is fine
+	// and the same request may succeed soon.
+	StoreUnavailable
+	// NoEligibleMember: no live member can host what the request needs
+	// until a member (re)joins.
+	NoEligibleMember
+	// RelocationRolledBack: a relocation of the order failed and its
+	// previous owner is Ready again.
+	RelocationRolledBack
+	// Timeout: the time ran out before the order or a store answered;
+	// context.DeadlineExceeded is one.
+	Timeout
+	// Canceled: the caller gave up (or the process is stopping);
+	// context.Canceled is one.
+	Canceled
+)
+
+var names = [...]string{
+	Internal:             "internal",
+	InvalidArgument:      "invalid argument",
+	NotFound:             "not found",
+	Conflict:             "conflict",
+	FailedPrecondition:   "failed precondition",
+	OwnerGone:            "owner gone",
+	StoreUnavailable:     "store unavailable",
+	NoEligibleMember:     "no eligible member",
+	RelocationRolledBack: "relocation rolled back",
+	Timeout:              "timeout",
+	Canceled:             "canceled",
+}
+
+// All returns every kind, Internal first, so that a mapping can prove it
+// covers them all.
+func All() []Kind {
+	all := make([]Kind, len(names))
+	for i := range all {
+		all[i] = Kind(i)
+	}
+	return all
+}
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	if int(k) < len(names) {
+		return names[k]
+	}
+	return "unknown kind"
+}
+
+// Error makes a Kind a target for errors.Is.
+func (k Kind) Error() string { return "errkind: " + k.String() }
+
+// New returns a sentinel error with message msg that also is kind k:
+// errors.Is(err, sentinel) and errors.Is(err, k) both hold for every err
+// that wraps it. Its message is msg alone, so giving an existing sentinel a
+// kind changes no log line.
+func New(k Kind, msg string) error { return &sentinel{kind: k, msg: msg} }
+
+type sentinel struct {
+	kind Kind
+	msg  string
+}
+
+func (s *sentinel) Error() string { return s.msg }
+
+func (s *sentinel) Is(target error) bool {
+	k, ok := target.(Kind)
+	return ok && k == s.kind
+}
+
+// precedence is the order in which Of looks for a kind when an error
+// carries several (a store that wraps an expired context in its own
+// Unavailable, a failed precondition that names the rolled-back relocation
+// behind it). A deadline or a cancellation says more than the store error
+// that wrapped it; a refusal (not found, invalid, precondition) says more
+// than the outage behind it; of the outages, the dead owner says most.
+var precedence = []Kind{
+	Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
+	Canceled, OwnerGone, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
+}
+
+// Of returns the kind of err: the first of its kinds in precedence order
+// (Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
+// Canceled, OwnerGone, StoreUnavailable, NoEligibleMember,
+// RelocationRolledBack), where context.DeadlineExceeded counts as Timeout
+// and context.Canceled as Canceled. An error with no kind, and nil, are
+// Internal.
+func Of(err error) Kind {
+	if err == nil {
+		return Internal
+	}
+	for _, k := range precedence {
+		if errors.Is(err, k) ||
+			k == Timeout && errors.Is(err, context.DeadlineExceeded) ||
+			k == Canceled && errors.Is(err, context.Canceled) {
+			return k
+		}
+	}
+	return Internal
+}

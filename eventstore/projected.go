@@ -1,0 +1,79 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Projection is another store's record that AppendProjected writes in the
+// same atomic step as the append. Its owner names the key and both
+// fields; this package applies only the guard stated here, which the
+// owner's own writes of the record must share: the hash at Key gets
+// VersionField = Version and StateField = State, unless VersionField
+// already holds a number greater than Version (a value that is not a
+// number is damage and does not block the write). Key must carry the
+// order's hash tag, so the step stays one script on one Redis Cluster
+// slot.
+type Projection struct {
+	Key          string
+	VersionField string
+	StateField   string
+	Version      int64
+	State        []byte
+}
+
+// projectedArgs is how many ARGV precede the events in
+// appendProjectedScript: appendScript's, then versionField, stateField,
+// version, state.
+const projectedArgs = appendArgs + 4
+
+// appendProjectedScript is appendLua, then the caller's projection under
+// the Projection guard. Nothing is written when a check fails.
+//
+// KEYS: stream, fence, cmds, projection.
+// Reply: {0, newVersion} or appendLua's.
+var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) + appendLua + `
+local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
+if not cur or cur <= tonumber(ARGV[7]) then
+  redis.call('HSET', KEYS[4], ARGV[5], ARGV[7], ARGV[6], ARGV[8])
+end
+return {0, version}
+`)
+
+// AppendProjected is Append (same checks in the same order, same errors)
+// that also writes proj, another store's record of the fold the events
+// lead to, in the same script: one round trip records an event and its
+// projection, and nothing is written when a check fails. proj.Version
+// must be the stream's new version; an empty batch writes nothing.
+//
+// It is this store's half of the one write that spans two stores; the
+// owner of that write, readmodel.ProjectedAppend, builds proj from its own
+// record contract. Plain Append never writes outside this store.
+func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return 0, err
+	}
+	if want := expectedVersion + int64(len(events)); proj.Version != want {
+		return 0, fmt.Errorf("eventstore: append %s: projection of version %d, the append leads to %d", orderID, proj.Version, want)
+	}
+	if !strings.Contains(proj.Key, "{"+orderID+"}") {
+		return 0, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
+	}
+	if proj.VersionField == "" || proj.StateField == "" || proj.VersionField == proj.StateField {
+		return 0, errors.New("eventstore: append " + orderID + ": projection needs two distinct field names")
+	}
+	args := make([]any, 0, projectedArgs+5*len(events))
+	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID,
+		proj.VersionField, proj.StateField, proj.Version, proj.State)
+	if args, err = appendEvents(args, orderID, events); err != nil {
+		return 0, err
+	}
+	keys := []string{k.stream, k.fence, k.cmds, proj.Key}
+	return r.runAppend(ctx, appendProjectedScript, keys, args, orderID, expectedVersion, fence)
+}

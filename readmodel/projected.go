@@ -1,0 +1,101 @@
+package readmodel
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// ProjectedAppender is the one write that spans two stores: an order's
+// events and the read-model record of the fold they lead to, in one atomic
+// step, so a step records its event and its projection in one round trip
+// instead of two. This package owns it because the record is its own.
+//
+// Its contract is both stores' contracts in one:
+//
+//   - The events: eventstore.Store.Append's contract. The same checks
+//     apply in the same order (fence, expected version, source command)
+//     with the same errors and the returned new version; when a check
+//     fails nothing at all is written, the record included.
+//   - The record: Store.Put(orderID, new version, state)'s contract. It is
+//     written unless a record of a newer version is stored; that refusal
+//     is not an error (the append stands).
+//   - The ActiveIndex (Redis only): updated best-effort after the write
+//     landed, for the Created and terminal states only (Put updates it on
+//     every applied write); Stuck reads each candidate's record, so the
+//     steps in between need no index write.
+type ProjectedAppender interface {
+	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
+}
+
+// ProjectedAppendConfig wires a ProjectedAppend.
+type ProjectedAppendConfig struct {
+	// Events and ReadModel are required and must live on the same Redis:
+	// the step is one script over the order's keys of both stores.
+	Events    *eventstore.Redis
+	ReadModel *Redis
+}
+
+// ProjectedAppend is ProjectedAppender on Redis: eventstore's
+// AppendProjected carrying this store's record (key, fields, encoded
+// state) as an eventstore.Projection, whose guard is Put's.
+//
+// It exists only where the event store and the read model share a Redis
+// server. Where they live on different servers one script cannot write
+// both, and the fallback is two writes: the caller appends, then Puts.
+// If the Put is lost (an outage, a crash between the two) the record lags
+// the stream; it converges because every Put is guarded by the stream
+// version, so a late or repeated write never goes back, and because the
+// record is repaired: the owner re-projects an order whose projection
+// write failed before its next step, Continue re-projects a terminal order
+// whose record is missing or older than its fold, and Rebuild rewrites it
+// from the stream alone.
+type ProjectedAppend struct {
+	events  *eventstore.Redis
+	records *Redis
+}
+
+var _ ProjectedAppender = (*ProjectedAppend)(nil)
+
+// NewProjectedAppend returns the projected append over cfg's stores, or an
+// error wrapping ErrConfig when one is missing. It cannot tell whether the
+// two share a server; the caller wires it only when they do.
+func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
+	if cfg.Events == nil || cfg.ReadModel == nil {
+		return nil, fmt.Errorf("%w: ProjectedAppendConfig needs both Events and ReadModel", ErrConfig)
+	}
+	return &ProjectedAppend{events: cfg.Events, records: cfg.ReadModel}, nil
+}
+
+// AppendProjected implements ProjectedAppender.
+func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
+	key, encoded, err := p.records.encode(orderID, state)
+	if err != nil {
+		return 0, err
+	}
+	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
+		Key:          key,
+		VersionField: fieldVersion,
+		StateField:   fieldState,
+		Version:      expectedVersion + int64(len(events)),
+		State:        encoded,
+	})
+	if err != nil {
+		return v, err
+	}
+	// Only the first and the last projection touch the index: two index
+	// commands per order instead of one per event. In between the entry
+	// keeps its Created score, which only bounds the order's last change
+	// from below; Stuck reads each candidate's record for its real age.
+	if st := state.GetStatus(); st != contracts.OrderStatus_Created && !Terminal(st) {
+		return v, nil
+	}
+	if ierr := p.records.IndexActive(ctx, orderID, state); ierr != nil {
+		p.records.log.Warn("active-order index not updated; the append and its projection are",
+			slog.String("order", orderID), slog.Any("error", ierr))
+	}
+	return v, nil
+}

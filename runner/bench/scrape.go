@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
+)
+
+// The metrics the bench reads, as the README lists them: what an
+// operator's scraper reads, not a protocol of the bench's own.
+const (
+	metricRedisRoundTrips = "shoppingmall_redis_round_trips_total"
+	metricRedisCommands   = "shoppingmall_redis_commands_total"
+	metricRedisPipelines  = "shoppingmall_redis_pipelines_total"
+	labelStore            = "store"
+	labelCommand          = "command"
+)
+
+// scraped is one /metrics scrape, by metric family name.
+type scraped map[string]*dto.MetricFamily
+
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
+// scrapeMetrics GETs base/metrics in the text format, as a Prometheus
+// server would.
+func scrapeMetrics(ctx context.Context, base string) (scraped, error) {
+	if base == "" {
+		return nil, fmt.Errorf("no metrics address")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: status %d", base, resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/metrics: %w", base, err)
+	}
+	return scraped(mfs), nil
+}
+
+// sum adds the values of the samples of name whose labels include every
+// pair of match (nil: all of them); an absent family sums to 0.
+func (s scraped) sum(name string, match map[string]string) float64 {
+	total := 0.0
+	for _, m := range s[name].GetMetric() {
+		if hasLabels(m, match) {
+			total += value(m)
+		}
+	}
+	return total
+}
+
+// by sums the samples of name by the value of label.
+func (s scraped) by(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range s[name].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == label {
+				out[lp.GetValue()] += value(m)
+			}
+		}
+	}
+	return out
+}
+
+func hasLabels(m *dto.Metric, match map[string]string) bool {
+	for k, v := range match {
+		ok := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+// cpuSeconds is user+system CPU time of pid (0: the bench itself) as the
+// OS counts it, so it needs nothing from the process: a binary of any
+// commit can be measured.
+func cpuSeconds(pid int) (float64, error) {
+	var p procfs.Proc
+	var err error
+	if pid == 0 {
+		p, err = procfs.Self()
+	} else {
+		p, err = procfs.NewProc(pid)
+	}
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.CPUTime(), nil
+}

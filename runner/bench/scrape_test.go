@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// exposition renders the Redis metrics as a process serves them.
+func exposition(events, readmodelRT, hmget, pipelines int) string {
+	return fmt.Sprintf(`# HELP shoppingmall_redis_round_trips_total Redis round trips.
+# TYPE shoppingmall_redis_round_trips_total counter
+shoppingmall_redis_round_trips_total{store="events"} %d
+shoppingmall_redis_round_trips_total{store="readmodel"} %d
+# HELP shoppingmall_redis_commands_total Redis commands.
+# TYPE shoppingmall_redis_commands_total counter
+shoppingmall_redis_commands_total{command="evalsha",store="events"} %d
+shoppingmall_redis_commands_total{command="hmget",store="readmodel"} %d
+# HELP shoppingmall_redis_pipelines_total Redis pipelines.
+# TYPE shoppingmall_redis_pipelines_total counter
+shoppingmall_redis_pipelines_total{store="events"} %d
+# HELP process_cpu_seconds_total CPU.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 1.5
+`, events, readmodelRT, events, hmget, pipelines)
+}
+
+// The report's client-side figures are the deltas of what /metrics
+// served before and after the load, per terminal order.
+func TestRoundTripFiguresFromTwoScrapes(t *testing.T) {
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "/metrics", r.URL.Path)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte(body.Load().(string)))
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	scrapeAs := func(s string) scraped {
+		body.Store(s)
+		m, err := scrapeMetrics(ctx, srv.URL)
+		require.NoError(t, err)
+		return m
+	}
+	// api-a: only read-model polls; workflow-a: events work.
+	before := snap{Metrics: map[string]scraped{
+		"api-a":      scrapeAs(exposition(0, 100, 100, 0)),
+		"workflow-a": scrapeAs(exposition(500, 0, 0, 7)),
+	}, CPU: map[string]float64{}}
+	after := snap{Metrics: map[string]scraped{
+		"api-a":      scrapeAs(exposition(0, 130, 130, 0)),
+		"workflow-a": scrapeAs(exposition(580, 0, 0, 17)),
+	}, CPU: map[string]float64{}}
+	require.Equal(t, 1.5, after.Metrics["api-a"].sum("process_cpu_seconds_total", nil))
+
+	var res loadResult
+	for range 10 {
+		res.Results = append(res.Results, orderResult{Path: pathSuccess, Status: "Confirmed"})
+	}
+	res.Polls = 30
+	rep := buildReport(options{concurrency: 1, duration: time.Second}, res, before, after)
+	cr := rep.ClientRoundTrips
+	require.Equal(t, 11.0, cr.PerOrder, "(30 + 80) / 10")
+	require.Equal(t, 8.0, cr.WorkflowPerOrder)
+	require.Equal(t, 3.0, cr.APIPollPerOrder)
+	require.Equal(t, 0.0, cr.APIStartPerOrder)
+	require.Equal(t, 1.0, cr.APIPerPoll)
+	require.Equal(t, map[string]float64{"events": 8, "readmodel": 3}, cr.ByStore)
+	require.Equal(t, map[string]float64{"total": 8, "commands": 8, "evalsha": 8, "pipelines": 1}, cr.ByNode["workflow-a"])
+	require.Equal(t, int64(0), int64(len(rep.Notes)))
+}
+
+func TestScrapeFailureIsAnError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	_, err := scrapeMetrics(context.Background(), srv.URL)
+	require.ErrorContains(t, err, "status 404")
+	_, err = scrapeMetrics(context.Background(), "")
+	require.Error(t, err)
+}
+
+// CPU comes from the OS for any PID, this process's included.
+func TestCPUSecondsFromTheOS(t *testing.T) {
+	self, err := cpuSeconds(0)
+	require.NoError(t, err)
+	byPID, err := cpuSeconds(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, byPID, self)
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for {
+		for i := range 1_000_000 {
+			x += i
+		}
+		now, err := cpuSeconds(0)
+		require.NoError(t, err)
+		if now > self {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "cpu time did not grow (x=%d)", x)
+	}
+}
