@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -323,4 +323,4 @@ func decodeMessage[T any, P interface {
 	return m
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

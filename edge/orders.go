@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/http"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
-	"google.golang.org/protobuf/proto"
 )
 
 // startOrder is POST /orders (spec §7.1, §7.3). It answers once the

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 
 	"github.com/stretchr/testify/require"
 

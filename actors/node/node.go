@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
@@ -29,7 +31,6 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
-	"google.golang.org/protobuf/proto"
 )
 
 // RedisURLs names each store's Redis. Empty ones default to Default, so

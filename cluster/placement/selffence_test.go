@@ -3,7 +3,6 @@ package placement
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 )
 
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runWatch runs watchSelf in the background; the channel yields its
 // result and when it returned.

@@ -107,8 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("redisserver: create dir: %w", err)
 	}
 	if s.dir, err = filepath.Abs(s.dir); err != nil {
-		s.removeDir()
-		return nil, fmt.Errorf("redisserver: dir: %w", err)
+		return nil, errors.Join(fmt.Errorf("redisserver: dir: %w", err), s.removeDir())
 	}
 	s.logFile = cfg.LogFile
 	if s.logFile == "" {
@@ -120,8 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.network = "unix"
 		s.addr = filepath.Join(s.dir, socketName)
 		if len(s.addr) > maxSocketPath {
-			s.removeDir()
-			return nil, fmt.Errorf("redisserver: unix socket path %q is too long (max %d bytes): use a shorter Dir", s.addr, maxSocketPath)
+			return nil, errors.Join(fmt.Errorf("redisserver: unix socket path %q is too long (max %d bytes): use a shorter Dir", s.addr, maxSocketPath), s.removeDir())
 		}
 		args = append(args, "--port", "0", "--unixsocket", s.addr, "--unixsocketperm", "700")
 	} else {
@@ -142,8 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.cmd.Stderr = &stderr
 	s.cmd.SysProcAttr = sysProcAttr()
 	if err := s.cmd.Start(); err != nil {
-		s.removeDir()
-		return nil, fmt.Errorf("redisserver: start %s: %w", path, err)
+		return nil, errors.Join(fmt.Errorf("redisserver: start %s: %w", path, err), s.removeDir())
 	}
 	go func() {
 		s.waitErr = s.cmd.Wait()

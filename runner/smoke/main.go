@@ -23,7 +23,7 @@
 //
 // Server facts come only through the hooks and the node logs: it must not
 // import edge, eventstore, readmodel, actors/workflow, actors/grain or the
-// framework package localcluster. It touches a store once, to seed
+// framework package cluster. It touches a store once, to seed
 // actors/commerce before any process starts.
 package main
 
