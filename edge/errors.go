@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/shoppingmall-go/shoppingmall/errkind"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // Error codes of the public contract. They never change meaning.

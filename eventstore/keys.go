@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/shoppingmall-go/shoppingmall/errkind"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // DefaultKeyPrefix is the key prefix used when Config.KeyPrefix is empty.

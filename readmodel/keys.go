@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shoppingmall-go/shoppingmall/errkind"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // DefaultKeyPrefix is the key prefix used when Config.KeyPrefix is empty.

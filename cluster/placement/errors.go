@@ -3,7 +3,7 @@ package placement
 import (
 	"errors"
 
-	"github.com/shoppingmall-go/shoppingmall/errkind"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // The placement's own failures. A failure of the Location Store itself

@@ -42,9 +42,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
-	"github.com/shoppingmall-go/shoppingmall/errkind"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
