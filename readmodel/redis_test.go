@@ -57,15 +57,21 @@ func state(orderID string, updated int64) *contracts.OrderState {
 	return &contracts.OrderState{OrderId: orderID, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: updated}
 }
 
-func mustPut(t *testing.T, s readmodel.Store, orderID string, version int64, st *contracts.OrderState, wantApplied bool) {
+// mustApply puts st at version and requires the store to take it.
+func mustApply(t *testing.T, s readmodel.Store, orderID string, version int64, st *contracts.OrderState) {
 	t.Helper()
 	applied, err := s.Put(ctxT(t), orderID, version, st)
-	if err != nil {
-		t.Fatalf("Put(%s, %d): %v", orderID, version, err)
-	}
-	if applied != wantApplied {
-		t.Fatalf("Put(%s, %d) applied = %v, want %v", orderID, version, applied, wantApplied)
-	}
+	require.NoError(t, err, "Put(%s, %d)", orderID, version)
+	require.True(t, applied, "Put(%s, %d) must be applied", orderID, version)
+}
+
+// mustIgnore puts st at version and requires the store to keep what it
+// has: the version guard refuses it.
+func mustIgnore(t *testing.T, s readmodel.Store, orderID string, version int64, st *contracts.OrderState) {
+	t.Helper()
+	applied, err := s.Put(ctxT(t), orderID, version, st)
+	require.NoError(t, err, "Put(%s, %d)", orderID, version)
+	require.False(t, applied, "Put(%s, %d) must be ignored", orderID, version)
 }
 
 func mustGet(t *testing.T, s readmodel.Store, orderID string) (*contracts.OrderState, int64) {
@@ -80,8 +86,8 @@ func mustGet(t *testing.T, s readmodel.Store, orderID string) (*contracts.OrderS
 // One hash per order at <prefix>{<orderId>}, beside the index's keys.
 func TestRedisKeyLayout(t *testing.T) {
 	s, c := setup(t)
-	mustPut(t, s, "o-full", 7, state("o-full", 1), true)
-	mustPut(t, s, "o-sparse", 1, state("o-sparse", 1), true)
+	mustApply(t, s, "o-full", 7, state("o-full", 1))
+	mustApply(t, s, "o-sparse", 1, state("o-sparse", 1))
 
 	all, err := c.Keys(ctxT(t), "*").Result()
 	if err != nil {
@@ -132,7 +138,7 @@ func TestCorruptRecord(t *testing.T) {
 
 	// A rebuild at the stored version repairs damaged fields.
 	for _, o := range []string{"c-version-not-a-number", "c-state-not-protobuf", "c-state-missing"} {
-		mustPut(t, s, o, 3, state(o, 3), true)
+		mustApply(t, s, o, 3, state(o, 3))
 		if got, v := mustGet(t, s, o); v != 3 || got.OrderId != o {
 			t.Fatalf("repaired %s = %v @%d", o, got, v)
 		}
@@ -161,7 +167,7 @@ func TestRefusesOrderIDsThatBreakTheHashTag(t *testing.T) {
 func TestCustomPrefix(t *testing.T) {
 	_, c := setup(t)
 	s := newRedis(t, readmodel.Config{Client: c, KeyPrefix: "x:rm:"})
-	mustPut(t, s, "o1", 1, state("o1", 1), true)
+	mustApply(t, s, "o1", 1, state("o1", 1))
 	if n, err := c.Exists(ctxT(t), "x:rm:{o1}").Result(); err != nil || n != 1 {
 		t.Fatalf("EXISTS x:rm:{o1} = %d, %v", n, err)
 	}

@@ -98,7 +98,7 @@ func (g *orderGrain) drain(ctx actor.Context, c context.Context, req *DrainReq) 
 	exists := g.order.Exists()
 	if !exists || g.order.State().Status.Terminal() {
 		g.retire(ctx)
-		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
+		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), generationToRelease(exists)); err != nil {
 			return nil, err
 		}
 		g.leave(ctx, keepRecord)

@@ -278,7 +278,11 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 		g.cfg.Counters.AbortedActivations.Add(1)
 		g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
 			slog.Int64("generation", act.Generation), slog.Any("error", err))
-		act.Opened(ctx.Self(), err, !workflow.Permanent(err))
+		failure := placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
+		if workflow.Permanent(err) {
+			failure = placement.ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
+		}
+		act.OpenFailed(ctx.Self(), err, failure)
 		// The activator stops it too; nothing was recorded, so there is
 		// nothing to release.
 		g.leaving = true
@@ -286,7 +290,7 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 		return
 	}
 	g.order = order
-	act.Opened(ctx.Self(), nil, false)
+	act.Opened(ctx.Self())
 	if g.cfg.IdleTimeout > 0 {
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 	}
@@ -506,6 +510,12 @@ func (g *orderGrain) afterStep(ctx actor.Context, progressed bool, err error) {
 	}
 }
 
+// afterNoProgress is afterStep for a step that recorded nothing: it
+// failed, or found nothing to do.
+func (g *orderGrain) afterNoProgress(ctx actor.Context, err error) {
+	g.afterStep(ctx, false, err)
+}
+
 // retryLater sends msg to the grain after the next backoff: full jitter
 // over an exponential bound from RetryMin to RetryMax. One retry is
 // pending at a time; a newer one replaces it.
@@ -542,7 +552,7 @@ func (g *orderGrain) retire(ctx actor.Context) {
 func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	gen := g.act.Generation
 	g.retire(ctx)
-	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipClosed), g.act.Kind, g.act.Identity, ctx.Self(), false); err != nil {
+	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipClosed), g.act.Kind, g.act.Identity, ctx.Self(), location.KeepGeneration); err != nil {
 		return nil, err
 	}
 	g.leave(ctx, keepRecord)
@@ -565,7 +575,7 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 	}
 	exists := g.order != nil && g.order.Exists()
 	g.retire(ctx)
-	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipIdle), g.act.Kind, g.act.Identity, ctx.Self(), !exists); err != nil {
+	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipIdle), g.act.Kind, g.act.Identity, ctx.Self(), generationToRelease(exists)); err != nil {
 		g.cfg.Logger.Warn("idle release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 		return
@@ -593,13 +603,28 @@ const (
 	discardRecord
 )
 
+// generationToRelease is what an owner gives up with its authority: an
+// activation that found no order gives its generation back, so a probe
+// for an unknown id uses up nothing; one that owned an order keeps it, so
+// the next owner fences whatever this one left.
+func generationToRelease(orderExists bool) location.Generation {
+	if orderExists {
+		return location.KeepGeneration
+	}
+	return location.GiveBackGeneration
+}
+
 // leave stops the grain after the messages already queued, which are
 // answered Retry, doing to its Location record what record says.
 func (g *orderGrain) leave(ctx actor.Context, record leaveRecord) {
 	g.retire(ctx)
 	if record != keepRecord {
 		c, cancel := g.turnCtx()
-		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), record == discardRecord); err != nil {
+		gen := location.KeepGeneration
+		if record == discardRecord {
+			gen = location.GiveBackGeneration
+		}
+		if err := g.act.Lookup.Release(c, g.act.Kind, g.act.Identity, ctx.Self(), gen); err != nil {
 			g.cfg.Logger.Warn("release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
 		}
 		cancel()

@@ -34,13 +34,13 @@ type fakePlacement struct {
 	mu       sync.Mutex
 	confirms []placement.Confirmation // answered in order; the last repeats
 	asked    int
-	released []bool // discard flag of each release
+	released []location.Generation // what each release did with the generation
 }
 
-func (p *fakePlacement) Release(_ context.Context, _, _ string, _ *actor.PID, discard bool) error {
+func (p *fakePlacement) Release(_ context.Context, _, _ string, _ *actor.PID, gen location.Generation) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.released = append(p.released, discard)
+	p.released = append(p.released, gen)
 	return nil
 }
 
@@ -58,10 +58,10 @@ func (p *fakePlacement) Move(context.Context, placement.MovePlan) (location.Reco
 func (p *fakePlacement) NodeNames(context.Context) (map[string]string, error) { return nil, nil }
 func (p *fakePlacement) Self() string                                         { return "member-1" }
 
-func (p *fakePlacement) releases() []bool {
+func (p *fakePlacement) releases() []location.Generation {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]bool(nil), p.released...)
+	return append([]location.Generation(nil), p.released...)
 }
 
 func (p *fakePlacement) confirmsAsked() int {
@@ -108,8 +108,8 @@ func (f *flakyEvents) Open(ctx context.Context, id string, gen int64) (eventstor
 }
 
 type opened struct {
-	err       error
-	storeDown bool
+	err     error
+	failure placement.ActivationFailure
 }
 
 type env struct {
@@ -152,8 +152,8 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 
 // spawn hosts a grain for id at gen as an activator would.
 func (e *env) spawn(id string, gen int64, reason placement.ActivationReason) *actor.PID {
-	act := placement.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, storeDown bool) {
-		e.opens <- opened{err: err, storeDown: storeDown}
+	act := placement.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, failure placement.ActivationFailure) {
+		e.opens <- opened{err: err, failure: failure}
 	})
 	return e.sys.Root.Spawn(placement.WithActivation(props(e.cfg), act))
 }
@@ -213,7 +213,7 @@ func TestOpenFailureAbortsTheActivation(t *testing.T) {
 
 	o := e.waitOpened()
 	require.ErrorIs(t, o.err, eventstore.ErrUnavailable)
-	require.True(t, o.storeDown, "a store that did not answer is reported as such, so the caller answers 503 and not 500")
+	require.Equal(t, placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, o.failure, "a store that did not answer is reported as such, so the caller answers 503 and not 500")
 	e.eventually(func() bool { return e.stopped(pid) }, "a grain whose open failed stops")
 	require.Empty(t, e.place.releases(), "nothing was recorded, so nothing is released")
 	require.Equal(t, int32(0), e.inv.calls.Load())
@@ -227,7 +227,7 @@ func TestCorruptStreamIsAPermanentOpenFailure(t *testing.T) {
 
 	o := e.waitOpened()
 	require.ErrorIs(t, o.err, eventstore.ErrCorrupt)
-	require.False(t, o.storeDown)
+	require.Equal(t, placement.ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED, o.failure)
 	e.eventually(func() bool { return e.stopped(pid) }, "a grain whose open failed stops")
 }
 
@@ -341,7 +341,7 @@ func TestIdlePassivationKeepsAnOrderWithWorkLeft(t *testing.T) {
 	e.inv.failures.Store(0)
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed }, "the order finishes")
 	e.eventually(func() bool { return e.stopped(pid) }, "and is passivated once it has nothing left to do")
-	require.Equal(t, []bool{false}, e.place.releases())
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases())
 }
 
 func TestPermanentStepFailureIsCountedOnceAndNotRetried(t *testing.T) {

@@ -121,7 +121,7 @@ func (g *orderGrain) interceptStep(ctx actor.Context, in Interrupts) bool {
 		eff, err = g.cfg.Service.MakeEffect(c, g.order)
 	}
 	if err != nil || eff == nil {
-		g.afterStep(ctx, false, err)
+		g.afterNoProgress(ctx, err)
 		return true
 	}
 	st, gen := g.order.State(), g.order.Generation()
@@ -139,7 +139,7 @@ func (g *orderGrain) interceptStep(ctx actor.Context, in Interrupts) bool {
 	if err != nil {
 		// The effect is made and not recorded; the retried step makes it
 		// again under the same deterministic id.
-		g.afterStep(ctx, false, err)
+		g.afterNoProgress(ctx, err)
 		return true
 	}
 	progressed, err := g.record(c, in, eff)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
@@ -205,7 +206,7 @@ func TestHeldEffectOfAFencedOwnerIsRefused(t *testing.T) {
 	in.set(func(f *interrupts) { f.holdStep = order.StepNone })
 	e.eventually(func() bool { return e.stopped(pid) }, "the fenced owner stops")
 	require.Equal(t, []string{order.TypeOrderStarted}, e.types("o-1"), "nothing it held was recorded")
-	require.Equal(t, []bool{false}, e.place.releases())
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases())
 }
 
 // A skip of the terminal projection (spec §9.2-3) records the terminal
@@ -244,5 +245,5 @@ func TestParkedOrderIsPassivatedWhenIdle(t *testing.T) {
 
 	e.eventually(func() bool { return e.stopped(pid) }, "the parked order is passivated")
 	require.Equal(t, reservedTypes, e.types("o-1"))
-	require.Equal(t, []bool{false}, e.place.releases(), "its authority released, its generation kept")
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases(), "its authority released, its generation kept")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
@@ -104,7 +105,7 @@ func TestLeavingGrainAnswersRetryAndRunsNoStep(t *testing.T) {
 	requireRetry(t, continued(), "owner is leaving")
 
 	e.eventually(func() bool { return e.stopped(pid) }, "a closed grain stops")
-	require.Equal(t, []bool{false}, e.place.releases(), "one release, by the close, keeping the generation")
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases(), "one release, by the close, keeping the generation")
 	require.Equal(t, []string{"OrderStartedEvent", "InventoryReservedEvent"}, e.deps.Events.Types("o-1"),
 		"the step that was running finished; none ran after the close")
 	require.Zero(t, e.deps.Payment.TotalAuthorizeCalls.Load())
@@ -129,7 +130,7 @@ func TestFencedStepReleasesAndStops(t *testing.T) {
 
 	requireRetry(t, queued(), "owner is leaving")
 	e.eventually(func() bool { return e.stopped(pid) }, "a fenced grain stops")
-	require.Equal(t, []bool{false}, e.place.releases(), "released once as the fenced owner, the generation kept")
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases(), "released once as the fenced owner, the generation kept")
 	require.Equal(t, []string{"OrderStartedEvent"}, e.deps.Events.Types("o-1"), "the fenced owner recorded nothing")
 	require.Zero(t, e.deps.Payment.TotalAuthorizeCalls.Load())
 }
@@ -149,7 +150,7 @@ func TestFencedCommandIsAnsweredRetry(t *testing.T) {
 
 	requireRetry(t, e.ask(pid, &contracts.ContinueOrderWorkflowReq{OrderId: "o-1"})(), "owner fenced off by a newer one")
 	e.eventually(func() bool { return e.stopped(pid) }, "a fenced grain stops")
-	require.Equal(t, []bool{false}, e.place.releases(), "released once as the fenced owner, the generation kept")
+	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases(), "released once as the fenced owner, the generation kept")
 	require.Equal(t, []string{"OrderStartedEvent"}, e.deps.Events.Types("o-1"), "the fenced owner recorded nothing")
 }
 
@@ -160,9 +161,9 @@ func TestActivationThatOwnsNothingDiscardsOnlyWhenCold(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		reason   placement.ActivationReason
-		releases []bool
+		releases []location.Generation
 	}{
-		{"cold", placement.ActivationReason_ACTIVATION_REASON_COLD, []bool{true}},
+		{"cold", placement.ActivationReason_ACTIVATION_REASON_COLD, []location.Generation{location.GiveBackGeneration}},
 		{"relocation", placement.ActivationReason_ACTIVATION_REASON_RELOCATION, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

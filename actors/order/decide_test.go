@@ -154,7 +154,10 @@ func TestDecide(t *testing.T) {
 
 // runWorkflow drives an order the way the workflow does: decide, perform
 // the step with the scripted module answers, record, repeat.
-func runWorkflow(t *testing.T, reserveOK, payOK bool) (State, []Event) {
+// modules says what the inventory and payment modules answer.
+type modules struct{ reserveOK, payOK bool }
+
+func runWorkflow(t *testing.T, m modules) (State, []Event) {
 	t.Helper()
 	at := int64(1000)
 	first, err := Start(State{}, startCmd())
@@ -172,16 +175,16 @@ func runWorkflow(t *testing.T, reserveOK, payOK bool) (State, []Event) {
 		switch step {
 		case StepReserveInventory:
 			reason := ""
-			if !reserveOK {
+			if !m.reserveOK {
 				reason = "out of stock"
 			}
-			ev, err = ReservationResult(s, reserveOK, reason)
+			ev, err = ReservationResult(s, m.reserveOK, reason)
 		case StepAuthorizePayment:
 			reason := ""
-			if !payOK {
+			if !m.payOK {
 				reason = "card declined"
 			}
-			ev, err = PaymentResult(s, payOK, reason)
+			ev, err = PaymentResult(s, m.payOK, reason)
 		case StepReleaseInventory:
 			ev, err = Released(s, "")
 		case StepConfirm:
@@ -214,7 +217,7 @@ func TestSpecEventOrders(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s, events := runWorkflow(t, c.reserveOK, c.payOK)
+			s, events := runWorkflow(t, modules{reserveOK: c.reserveOK, payOK: c.payOK})
 			require.Equal(t, c.wantEvents, events)
 			require.Equal(t, c.wantStatus, s.Status)
 			require.Equal(t, c.wantReason, s.Reason)
@@ -233,7 +236,7 @@ func TestSpecEventOrders(t *testing.T) {
 }
 
 func TestPaymentIsNeverAttemptedAfterInventoryFailure(t *testing.T) {
-	_, events := runWorkflow(t, false, true)
+	_, events := runWorkflow(t, modules{reserveOK: false, payOK: true})
 	for _, e := range events {
 		switch e.(type) {
 		case PaymentAuthorized, PaymentFailed, InventoryReleased:

@@ -19,7 +19,7 @@ func TestStartInDoubtIsFinishedByTheNextStep(t *testing.T) {
 	e := newEnv(t)
 	o := e.open("o-1", 1)
 	req := e.d.StartReq("o-1", "key-1", methodOK)
-	e.d.Events.FailNextAppend(fmt.Errorf("%w: EOF", eventstore.ErrUnavailable), true)
+	e.d.Events.LoseNextAppendReply(fmt.Errorf("%w: EOF", eventstore.ErrUnavailable))
 
 	_, recorded, err := e.svc.Start(e.ctx, o, req)
 	require.ErrorIs(t, err, eventstore.ErrUnavailable)
@@ -41,7 +41,7 @@ func TestStartInDoubtIsFinishedByTheNextStep(t *testing.T) {
 func TestStartThatDidNotLandLeavesNoWork(t *testing.T) {
 	e := newEnv(t)
 	o := e.open("o-1", 1)
-	e.d.Events.FailNextAppend(fmt.Errorf("%w: EOF", eventstore.ErrUnavailable), false)
+	e.d.Events.FailNextAppend(fmt.Errorf("%w: EOF", eventstore.ErrUnavailable))
 	_, _, err := e.svc.Start(e.ctx, o, e.d.StartReq("o-1", "key-1", methodOK))
 	require.Error(t, err)
 	_, err = e.svc.Step(e.ctx, o)

@@ -56,7 +56,7 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return nil, false, fmt.Errorf("start order %s: %w", o.id, err)
 	}
 	now := s.cfg.Now()
-	err = s.append(ctx, o, ev, req.SourceCommandId, now, true)
+	err = s.append(ctx, o, ev, req.SourceCommandId, now, Project)
 	if errors.Is(err, errRecordedNotProjected) {
 		o.start = req
 		o.projectionBehind = true
@@ -176,7 +176,7 @@ func validCurrency(c string) bool {
 }
 
 // append records ev as the next event under the owner's fence and, on
-// success, folds it in. With project it also writes the projection of the
+// success, folds it in. With Project it also writes the projection of the
 // new fold, in the same round trip when a ProjectedAppender is wired, else
 // right after. The event is folded before it is written, so the stream
 // never holds an event the domain cannot replay. A lost race comes back as
@@ -184,7 +184,7 @@ func validCurrency(c string) bool {
 // ErrFenced; an unknown outcome marks the fold stale. An error after the
 // event was recorded (the separate projection write) leaves the fold at the
 // new version.
-func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64, project bool) error {
+func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64, p Projection) error {
 	eventType, data, err := EncodeEvent(ev)
 	if err != nil {
 		return err
@@ -201,7 +201,7 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 	}
 	envs := []eventstore.Envelope{env}
 	var version int64
-	projected := project && s.cfg.ProjectedAppend != nil
+	projected := p == Project && s.cfg.ProjectedAppend != nil
 	if projected {
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
 	} else {
@@ -222,7 +222,7 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
 	}
 	o.state = next
-	if project && !projected {
+	if p == Project && !projected {
 		if err := s.project(ctx, o.state); err != nil {
 			return fmt.Errorf("%w: %w", errRecordedNotProjected, err)
 		}

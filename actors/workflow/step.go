@@ -192,7 +192,7 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 	if p == LeaveProjectionBehind {
 		s.log.Info("event recorded without its projection", "order", o.id, "step", step.String(), "version", e.version+1)
 	}
-	if err := s.append(ctx, o, e.event, order.StepSourceCommandID(o.id, step), e.at, p == Project); err != nil {
+	if err := s.append(ctx, o, e.event, order.StepSourceCommandID(o.id, step), e.at, p); err != nil {
 		if isAppendRace(err) {
 			// Under fencing no other writer exists, so the stream can only
 			// be ahead by an earlier attempt of this very step.

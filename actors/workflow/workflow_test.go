@@ -279,7 +279,7 @@ func TestStartRaceLostToSameCommandIsADedupe(t *testing.T) {
 	req := e.d.StartReq("ord-race", "key-race", methodOK)
 	// The append lands but its reply is the store's dedupe answer, as when
 	// a concurrent attempt of the same command won.
-	e.d.Events.FailNextAppend(eventstore.ErrDuplicateCommand, true)
+	e.d.Events.LoseNextAppendReply(eventstore.ErrDuplicateCommand)
 
 	st, recorded, err := e.svc.Start(e.ctx, o, req)
 	require.NoError(t, err)
@@ -554,7 +554,7 @@ func TestLandedAppendWithLostReplyIsNotRepeated(t *testing.T) {
 	e := newEnv(t)
 	o, _ := e.start("ord-lost", "key-lost", methodOK)
 	boom := errors.New("connection reset")
-	e.d.Events.FailNextAppend(boom, true)
+	e.d.Events.LoseNextAppendReply(boom)
 
 	_, err := e.svc.Step(e.ctx, o)
 	require.ErrorIs(t, err, boom)
@@ -568,7 +568,7 @@ func TestLandedAppendWithLostReplyIsNotRepeated(t *testing.T) {
 func TestDuplicateStepAppendReloadsTheFold(t *testing.T) {
 	e := newEnv(t)
 	o, _ := e.start("ord-dstep", "key-dstep", methodOK)
-	e.d.Events.FailNextAppend(eventstore.ErrDuplicateCommand, true)
+	e.d.Events.LoseNextAppendReply(eventstore.ErrDuplicateCommand)
 
 	progressed, err := e.svc.Step(e.ctx, o)
 	require.NoError(t, err)

@@ -101,12 +101,13 @@ type Authority interface {
 	AbortCreate(ctx context.Context, kind, id, token string) error
 
 	// Release makes a Ready identity Missing if pidID is still its owner
-	// pid, and reports whether it did. The generation is kept, so the next
-	// activation is generation+1; with discard (an activation that found
-	// nothing to own) the generation is given back, and an identity back
-	// at generation 0 leaves no key at all, history included. The history
-	// entry says why (WithReleaseReason on ctx, or OwnershipDiscarded).
-	Release(ctx context.Context, kind, id, pidID string, discard bool) (bool, error)
+	// pid, and reports whether it did. With KeepGeneration the next
+	// activation is generation+1; with GiveBackGeneration (an activation
+	// that found nothing to own) the generation is given back, and an
+	// identity back at generation 0 leaves no key at all, history
+	// included. The history entry says why (WithReleaseReason on ctx, or
+	// OwnershipDiscarded when the generation is given back).
+	Release(ctx context.Context, kind, id, pidID string, gen Generation) (bool, error)
 
 	// ReleaseDead makes a Ready identity Missing if it still names pidID
 	// at owner (a member id), and reports whether it did: the repair of a
@@ -192,3 +193,18 @@ type TakeoverIndex interface {
 	// must have raised the stream's fence to newGeneration first.
 	ResetTakenOver(ctx context.Context, kind, id, owner string, oldGeneration, newGeneration int64) (ResetOutcome, error)
 }
+
+// Generation says what a Release does with the generation its owner
+// took.
+type Generation int
+
+const (
+	// KeepGeneration leaves the counter where it is, so the next
+	// activation is generation+1 and fences whatever the released owner
+	// left behind: the release of an owner that recorded anything.
+	KeepGeneration Generation = iota
+	// GiveBackGeneration returns the generation: the release of an
+	// activation that found no order to own, so a probe for an unknown
+	// id uses up no generation and leaves no key.
+	GiveBackGeneration
+)

@@ -194,15 +194,14 @@ return {1, owner}
 
 // Release makes a Ready identity Missing if pidID is still its owner pid.
 // The generation counter is kept, so the next activation is generation+1;
-// with discard (an activation that found nothing to own) the generation it
-// took is given back, so an empty activation uses up no generation.
-func (s *Redis) Release(ctx context.Context, kind, id, pidID string, discard bool) (bool, error) {
+// with GiveBackGeneration (an activation that found nothing to own) the
+// generation it took is given back, so an empty activation uses up no
+// generation.
+func (s *Redis) Release(ctx context.Context, kind, id, pidID string, gen Generation) (bool, error) {
 	d := "0"
-	if discard {
-		d = "1"
-	}
 	kindOf := releaseReason(ctx)
-	if discard {
+	if gen == GiveBackGeneration {
+		d = "1"
 		kindOf = OwnershipDiscarded
 	}
 	res, err := release.Run(ctx, s.rdb, []string{s.keys.record(kind, id), s.keys.history(kind, id)},

@@ -31,9 +31,9 @@ type hosted struct {
 // opened is a grain's report that it opened its state (err == nil) or
 // could not.
 type opened struct {
-	pid       *actor.PID
-	err       error
-	storeDown bool
+	pid     *actor.PID
+	err     error
+	failure ActivationFailure // when err != nil
 }
 
 // stoppedOpening: a grain stopped before its open was answered.
@@ -86,12 +86,12 @@ func (a *activator) Receive(ctx actor.Context) {
 					ctx.Send(ctx.Self(), &stoppedOpening{pid: h.pid})
 					continue
 				}
-				a.forget(ctx, key, h, true)
+				a.forget(ctx, key, h, announceStop)
 			}
 		}
 		if r, ok := a.retired[m.Who.Id]; ok {
 			delete(a.retired, m.Who.Id)
-			a.forget(ctx, r.key, &hosted{pid: r.pid}, true)
+			a.forget(ctx, r.key, &hosted{pid: r.pid}, announceStop)
 		}
 	case *stoppedOpening:
 		for key, h := range a.grains {
@@ -102,7 +102,7 @@ func (a *activator) Receive(ctx actor.Context) {
 				for _, w := range h.waiting {
 					ctx.Send(w, reply)
 				}
-				a.forget(ctx, key, h, false)
+				a.forget(ctx, key, h, keepStopQuiet)
 			}
 		}
 	case *hostedQuery:
@@ -118,10 +118,21 @@ func (a *activator) Receive(ctx actor.Context) {
 	}
 }
 
+// stopNotice says whether forget tells the other members of a stop.
+type stopNotice int
+
+const (
+	// announceStop: the grain may have been recorded somewhere, so every
+	// member drops its cached route to it.
+	announceStop stopNotice = iota
+	// keepStopQuiet: the grain never served (its open failed or was
+	// never answered), so no member can hold a route to it.
+	keepStopQuiet
+)
+
 // forget drops a grain that stopped or failed to open (from grains, if it
-// is still there under key). Only a grain that
-// may have been recorded somewhere is announced to the other members.
-func (a *activator) forget(ctx actor.Context, key string, h *hosted, announce bool) {
+// is still there under key), announcing the stop as notice says.
+func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stopNotice) {
 	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
 		delete(a.grains, key)
 	}
@@ -129,7 +140,7 @@ func (a *activator) forget(ctx actor.Context, key string, h *hosted, announce bo
 	if k, ok := a.lookup.cluster.TryGetClusterKind(kind); ok {
 		k.Dec()
 	}
-	if announce {
+	if notice == announceStop {
 		// Only the local pid cache learns of a stop by itself; tell the
 		// other members so none keeps calling a stopped grain.
 		a.lookup.cluster.MemberList.BroadcastEvent(&pcluster.ActivationTerminated{
@@ -152,11 +163,7 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 			h.waiting = nil
 			return
 		}
-		failure := ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
-		if m.storeDown {
-			failure = ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
-		}
-		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: failure}
+		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: m.failure}
 		for _, w := range h.waiting {
 			ctx.Send(w, reply)
 		}
@@ -164,7 +171,7 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 		// stop is nobody else's business.
 		ctx.Unwatch(h.pid)
 		ctx.Stop(h.pid)
-		a.forget(ctx, key, h, false)
+		a.forget(ctx, key, h, keepStopQuiet)
 		return
 	}
 }
@@ -268,15 +275,30 @@ func WithActivation(props *actor.Props, act *Activation) *actor.Props {
 	return props.Clone(actor.WithOnInit(func(c actor.Context) { c.Set(&activationExt{act: act}) }))
 }
 
-// Opened reports the outcome of a grain's first open to the activator that
-// waits for it; storeDown says the failure was a store that did not
-// answer. Reports after the first (a restarted grain opening again) are
-// ignored.
-func (a *Activation) Opened(self *actor.PID, err error, storeDown bool) {
+// Opened reports to the activator that waits for it that the grain opened
+// its state and serves. Only the first report of an activation counts
+// (Opened or OpenFailed): a restarted grain that opens again reports
+// nothing.
+func (a *Activation) Opened(self *actor.PID) {
+	a.reportOnce(&opened{pid: self})
+}
+
+// OpenFailed reports that the grain could not open its state, and why:
+// ACTIVATION_FAILURE_STORE_UNAVAILABLE for a store that did not answer
+// (the caller may retry), ACTIVATION_FAILURE_OPEN_FAILED for anything a
+// retry does not cure. Only the first report of an activation counts.
+func (a *Activation) OpenFailed(self *actor.PID, err error, failure ActivationFailure) {
+	if failure == ActivationFailure_ACTIVATION_FAILURE_UNSPECIFIED {
+		failure = ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
+	}
+	a.reportOnce(&opened{pid: self, err: err, failure: failure})
+}
+
+func (a *Activation) reportOnce(o *opened) {
 	if a.reported.Swap(true) || a.report == nil {
 		return
 	}
-	a.report(&opened{pid: self, err: err, storeDown: storeDown})
+	a.report(o)
 }
 
 type hostedQuery struct{}
@@ -307,12 +329,12 @@ func (l *Lookup) Hosted() ([]HostedGrain, error) {
 // to opened, for hosting a grain outside an activator (a grain's own
 // tests). Activators make theirs themselves.
 func NewActivation(kind, id string, generation int64, reason ActivationReason, p Placement,
-	report func(pid *actor.PID, err error, storeDown bool)) *Activation {
+	report func(pid *actor.PID, err error, failure ActivationFailure)) *Activation {
 	return &Activation{
 		Kind: kind, Identity: id, Generation: generation, Reason: reason, Lookup: p,
 		report: func(o *opened) {
 			if report != nil {
-				report(o.pid, o.err, o.storeDown)
+				report(o.pid, o.err, o.failure)
 			}
 		},
 	}

@@ -66,8 +66,9 @@ type Activation struct {
 type Placement interface {
 	// Release makes the identity Missing if pid is still its Ready owner
 	// (explicit close, idle passivation, an activation that owned
-	// nothing). With discard the generation it took is given back.
-	Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error
+	// nothing). gen says whether the generation it took is kept or given
+	// back (location.Generation).
+	Release(ctx context.Context, kind, id string, pid *actor.PID, gen location.Generation) error
 	// Confirm tells whether the Location record names pid, at generation,
 	// as the Ready owner. A grain runs no work of its own before that.
 	Confirm(ctx context.Context, kind, id string, pid *actor.PID, generation int64) (Confirmation, error)
@@ -603,9 +604,9 @@ func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id st
 }
 
 // Release gives up authority for an identity owned by pid (explicit close
-// or idle passivation). With discard, the generation it took is returned.
-func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, discard bool) error {
-	_, err := l.store.Release(ctx, kind, id, pid.Id, discard)
+// or idle passivation); gen says whether the generation it took is kept.
+func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, gen location.Generation) error {
+	_, err := l.store.Release(ctx, kind, id, pid.Id, gen)
 	l.cluster.PidCache.RemoveByValue(id, kind, pid)
 	return err
 }

@@ -61,13 +61,16 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // member publishes a member's node name; live puts it in the topology.
-func (e *env) member(id, node string, live bool) {
+// liveMember records a member's name and puts it in the topology.
+func (e *env) liveMember(id, node string) {
 	require.NoError(e.t, e.loc.PutMemberName(ctxT(e.t), id, node))
-	if live {
-		e.live.Store(id, true)
-	} else {
-		e.live.Delete(id)
-	}
+	e.live.Store(id, true)
+}
+
+// absentMember records a member's name and leaves it out of the topology.
+func (e *env) absentMember(id, node string) {
+	require.NoError(e.t, e.loc.PutMemberName(ctxT(e.t), id, node))
+	e.live.Delete(id)
 }
 
 func (e *env) gone(id, node string, leftAt time.Time) {
@@ -113,7 +116,7 @@ func (e *env) appendWith(order string, f eventstore.Fence) error {
 // activation opens above the retired generation and writes.
 func TestOrderTakeoverRetiresTheGoneOwner(t *testing.T) {
 	e := newEnv(t)
-	e.member("m1", "workflow-a", true)
+	e.liveMember("m1", "workflow-a")
 	gen, old := e.owned("o1", "m1")
 	e.gone("m1", "workflow-a", time.UnixMilli(1_799_999_000_000))
 
@@ -135,7 +138,7 @@ func TestOrderTakeoverRetiresTheGoneOwner(t *testing.T) {
 	require.Empty(t, owned, "the index no longer lists it")
 
 	// The next command cold-activates above the fence and writes.
-	e.member("m2", "workflow-b", true)
+	e.liveMember("m2", "workflow-b")
 	next, _ := e.owned("o1", "m2")
 	require.Equal(t, gen+2, next)
 	evs, err := e.events.Load(ctxT(t), "o1")
@@ -154,7 +157,7 @@ func TestOrderTakeoverRetiresTheGoneOwner(t *testing.T) {
 
 func TestOrderTakeoverRefusals(t *testing.T) {
 	e := newEnv(t)
-	e.member("m1", "workflow-a", true)
+	e.liveMember("m1", "workflow-a")
 	gen, old := e.owned("o1", "m1")
 
 	_, err := e.svc.Order(ctxT(t), Request{OrderID: "o1"})
@@ -191,7 +194,7 @@ func TestOrderTakeoverRefusals(t *testing.T) {
 // partition); its next append is refused.
 func TestForcedTakeoverOfALiveOwner(t *testing.T) {
 	e := newEnv(t)
-	e.member("m1", "workflow-a", true)
+	e.liveMember("m1", "workflow-a")
 	gen, old := e.owned("o1", "m1")
 	var dropped atomic.Value
 	e.svc.cfg.DropRoute = func(k, id string, rec location.Record) { dropped.Store(rec) }
@@ -289,10 +292,10 @@ func TestNoFenceNoTakeover(t *testing.T) {
 // is checked against the records; Scan finds records the index lacks.
 func TestMemberTakeover(t *testing.T) {
 	e := newEnv(t)
-	e.member("a1", "workflow-a", true)
-	e.member("a2", "workflow-a", true)
-	e.member("a3", "workflow-a", true) // the live incarnation
-	e.member("b1", "workflow-b", true)
+	e.liveMember("a1", "workflow-a")
+	e.liveMember("a2", "workflow-a")
+	e.liveMember("a3", "workflow-a") // the live incarnation
+	e.liveMember("b1", "workflow-b")
 	e.owned("o1", "a1")
 	e.owned("o2", "a1")
 	e.owned("o3", "a2")
@@ -347,7 +350,7 @@ func TestMemberTakeover(t *testing.T) {
 	require.True(t, res[0].OwnerLive)
 	_, _, err = e.svc.Member(ctxT(t), Request{Member: "workflow-z"})
 	require.ErrorIs(t, err, ErrUnknownMember)
-	e.member("c1", "workflow-c", true)
+	e.liveMember("c1", "workflow-c")
 	_, _, err = e.svc.Member(ctxT(t), Request{Member: "workflow-c"})
 	require.ErrorIs(t, err, ErrOwnerLive, "a node whose only incarnation is live is not 'nothing to do'")
 
@@ -374,7 +377,7 @@ func TestPolicyWaitsForTheGoneRecordToAge(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 
-	e.member("m1", "workflow-a", false) // out of the topology, but not recorded gone
+	e.absentMember("m1", "workflow-a") // out of the topology, but not recorded gone
 	e.owned("o1", "m1")
 	wait, err := p.try(ctxT(t), "o1")
 	require.NoError(t, err)
@@ -409,7 +412,7 @@ func TestPolicyRunsInTheBackground(t *testing.T) {
 	p, err := NewPolicy(PolicyConfig{Service: e.svc, After: 300 * time.Millisecond, Caller: "policy"})
 	require.NoError(t, err)
 	defer p.Close()
-	e.member("m1", "workflow-a", true)
+	e.liveMember("m1", "workflow-a")
 	e.owned("o1", "m1")
 	left := time.Now()
 	e.gone("m1", "workflow-a", left)

@@ -41,7 +41,7 @@ func TestParseCommandstatsAndDeriveMix(t *testing.T) {
 	require.Equal(t, int64(4), cs["client|setinfo"].Calls)
 	// Clients sent 30 HMGETs themselves; the other 20 and every XADD ran
 	// inside scripts.
-	m := deriveMix(map[string]int64{"evalsha": 30, "hmget": 50, "xadd": 40}, map[string]int64{"evalsha": 30, "hmget": 30}, 10, true)
+	m := deriveMix(map[string]int64{"evalsha": 30, "hmget": 50, "xadd": 40}, map[string]int64{"evalsha": 30, "hmget": 30}, 10)
 	require.InDelta(t, 3.0, m.ScriptCalls, 1e-9)
 	require.Equal(t, map[string]float64{"hmget": 3}, m.TopLevel)
 	require.Equal(t, map[string]float64{"hmget": 2, "xadd": 4}, m.Inner)

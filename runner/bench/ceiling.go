@@ -29,8 +29,9 @@ type ceilingMix struct {
 // deriveMix splits the commandstats delta (which counts commands run inside
 // scripts too) into what clients sent and what scripts ran: for each name,
 // the clients' own count (from their hooks) is top level and the rest ran
-// inside a script.
-func deriveMix(server, client map[string]int64, orders float64, haveClient bool) ceilingMix {
+// inside a script. A nil client map means no process reported counts.
+func deriveMix(server, client map[string]int64, orders float64) ceilingMix {
+	haveClient := client != nil
 	m := ceilingMix{TopLevel: map[string]float64{}, Inner: map[string]float64{}}
 	if haveClient {
 		m.Source = "INFO commandstats delta per order; top level vs inside scripts told apart by the processes' client-side counts"

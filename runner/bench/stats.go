@@ -299,14 +299,15 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		" by command, by store), scraped before and after the measured load"
 	r.ClientRoundTrips.ByNode = map[string]map[string]float64{}
 	r.ClientRoundTrips.ByStore = map[string]float64{}
-	clientByName := map[string]int64{} // summed over processes, command names only
-	haveClient := false
+	var clientByName map[string]int64 // summed over processes, command names only; nil without counts
 	for name, a := range after.Metrics {
 		b, ok := before.Metrics[name]
 		if !ok {
 			continue
 		}
-		haveClient = true
+		if clientByName == nil {
+			clientByName = map[string]int64{}
+		}
 		d := map[string]float64{}
 		add := func(k string, dv int64) {
 			if dv != 0 {
@@ -376,7 +377,7 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		"first append and projection) plus the HTTP and idempotency work; the figure is StartOrder latency"
 	r.Activation.Ms = r.StartOrderMs
 
-	r.Mix = deriveMix(serverByName, clientByName, orders, haveClient)
+	r.Mix = deriveMix(serverByName, clientByName, orders)
 	return r
 }
 

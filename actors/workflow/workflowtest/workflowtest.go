@@ -205,12 +205,20 @@ type fault struct {
 // NewEvents returns an empty store.
 func NewEvents() *Events { return &Events{streams: map[string]*stream{}} }
 
-// FailNextAppend makes the next Append return err. With landed the events
-// are stored first, modelling a reply lost after the write.
-func (e *Events) FailNextAppend(err error, landed bool) {
+// FailNextAppend makes the next Append return err without storing
+// anything: a write that never reached the store.
+func (e *Events) FailNextAppend(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.appendFault = &fault{err: err, landed: landed}
+	e.appendFault = &fault{err: err}
+}
+
+// LoseNextAppendReply makes the next Append store its events and then
+// return err: a reply lost after the write landed.
+func (e *Events) LoseNextAppendReply(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.appendFault = &fault{err: err, landed: true}
 }
 
 func (e *Events) Open(_ context.Context, orderID string, generation int64) (eventstore.Fence, []eventstore.Envelope, error) {

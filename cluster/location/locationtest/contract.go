@@ -182,10 +182,10 @@ func testAbortCreateUsesNoGeneration(t *testing.T, s location.Store) {
 
 func testReleaseKeepsGenerationAndDiscardGivesItBack(t *testing.T, s location.Store) {
 	require.EqualValues(t, 1, ready(t, s, "o", "p1"))
-	released, err := s.Release(ctx(t), kind, "o", "not-the-owner", false)
+	released, err := s.Release(ctx(t), kind, "o", "not-the-owner", location.KeepGeneration)
 	require.NoError(t, err)
 	require.False(t, released, "only the owner pid releases")
-	released, err = s.Release(ctx(t), kind, "o", "p1", false)
+	released, err = s.Release(ctx(t), kind, "o", "p1", location.KeepGeneration)
 	require.NoError(t, err)
 	require.True(t, released)
 	rec, err := s.Get(ctx(t), kind, "o")
@@ -195,7 +195,7 @@ func testReleaseKeepsGenerationAndDiscardGivesItBack(t *testing.T, s location.St
 	require.EqualValues(t, 2, ready(t, s, "o", "p2"), "close → generation + 1")
 
 	// An activation that owned nothing gives its generation back.
-	_, err = s.Release(ctx(t), kind, "o", "p2", true)
+	_, err = s.Release(ctx(t), kind, "o", "p2", location.GiveBackGeneration)
 	require.NoError(t, err)
 	rec, err = s.Get(ctx(t), kind, "o")
 	require.NoError(t, err)
@@ -354,14 +354,14 @@ func testHistoryRecordsEveryOwnershipChange(t *testing.T, s location.Store) {
 	// commit adds nothing), plain release, activation, repair, activation
 	// of a probe that is discarded at generation 5 → given back.
 	g := ready(t, s, "o1", "p1")
-	ok, err := s.Release(location.WithReleaseReason(ctx(t), location.OwnershipClosed), kind, "o1", "p1", false)
+	ok, err := s.Release(location.WithReleaseReason(ctx(t), location.OwnershipClosed), kind, "o1", "p1", location.KeepGeneration)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = s.Release(location.WithReleaseReason(ctx(t), location.OwnershipClosed), kind, "o1", "p1", false)
+	ok, err = s.Release(location.WithReleaseReason(ctx(t), location.OwnershipClosed), kind, "o1", "p1", location.KeepGeneration)
 	require.NoError(t, err)
 	require.False(t, ok, "a second release of the same pid changes nothing")
 	require.Equal(t, g+1, ready(t, s, "o1", "p2"))
-	_, err = s.Release(location.WithReleaseReason(ctx(t), location.OwnershipIdle), kind, "o1", "p2", false)
+	_, err = s.Release(location.WithReleaseReason(ctx(t), location.OwnershipIdle), kind, "o1", "p2", location.KeepGeneration)
 	require.NoError(t, err)
 	require.Equal(t, g+2, ready(t, s, "o1", "p3"))
 	_, err = s.BeginMove(ctx(t), kind, "o1", "p3", "op1")
@@ -370,7 +370,7 @@ func testHistoryRecordsEveryOwnershipChange(t *testing.T, s location.Store) {
 	target := location.Record{Owner: "m-t", PIDAddress: "b", PIDID: "pt"}
 	require.NoError(t, s.CommitMove(ctx(t), kind, "o1", "op1", target))
 	require.NoError(t, s.CommitMove(ctx(t), kind, "o1", "op1", target), "repeat")
-	_, err = s.Release(ctx(t), kind, "o1", "pt", false)
+	_, err = s.Release(ctx(t), kind, "o1", "pt", location.KeepGeneration)
 	require.NoError(t, err)
 	require.Equal(t, g+3, ready(t, s, "o1", "p4"))
 	ok, err = s.ReleaseDead(ctx(t), kind, "o1", "m-someone-else", "p4")
@@ -380,7 +380,7 @@ func testHistoryRecordsEveryOwnershipChange(t *testing.T, s location.Store) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, g+4, ready(t, s, "o1", "p5"))
-	_, err = s.Release(ctx(t), kind, "o1", "p5", true)
+	_, err = s.Release(ctx(t), kind, "o1", "p5", location.GiveBackGeneration)
 	require.NoError(t, err)
 
 	want := []location.OwnershipEvent{
@@ -442,7 +442,7 @@ func testHistoryOfAProbeLeavesNothing(t *testing.T, s location.Store) {
 		h, err := s.History(ctx(t), kind, id)
 		require.NoError(t, err)
 		require.Len(t, h, 1, "the activation is recorded while it lasts")
-		ok, err := s.Release(ctx(t), kind, id, "p", true)
+		ok, err := s.Release(ctx(t), kind, id, "p", location.GiveBackGeneration)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -468,7 +468,7 @@ func testHistoryIsCapped(t *testing.T, s location.Store) {
 	for i := 1; i <= rounds; i++ {
 		pid := fmt.Sprint("p", i)
 		require.EqualValues(t, i, ready(t, s, "o1", pid))
-		_, err := s.Release(context.Background(), kind, "o1", pid, false)
+		_, err := s.Release(context.Background(), kind, "o1", pid, location.KeepGeneration)
 		require.NoError(t, err)
 	}
 	h := history(t, s, "o1", start)
@@ -494,7 +494,7 @@ func testOwnedIndexFollowsTheRecord(t *testing.T, s location.Store) {
 	require.Equal(t, []string{"o1", "o2"}, owned(t, s, "m-p2"))
 
 	// Release and the repair of a dead pid drop it.
-	released, err := s.Release(ctx(t), kind, "o1", "p3", false)
+	released, err := s.Release(ctx(t), kind, "o1", "p3", location.KeepGeneration)
 	require.NoError(t, err)
 	require.True(t, released)
 	released, err = s.ReleaseDead(ctx(t), kind, "o2", "m-p2", "p2")
@@ -562,7 +562,7 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 	// An owner that let go by itself (a fenced grain releases) leaves a
 	// Missing record at the old generation: it moves to the new one.
 	g3 := ready(t, s, "o3", "p3")
-	_, err = s.Release(ctx(t), kind, "o3", "p3", false)
+	_, err = s.Release(ctx(t), kind, "o3", "p3", location.KeepGeneration)
 	require.NoError(t, err)
 	out, err = s.ResetTakenOver(ctx(t), kind, "o3", "m-p3", g3, g3+1)
 	require.NoError(t, err)
@@ -573,7 +573,7 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 
 	// A creator already at work on the next generation is left alone.
 	g4 := ready(t, s, "o4", "p4")
-	_, err = s.Release(ctx(t), kind, "o4", "p4", false)
+	_, err = s.Release(ctx(t), kind, "o4", "p4", location.KeepGeneration)
 	require.NoError(t, err)
 	ok, _, _, err = s.BeginCreate(ctx(t), kind, "o4", "tok4", time.Second)
 	require.NoError(t, err)

@@ -254,12 +254,11 @@ func serve(args []string) error {
 		c       *localcluster.Cluster
 		written bool
 	)
-	writeState := func(first bool) error {
+	// writeState writes the state file; rewriteState rewrites it after a
+	// restart, once the cluster is ready and it was first written.
+	writeState := func() error {
 		stateMu.Lock()
 		defer stateMu.Unlock()
-		if !first && !written {
-			return nil
-		}
 		st := c.State()
 		st.Supervisor = localcluster.SelfProcess("supervisor")
 		if err := localcluster.WriteState(statePath(o.runDir), st); err != nil {
@@ -267,6 +266,15 @@ func serve(args []string) error {
 		}
 		written = true
 		return nil
+	}
+	rewriteState := func() error {
+		stateMu.Lock()
+		first := !written
+		stateMu.Unlock()
+		if first {
+			return nil
+		}
+		return writeState()
 	}
 	c, err = localcluster.Start(ctx, localcluster.Config{
 		RunDir:       o.runDir,
@@ -279,7 +287,7 @@ func serve(args []string) error {
 		Env:          localcluster.ChildEnv(os.Environ()),
 		Logf:         logf,
 		OnRestart: func(name string, pid int) {
-			if err := writeState(false); err != nil {
+			if err := rewriteState(); err != nil {
 				logf("state after restarting %s: %v", name, err)
 			}
 		},
@@ -299,7 +307,7 @@ func serve(args []string) error {
 		return fmt.Errorf("demo seed: %w", err)
 	}
 	logf("demo seed applied")
-	if err := writeState(true); err != nil {
+	if err := writeState(); err != nil {
 		return err
 	}
 	logf("ready; state in %s", statePath(o.runDir))
