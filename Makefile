@@ -12,9 +12,9 @@ RUN_DIR ?= $(CURDIR)/.run
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile store-evidence unit fault-test admin-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench soak
+.PHONY: test fmt-check vet lint k8s-compile store-evidence unit fault-test admin-test metrics-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench soak
 
-test: redis fmt-check vet lint k8s-compile unit fault-test admin-test pause-test takeover-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile unit fault-test admin-test metrics-test pause-test takeover-test multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -44,7 +44,7 @@ k8s-compile:
 	$(GO) vet -tags k8s ./cluster/
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest)
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -58,6 +58,12 @@ fault-test:
 # the stuck-order report lists a held order and -resume finishes it.
 admin-test:
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
+
+# Real-process proof of the metrics (runner/localcluster/metricstest): one
+# order moves its owner's /metrics by exactly its deltas, the other node's
+# by none.
+metrics-test:
+	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/metricstest/
 
 # Real-process proof of self-fencing (runner/localcluster/pausetest): a workflow
 # owning orders is SIGSTOPped 3.5 s, is recorded gone, fences itself, exits

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,9 +22,13 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/asynkron/protoactor-go/remote"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // Name is the cluster every ShoppingMall process joins (spec: the
@@ -84,6 +89,20 @@ type Config struct {
 	OnMemberJoined func(memberID, address string, kinds []string)
 	OnMemberLeft   func(memberID, address string)
 	Logger         *slog.Logger
+	// Metrics is the process's registry: the member's placement registers
+	// its activator's metrics with it. Nil counts them nowhere.
+	Metrics *telemetry.Registry
+	// MeterProvider, if set, turns protoactor's actor metrics on
+	// (protoactor_actor_..., protoactor_futures_..., deadletters). It must
+	// be OpenTelemetry's global provider, set before Start (procflags
+	// does): protoactor reports to the global meter whatever it is given,
+	// and registers a callback there for every actor it spawns, which
+	// otel's default global provider keeps forever (see actorMetrics).
+	MeterProvider metric.MeterProvider
+	// TracerProvider is the process's tracer provider: the client span of
+	// every grain call made through this member's lookup. nil uses the
+	// global provider (no-op unless a main set one).
+	TracerProvider trace.TracerProvider
 	// FrameworkLogLevel filters protoactor's own logs; nil means Warn.
 	// A Leveler, not a Level, so that Info (the zero Level) can be chosen.
 	FrameworkLogLevel slog.Leveler
@@ -123,6 +142,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	metricsOpt, err := actorMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	ropts := []remote.ConfigOption{}
 	if cfg.AdvertisedHost != "" {
 		ropts = append(ropts, remote.WithAdvertisedHost(cfg.AdvertisedHost))
@@ -139,10 +162,12 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	fw := cfg.Logger.Handler()
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
+	sysOpts := []actor.ConfigOption{actor.WithLoggerFactory(func(system *actor.ActorSystem) *slog.Logger {
 		return slog.New(levelHandler{min: cfg.frameworkLevel(), Handler: fw}).With("lib", "protoactor")
-	}))
-	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger})
+	})}
+	system := actor.NewActorSystem(append(sysOpts, metricsOpt...)...)
+	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		TracerProvider: cfg.TracerProvider})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)
 	}
@@ -231,4 +256,32 @@ func (h levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
 
 func (h levelHandler) WithGroup(n string) slog.Handler {
 	return levelHandler{min: h.min, Handler: h.Handler.WithGroup(n)}
+}
+
+// actorMetrics returns the actor system option that turns protoactor's
+// metrics on with mp, none for a nil mp.
+//
+// protoactor's default spawner registers a mailbox-length callback on the
+// global meter for every actor it spawns, without naming an instrument,
+// and drops the Registration, so nothing ever unregisters it. The
+// OpenTelemetry SDK ignores a callback that names no instrument: with an
+// SDK provider set as the global one nothing piles up (and the mailbox
+// gauge is never reported). otel's default global provider, though,
+// keeps every callback until a provider is set, each holding its stopped
+// actor: a member spawning a grain per activation would grow without
+// bound. So mp must already be the global provider.
+// protoactor_metrics_test.go measures both.
+func actorMetrics(mp metric.MeterProvider) ([]actor.ConfigOption, error) {
+	if mp == nil {
+		return nil, nil
+	}
+	if !sameProvider(otel.GetMeterProvider(), mp) {
+		return nil, fmt.Errorf("%w: MeterProvider must be the global OpenTelemetry meter provider (otel.SetMeterProvider before Start): protoactor reports to the global one", ErrConfig)
+	}
+	return []actor.ConfigOption{actor.WithMetricProviders(mp)}, nil
+}
+
+func sameProvider(a, b metric.MeterProvider) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
 }

@@ -26,7 +26,7 @@ func (s *Server) requireAdminToken(c *gin.Context) {
 		return
 	}
 	// Who knocked goes to the log, never what they sent.
-	s.log.Warn("admin request refused: missing or wrong bearer token", slog.String("method", c.Request.Method),
+	s.log.WarnContext(c.Request.Context(), "admin request refused: missing or wrong bearer token", slog.String("method", c.Request.Method),
 		slog.String("path", c.Request.URL.Path), slog.String("remote", c.Request.RemoteAddr), slog.Bool("bearer", ok))
 	c.Writer.Header().Set("WWW-Authenticate", `Bearer realm="shoppingmall-admin"`)
 	s.fail(c.Writer, c.Request, ErrUnauthenticated)
@@ -68,7 +68,7 @@ func (s *Server) adminRelocate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("relocate order %s: %w", id, err))
 		return
 	}
-	s.log.Info("order relocated", "order", id, "operation", res.GetOperationId(),
+	s.log.InfoContext(r.Context(), "order relocated", "order", id, "operation", res.GetOperationId(),
 		"source", res.GetSourceNode(), "target", res.GetTargetNode(), "generation", res.GetGeneration())
 	s.writeMessage(w, r, http.StatusOK, res)
 }
@@ -92,6 +92,6 @@ func (s *Server) adminClose(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("close order %s: %w", id, err))
 		return
 	}
-	s.log.Info("order closed", "order", id, "generation", res.GetGeneration())
+	s.log.InfoContext(r.Context(), "order closed", "order", id, "generation", res.GetGeneration())
 	s.writeMessage(w, r, http.StatusOK, res)
 }

@@ -8,9 +8,12 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -152,6 +155,13 @@ type Config struct {
 	// Admin): POST /admin/orders/{id}/takeover and
 	// /admin/members/{member}/takeover.
 	Takeover Takeover
+	// Timeline, optional, enables the per-order timeline under /admin/
+	// (with Admin): GET /admin/orders/{id}/timeline.
+	Timeline *Timeline
+	// Terminal, optional, wakes the bounded waits of GET
+	// /orders/{id}?waitFor=terminal (wait.go); without it such a GET is
+	// refused 400 (field waitFor).
+	Terminal TerminalWatcher
 	// RequestTimeout bounds each request's work; optional, default 10 s.
 	RequestTimeout time.Duration
 	// Evidence receives raw evidence lines, one Write per line; optional,
@@ -159,7 +169,17 @@ type Config struct {
 	// concurrent writes (os.Stdout does).
 	Evidence io.Writer
 	// Logger receives structured logs; optional, default slog.Default().
+	// The edge wraps its handler with LogHandler, so lines logged while
+	// serving a request carry its id.
 	Logger *slog.Logger
+	// Metrics is the process's registry, where the edge's HTTP metrics
+	// (MetricHTTPRequests, MetricHTTPRequestDuration, MetricUnavailable)
+	// are registered; optional: nil counts them but serves them nowhere.
+	// One Server per registry: a second one's metrics would collide.
+	Metrics *telemetry.Registry
+	// TracerProvider makes each request's server span (tracing.go);
+	// optional, default the global provider (no-op unless a main set one).
+	TracerProvider trace.TracerProvider
 	// NewID returns fresh ids (candidate OrderIds, sourceCommandIds);
 	// optional, default random UUIDs.
 	NewID func() string
@@ -195,6 +215,7 @@ func (c *Config) check() error {
 		need(s.Authority != nil, "Stuck.Authority")
 		need(s.Members != nil, "Stuck.Members")
 	}
+	missing = append(missing, c.Timeline.missing()...)
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: missing %v", ErrConfig, missing)
 	}

@@ -1,7 +1,8 @@
 // Package edge owns CommerceApi, the stateless HTTP edge of the sample
 // (spec §4, §6.2, §7.1, §7.3, §7.4): input validation, the idempotency
 // mapping of StartOrderReq, order commands sent to the order's grain by its
-// OrderId, read-model lookups, the readiness evidence of §10.1, and — only
+// OrderId, read-model lookups (and the bounded wait for an order's outcome,
+// wait.go), the readiness evidence of §10.1, and — only
 // when enabled — the operator's /admin/ endpoints. The runner's
 // /self-check/ hooks are not here: they live in edge/selfcheck, which the
 // API's wiring mounts (Mount) on the admin listener only when enabled.
@@ -9,10 +10,10 @@
 // It never changes an order's event stream or projection itself; the
 // grain does. Every store and the grain client are reached through the
 // consumer-side interfaces declared in this package (Idempotency, Carts,
-// ReadModel, Orders, Operator, Topology, MemberNames and the Stuck
-// dependencies). It imports the store packages only for their value types:
-// it must not construct a store, open a Redis client or import another
-// store implementation; edge/edgenode does the wiring. It classifies other
+// ReadModel, TerminalWatcher, Orders, Operator, Topology, MemberNames, and the Stuck and
+// Timeline dependencies). It imports the store packages only for their
+// value types: it must not construct a store, open a Redis client or
+// import another store implementation; edge/edgenode does the wiring. It classifies other
 // packages' errors by their kind (errkind) in httpError, never by their
 // sentinels.
 //
@@ -24,4 +25,12 @@
 // actors/contracts (never encoding/json on generated types). Routing is
 // gin in release mode; handlers are plain http.HandlerFuncs reading the
 // path value, so the framework stays at the edge of the edge.
+//
+// Every request of both listeners runs one middleware chain (Server's
+// middleware): its X-Request-Id (the client's when sane, else a fresh
+// one) is echoed and carried in its context (RequestID; LogHandler adds
+// it to every line logged with that context), it is counted in the HTTP
+// metrics of the process's telemetry.Registry under its route template,
+// and it gets one access log line. 503 and 504 answers are counted by
+// reason where every error reply is written (writeError).
 package edge

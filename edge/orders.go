@@ -63,6 +63,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, ErrIdempotencyKeyReused)
 		return
 	}
+	noteOrder(r.Context(), m.OrderID)
 	if m.Status == commerce.MappingStarted {
 		st, _, err := s.cfg.ReadModel.Get(ctx, m.OrderID)
 		switch {
@@ -103,11 +104,21 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 func (s *Server) newOrderID() string { return "ord-" + s.cfg.NewID() }
 
 // getOrder is GET /orders/{orderId}: the read model only, no grain call,
-// no side effect (spec §7.4).
+// no side effect (spec §7.4). With waitFor=terminal it is a bounded wait
+// for the outcome (wait.go), just as free of side effects.
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	id, err := pathOrderID(r)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	timeout, wait, err := parseWait(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if wait {
+		s.waitOrder(w, r, id, timeout)
 		return
 	}
 	ctx, cancel := s.requestContext(r)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,6 +35,7 @@ type Server struct {
 	cfg       Config
 	log       *slog.Logger
 	evidence  *lineWriter
+	metrics   *httpMetrics
 	engine    *gin.Engine // public routes
 	admin     *gin.Engine // admin routes; nil when the admin surface is off
 	tokenSum  [sha256.Size]byte
@@ -44,6 +44,7 @@ type Server struct {
 	listening atomic.Bool
 	served    atomic.Bool
 	adminUp   atomic.Bool
+	waits     waitGate // ends the waits in flight at Shutdown (wait.go)
 }
 
 // New builds a Server from cfg.
@@ -57,6 +58,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Lines logged with a request's context carry its id.
+	cfg.Logger = slog.New(LogHandler(cfg.Logger.Handler()))
 	if cfg.Evidence == nil {
 		cfg.Evidence = io.Discard
 	}
@@ -64,25 +67,48 @@ func New(cfg Config) (*Server, error) {
 		cfg.NewID = uuid.NewString
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), engine: newEngine()}
+	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), metrics: newHTTPMetrics(cfg.Metrics)}
+	s.engine = s.newEngine()
 	s.routes()
-	s.http = s.newHTTPServer(s)
+	s.http = s.newHTTPServer(s.engine)
+	s.http.RegisterOnShutdown(s.waits.end)
 	if cfg.AdminToken != "" {
 		s.tokenSum = sha256.Sum256([]byte(cfg.AdminToken))
-		s.admin = newEngine()
+		s.admin = s.newEngine()
 		s.adminRoutes()
-		s.adminHTTP = s.newHTTPServer(recovering{s, s.admin})
+		s.adminHTTP = s.newHTTPServer(s.admin)
 	}
 	return s, nil
 }
 
 // newEngine is a gin engine answering only the routes it has: trailing-
 // slash and method redirects would answer routes the contract does not
-// have.
-func newEngine() *gin.Engine {
+// have. Every request of it, unknown routes included, runs the
+// middleware chain first.
+func (s *Server) newEngine() *gin.Engine {
 	e := gin.New()
 	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
+	e.Use(s.middleware()...)
 	return e
+}
+
+// middleware is the chain every request of both listeners runs, in this
+// order, before the admin token check and the route's handler:
+//
+//   - requestID decides the request's id and puts it in its context;
+//   - tracing makes the request's server span (tracing.go), right after
+//     it, so that the span carries RequestID(ctx) and encloses everything
+//     below;
+//   - observe counts the request in the HTTP metrics and writes its access
+//     log line once the rest has answered;
+//   - recoverPanics turns a handler's panic into a 500 that observe sees.
+func (s *Server) middleware() []gin.HandlerFunc {
+	return []gin.HandlerFunc{
+		s.requestID,
+		s.tracing,
+		s.observe,
+		s.recoverPanics,
+	}
 }
 
 func (s *Server) newHTTPServer(h http.Handler) *http.Server {
@@ -124,6 +150,7 @@ func (s *Server) adminRoutes() {
 			e.POST("/admin/read-model/active-index/rebuild", handle(s.rebuildActiveIndex))
 		}
 		s.registerTakeover(e)
+		s.registerTimeline(e)
 	}
 	for _, m := range s.cfg.Mounts {
 		m.Mount(AdminRouter{s: s, e: e})
@@ -154,7 +181,7 @@ func handle(h http.HandlerFunc) gin.HandlerFunc {
 // ServeHTTP implements http.Handler: the public order API. A panic in a
 // handler is answered 500 INTERNAL and logged, never shown.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	recovering{s, s.engine}.ServeHTTP(w, r)
+	s.engine.ServeHTTP(w, r)
 }
 
 // AdminHandler is the admin surface as an http.Handler, for ServeAdmin or
@@ -163,27 +190,7 @@ func (s *Server) AdminHandler() http.Handler {
 	if s.admin == nil {
 		return nil
 	}
-	return recovering{s, s.admin}
-}
-
-// recovering answers a handler's panic 500 INTERNAL and logs it.
-type recovering struct {
-	s *Server
-	h http.Handler
-}
-
-func (rh recovering) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			rh.s.log.Error("handler panicked", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			rh.s.writeError(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
-		}
-	}()
-	rh.h.ServeHTTP(w, r)
+	return s.admin
 }
 
 // Serve answers the public API on ln until Shutdown. Once the listener
@@ -261,7 +268,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			// Probes repeat every few seconds: the cause goes to debug,
 			// the client sees that the stores are the reason.
-			s.log.Debug("not ready: stores do not answer", slog.Any("error", err))
+			s.log.DebugContext(r.Context(), "not ready: stores do not answer", slog.Any("error", err))
 			s.writeError(w, http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
 				Message: "the stores do not answer", retryAfter: retryAfterSoon})
 			return
@@ -286,18 +293,24 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := httpError(err)
 	attrs := []any{slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", status), slog.String("code", body.Code), slog.Any("error", err)}
+	ctx := r.Context()
 	switch {
 	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
-		s.log.Error("request failed", attrs...)
+		s.log.ErrorContext(ctx, "request failed", attrs...)
 	case status >= 500:
-		s.log.Warn("request failed", attrs...)
+		s.log.WarnContext(ctx, "request failed", attrs...)
 	default:
-		s.log.Debug("request refused", attrs...)
+		s.log.DebugContext(ctx, "request refused", attrs...)
 	}
 	s.writeError(w, status, body)
 }
 
+// writeError writes every error reply of the edge, so it is where
+// answers with a reason (every 503 and 504) are counted, once each.
 func (s *Server) writeError(w http.ResponseWriter, status int, e apiError) {
+	if e.Reason != "" {
+		s.metrics.unavailable.WithLabelValues(e.Reason).Inc()
+	}
 	// httpError decides Retry-After with the status; headers must be set
 	// before writeJSON writes the status line.
 	if e.retryAfter > 0 {

@@ -164,11 +164,11 @@ func (s *Server) resumeOne(r *http.Request, e *StuckEntry, takeover, available b
 		status, body := s.dispatchAdmin(ctx, r, http.MethodPost, "/admin/orders/"+url.PathEscape(e.OrderID)+"/takeover", "{}")
 		if status/100 != 2 {
 			out.Error = dispatchedError(status, body)
-			s.log.Warn("stuck order: takeover failed", slog.String("order", e.OrderID), slog.Int("status", status))
+			s.log.WarnContext(ctx, "stuck order: takeover failed", slog.String("order", e.OrderID), slog.Int("status", status))
 			return out
 		}
 		out.Done = append(out.Done, ActionTakeover)
-		s.log.Info("stuck order taken over", slog.String("order", e.OrderID))
+		s.log.InfoContext(ctx, "stuck order taken over", slog.String("order", e.OrderID))
 	}
 	res, err := s.cfg.Orders.ContinueOrderWorkflow(ctx, &contracts.ContinueOrderWorkflowReq{
 		OrderId: e.OrderID, SourceCommandId: "stuck-resume-" + s.cfg.NewID(),
@@ -176,12 +176,12 @@ func (s *Server) resumeOne(r *http.Request, e *StuckEntry, takeover, available b
 	if err != nil {
 		_, body := httpError(err)
 		out.Error = &body
-		s.log.Warn("stuck order: continue failed", slog.String("order", e.OrderID), slog.Any("error", err))
+		s.log.WarnContext(ctx, "stuck order: continue failed", slog.String("order", e.OrderID), slog.Any("error", err))
 		return out
 	}
 	out.Done = append(out.Done, ActionContinue)
 	out.Status = res.GetState().GetStatus().String()
-	s.log.Info("stuck order continued", slog.String("order", e.OrderID), slog.String("status", out.Status))
+	s.log.InfoContext(ctx, "stuck order continued", slog.String("order", e.OrderID), slog.String("status", out.Status))
 	return out
 }
 
@@ -291,7 +291,7 @@ func (s *Server) rebuildActiveIndex(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("rebuild active-order index: %w", err))
 		return
 	}
-	s.log.Info("active-order index rebuilt", slog.Int("indexed", n))
+	s.log.InfoContext(r.Context(), "active-order index rebuilt", slog.Int("indexed", n))
 	s.writeJSON(w, http.StatusOK, map[string]int{"indexed": n})
 }
 
@@ -319,7 +319,7 @@ func (s *Server) dispatchAdmin(ctx context.Context, caller *http.Request, method
 	req.Header.Set("Authorization", "Bearer "+s.cfg.AdminToken)
 	req.Header.Set("Content-Type", "application/json")
 	rec := &capture{header: http.Header{}, status: http.StatusOK}
-	recovering{s, s.admin}.ServeHTTP(rec, req)
+	s.admin.ServeHTTP(rec, req)
 	return rec.status, rec.body.Bytes()
 }
 

@@ -112,7 +112,7 @@ func (s *Server) adminTakeoverOrder(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("take over order %s: %w", id, err))
 		return
 	}
-	s.log.Info("takeover", slog.String("order", id), slog.String("operation", res.OperationID),
+	s.log.InfoContext(r.Context(), "takeover", slog.String("order", id), slog.String("operation", res.OperationID),
 		slog.String("outcome", string(res.Outcome)), slog.String("caller", req.Caller), slog.Bool("force", req.Force))
 	s.writeJSON(w, http.StatusOK, TakeoverReply{DryRun: req.DryRun, Force: req.Force, Orders: []TakenOverOrder{takenOver(res)}})
 }
@@ -151,9 +151,9 @@ func (s *Server) adminTakeoverMember(w http.ResponseWriter, r *http.Request) {
 	for orderID, e := range errs {
 		_, body := httpError(e)
 		rep.Failed = append(rep.Failed, TakeoverFailure{OrderID: orderID, Error: body})
-		s.log.Warn("takeover of an order failed", slog.String("member", member), slog.String("order", orderID), slog.Any("error", e))
+		s.log.WarnContext(r.Context(), "takeover of an order failed", slog.String("member", member), slog.String("order", orderID), slog.Any("error", e))
 	}
-	s.log.Info("member takeover", slog.String("member", member), slog.Int("orders", len(rep.Orders)),
+	s.log.InfoContext(r.Context(), "member takeover", slog.String("member", member), slog.Int("orders", len(rep.Orders)),
 		slog.Int("failed", len(rep.Failed)), slog.Bool("dryRun", req.DryRun), slog.Bool("force", req.Force),
 		slog.String("caller", req.Caller))
 	s.writeJSON(w, http.StatusOK, rep)

@@ -19,18 +19,26 @@ import (
 // number is damage and does not block the write). Key must carry the
 // order's hash tag, so the step stays one script on one Redis Cluster
 // slot.
+//
+// Notify, when set, is a Pub/Sub channel on which the same step publishes
+// NotifyMessage if, and only if, it wrote the record: the owner's notice
+// of its own write, which a subscriber can only hear once the record is
+// readable. PUBLISH names no key, so the step stays on the order's slot;
+// what the notice means is the owner's business.
 type Projection struct {
-	Key          string
-	VersionField string
-	StateField   string
-	Version      int64
-	State        []byte
+	Key           string
+	VersionField  string
+	StateField    string
+	Version       int64
+	State         []byte
+	Notify        string
+	NotifyMessage string
 }
 
 // projectedArgs is how many ARGV precede the events in
 // appendProjectedScript: appendScript's, then versionField, stateField,
-// version, state.
-const projectedArgs = appendArgs + 4
+// version, state, notify channel (empty: none), notify message.
+const projectedArgs = appendArgs + 6
 
 // appendProjectedScript is appendLua, then the caller's projection under
 // the Projection guard. Nothing is written when a check fails.
@@ -41,6 +49,9 @@ var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(proje
 local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
 if not cur or cur <= tonumber(ARGV[7]) then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[7], ARGV[6], ARGV[8])
+  if ARGV[9] ~= '' then
+    redis.call('PUBLISH', ARGV[9], ARGV[10])
+  end
 end
 return {0, version}
 `)
@@ -70,7 +81,7 @@ func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVer
 	}
 	args := make([]any, 0, projectedArgs+5*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID,
-		proj.VersionField, proj.StateField, proj.Version, proj.State)
+		proj.VersionField, proj.StateField, proj.Version, proj.State, proj.Notify, proj.NotifyMessage)
 	if args, err = appendEvents(args, orderID, events); err != nil {
 		return 0, err
 	}

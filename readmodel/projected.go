@@ -22,7 +22,8 @@ import (
 //     fails nothing at all is written, the record included.
 //   - The record: Store.Put(orderID, new version, state)'s contract. It is
 //     written unless a record of a newer version is stored; that refusal
-//     is not an error (the append stands).
+//     is not an error (the append stands). A written terminal record is
+//     announced as Put announces it (TerminalWatcher), in the same step.
 //   - The ActiveIndex (Redis only): updated best-effort after the write
 //     landed, for the Created and terminal states only (Put updates it on
 //     every applied write); Stuck reads each candidate's record, so the
@@ -77,11 +78,13 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 		return 0, err
 	}
 	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
-		Key:          key,
-		VersionField: fieldVersion,
-		StateField:   fieldState,
-		Version:      expectedVersion + int64(len(events)),
-		State:        encoded,
+		Key:           key,
+		VersionField:  fieldVersion,
+		StateField:    fieldState,
+		Version:       expectedVersion + int64(len(events)),
+		State:         encoded,
+		Notify:        p.records.noticeChannel(state),
+		NotifyMessage: orderID,
 	})
 	if err != nil {
 		return v, err

@@ -1,6 +1,9 @@
 // Package readmodel owns the OrderReadModelStore: the derived per-order
 // lookup model, guarded by the stream version it reflects, and beside it
-// the ActiveIndex of non-terminal orders that the stuck-order report reads.
+// the ActiveIndex of non-terminal orders that the stuck-order report reads,
+// and the terminal notices: the writes that make a record terminal announce
+// it, and a TerminalWatcher (on Redis, one TerminalFeed subscription per
+// process) wakes the waiters of that order, so nobody polls the store.
 //
 // It is a projection that can always be rebuilt from the event stream; it
 // must not import actors/workflow, actors/grain, cluster or edge. It
@@ -38,6 +41,10 @@ type Store interface {
 	// it writes nothing and reports applied=false. Equal versions
 	// overwrite, so a rebuild can repair a damaged record. The projected
 	// append writes the record under the same guard.
+	//
+	// An applied write of a terminal record (Confirmed or Failed) is
+	// announced to the store's TerminalWatchers in the same atomic step
+	// (terminal.go); a refused one, or one of another status, is not.
 	Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (applied bool, err error)
 
 	// Delete removes the projection. Deleting an absent one is not an error.

@@ -68,15 +68,20 @@ func NewRedis(cfg Config) (*Redis, error) {
 
 // putScript writes unless a newer version is stored. A stored version that
 // is not a number is damage, and a rebuild must be able to repair it, so it
-// does not block the write.
+// does not block the write. A written terminal record is announced in the
+// same step (terminal.go): the caller passes the channel only then.
 //
-// KEYS: record. ARGV: version, state. Reply: 1 applied, 0 not.
+// KEYS: record. ARGV: version, state, channel (empty: none), order id.
+// Reply: 1 applied, 0 not.
 var putScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version'))
 if cur and cur > tonumber(ARGV[1]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
 return 1
 `)
 
@@ -126,7 +131,7 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 	if err != nil {
 		return false, err
 	}
-	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw).Int64()
+	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), orderID).Int64()
 	if err != nil {
 		return false, translate("put "+orderID, err)
 	}
@@ -134,6 +139,15 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 		r.indexBestEffort(ctx, orderID, state)
 	}
 	return applied == 1, nil
+}
+
+// noticeChannel is the channel a write of state announces itself on: the
+// terminal channel for a terminal record, none ("") otherwise.
+func (r *Redis) noticeChannel(state *contracts.OrderState) string {
+	if !Terminal(state.GetStatus()) {
+		return ""
+	}
+	return TerminalChannel(r.keys.prefix)
 }
 
 // encode returns the order's record key and the state as stored.

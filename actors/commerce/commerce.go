@@ -135,6 +135,7 @@ type Inventory interface {
 	ReserveCalls(ctx context.Context, reservationID string) (int64, error)
 	// ReleaseCalls returns how many times Release was called with the id.
 	ReleaseCalls(ctx context.Context, reservationID string) (int64, error)
+	ReservationRecords
 }
 
 // PaymentMethod is a seeded payment method: it approves, or declines with
@@ -165,4 +166,5 @@ type Payment interface {
 	// Captured returns the total amount authorized under the id (0 if none
 	// or declined), so tests can prove money moved once.
 	Captured(ctx context.Context, paymentID string) (int64, error)
+	AuthorizationRecords
 }

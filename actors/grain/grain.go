@@ -18,18 +18,19 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // KindName is the cluster kind of order grains (spec: the Instance
@@ -62,29 +63,18 @@ type Config struct {
 	// Now returns unix milliseconds, for operation records.
 	Now    func() int64
 	Logger *slog.Logger
-	// Counters, if set, counts the grain's failures; nil counts into a
-	// private set.
-	Counters *Counters
+	// Metrics is the process's registry, for what the grains of this
+	// member could not do by themselves (metrics.go); nil counts into
+	// metrics served nowhere. Kind registers them: call it once per
+	// registry.
+	Metrics *telemetry.Registry
 	// Interrupts, if set, mounts the receive-side interceptor of the
 	// runner's interrupt points (interrupt.go); nil in production, where
 	// no interceptor exists.
 	Interrupts Interrupts
-}
-
-// Counters count what the grains of one member could not do by
-// themselves. Safe for concurrent use.
-type Counters struct {
-	// PermanentFailures: steps that failed for a reason retrying cannot
-	// fix (a corrupt stream, a refused release); the order waits for an
-	// operator.
-	PermanentFailures atomic.Int64
-	// Retries: steps retried after a transient failure.
-	Retries atomic.Int64
-	// AbortedActivations: activations whose open failed, so nothing was
-	// recorded Ready.
-	AbortedActivations atomic.Int64
-	// Restarts: grains restarted after a panic.
-	Restarts atomic.Int64
+	// TracerProvider makes the spans of the grains' turns (trace.go); nil
+	// uses the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Kind returns the cluster kind to register on workflow members.
@@ -114,9 +104,6 @@ func withDefaults(cfg Config) Config {
 	if cfg.Now == nil {
 		cfg.Now = func() int64 { return time.Now().UnixMilli() }
 	}
-	if cfg.Counters == nil {
-		cfg.Counters = &Counters{}
-	}
 	return cfg
 }
 
@@ -125,12 +112,13 @@ func withDefaults(cfg Config) Config {
 func props(cfg Config) *actor.Props {
 	cfg = withDefaults(cfg)
 	ev := &lineWriter{w: cfg.Evidence}
+	m := newMetrics(cfg.Metrics)
 	var opts []actor.PropsOption
 	if cfg.Interrupts != nil {
 		opts = append(opts, actor.WithReceiverMiddleware(interceptor(cfg.Interrupts)))
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &orderGrain{cfg: cfg, evidence: ev}
+		return &orderGrain{cfg: cfg, evidence: ev, metrics: m}
 	}, opts...)
 }
 
@@ -162,6 +150,7 @@ type reopen struct{}
 type orderGrain struct {
 	cfg      Config
 	evidence *lineWriter
+	metrics  *metrics
 	act      *placement.Activation
 	order    *workflow.Order
 	// confirmed is set once the grain knows the Location record names it
@@ -186,6 +175,7 @@ type orderGrain struct {
 	retired bool
 	// interrupted is the interceptor's state; zero without Interrupts.
 	interrupted interruption
+	traces      grainTraces
 }
 
 // OpensOnStart implements placement.Opener: the activator answers only
@@ -258,7 +248,7 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 	g.act = act
 	restarted := act.Reported()
 	if restarted {
-		g.cfg.Counters.Restarts.Add(1)
+		g.metrics.restarts.Inc()
 		// Only a grain that served was restarted: its activation is
 		// recorded, or its creator gave up and the confirm says so.
 		g.cfg.Logger.Warn("order grain restarted after a failure", slog.String("order", act.Identity))
@@ -275,7 +265,6 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 			g.retryLater(ctx, &reopen{})
 			return
 		}
-		g.cfg.Counters.AbortedActivations.Add(1)
 		g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
 			slog.Int64("generation", act.Generation), slog.Any("error", err))
 		failure := placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
@@ -336,6 +325,7 @@ func (g *orderGrain) kick(ctx actor.Context) {
 	if g.leaving || !g.cfg.Service.NeedsWork(g.order) {
 		return
 	}
+	g.noteKick()
 	if !g.confirmed {
 		if g.confirmSince.IsZero() {
 			g.confirmSince = time.Now()
@@ -386,10 +376,14 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	g.confirmed = true
 	c, cancel := g.turnCtx()
 	defer cancel()
+	c, span := g.startCommand(c, ctx)
+	var failed error
+	defer func() { g.endCommand(span, failed) }()
 	if g.order == nil {
 		// A restarted grain whose reopen has not succeeded yet.
 		order, err := g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
 		if err != nil {
+			failed = err
 			ctx.Respond(toWire(err))
 			if errors.Is(err, workflow.ErrFenced) {
 				g.leave(ctx, releaseFenced)
@@ -399,6 +393,7 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 		g.order = order
 	}
 	res, err := run(c)
+	failed = err
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
 		// A newer owner exists: nothing this command did was recorded, and
@@ -426,11 +421,12 @@ func (g *orderGrain) afterFailure(ctx actor.Context, err error) {
 	case g.leaving:
 	case g.order != nil && !g.order.Exists() && !g.cfg.Service.NeedsWork(g.order):
 		record := keepRecord
-		if g.act.Reason == placement.ActivationReason_ACTIVATION_REASON_COLD {
+		if coldStart(g.act.Reason) {
 			record = discardRecord
 		}
 		g.leave(ctx, record)
 	case !workflow.Permanent(err) && g.cfg.Service.NeedsWork(g.order):
+		g.metrics.retried(g.order)
 		g.retryLater(ctx, &step{})
 	}
 }
@@ -471,8 +467,10 @@ func (g *orderGrain) onStep(ctx actor.Context) {
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
+	c, span := g.startStep(c)
 	progressed, err := g.cfg.Service.Step(c, g.order)
 	g.afterStep(ctx, progressed, err)
+	g.endStep(span, err)
 }
 
 // afterStep schedules the next background step unless the order is done
@@ -485,13 +483,13 @@ func (g *orderGrain) afterStep(ctx actor.Context, progressed bool, err error) {
 		return
 	case err != nil && workflow.Permanent(err):
 		g.stuck = err
-		g.cfg.Counters.PermanentFailures.Add(1)
-		g.cfg.Logger.Error("order step failed permanently; it waits for an operator", slog.String("order", g.act.Identity),
+		g.metrics.failedPermanently(g.order)
+		g.cfg.Logger.ErrorContext(g.traces.stepContext(), "order step failed permanently; it waits for an operator", slog.String("order", g.act.Identity),
 			slog.String("status", string(g.order.State().Status)), slog.Bool("permanent", true), slog.Any("error", err))
 		return
 	case err != nil:
-		g.cfg.Counters.Retries.Add(1)
-		g.cfg.Logger.Warn("order step failed; retrying", slog.String("order", g.act.Identity),
+		g.metrics.retried(g.order)
+		g.cfg.Logger.WarnContext(g.traces.stepContext(), "order step failed; retrying", slog.String("order", g.act.Identity),
 			slog.Int("attempt", g.attempts+1), slog.Any("error", err))
 		g.retryLater(ctx, &step{})
 		return
@@ -582,6 +580,13 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 	}
 	g.cfg.Logger.Info("idle passivation", slog.String("order", g.act.Identity), slog.Int64("generation", g.act.Generation))
 	g.leave(ctx, keepRecord)
+}
+
+// coldStart tells an activation of a new generation (cold, or the first
+// after a takeover, which is a cold start the takeover caused) from a
+// relocation's, which took over a generation someone else owned.
+func coldStart(r placement.ActivationReason) bool {
+	return r == placement.ActivationReason_ACTIVATION_REASON_COLD || r == placement.ActivationReason_ACTIVATION_REASON_TAKEOVER
 }
 
 // leaveRecord is what a leaving grain does with its Location record.

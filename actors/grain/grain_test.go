@@ -262,14 +262,16 @@ func TestTransientStepFailuresAreRetriedByTheOwner(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
 	e.inv.failures.Store(5)
-	e.cfg.Counters = &Counters{}
+	reg := e.withMetrics()
 	e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
 		"the owner retries a step that failed on a store outage until it succeeds")
 	require.Equal(t, int32(6), e.inv.calls.Load(), "five failed tries, then one that reserved")
-	require.Equal(t, int64(5), e.cfg.Counters.Retries.Load())
+	require.Equal(t, 5.0, value(t, reg, MetricStepRetries, atStep(order.StepReserveInventory)), "each retry counted at its step")
+	require.Equal(t, 5.0, value(t, reg, MetricStepRetries, nil), "and at no other")
+	require.Zero(t, value(t, reg, MetricStepPermanentFailures, nil))
 	require.Equal(t, int64(1), e.deps.Payment.TotalAuthorizeCalls.Load())
 }
 
@@ -277,13 +279,13 @@ func TestPanicRestartsTheGrainAndItCarriesOn(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
 	e.inv.panicOnce.Store(true)
-	e.cfg.Counters = &Counters{}
+	reg := e.withMetrics()
 	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
 	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
 		"a grain restarted after a panic opens again and finishes the order")
-	require.Equal(t, int64(1), e.cfg.Counters.Restarts.Load())
+	require.Equal(t, 1.0, value(t, reg, MetricGrainRestarts, nil))
 	require.False(t, e.stopped(pid), "the restarted grain still serves")
 	res, err := e.sys.Root.RequestFuture(pid, &contracts.ContinueOrderWorkflowReq{OrderId: "o-1"}, 2*time.Second).Result()
 	require.NoError(t, err)
@@ -347,13 +349,16 @@ func TestIdlePassivationKeepsAnOrderWithWorkLeft(t *testing.T) {
 func TestPermanentStepFailureIsCountedOnceAndNotRetried(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
-	e.cfg.Counters = &Counters{}
+	reg := e.withMetrics()
 	e.inv.corrupt.Store(true)
 	pid := e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
 
-	e.eventually(func() bool { return e.cfg.Counters.PermanentFailures.Load() == 1 }, "the permanent failure is counted")
-	require.Never(t, func() bool { return e.cfg.Counters.PermanentFailures.Load() > 1 || e.inv.calls.Load() > 1 },
+	permanent := func() float64 { return value(t, reg, MetricStepPermanentFailures, nil) }
+	e.eventually(func() bool { return permanent() == 1 }, "the permanent failure is counted")
+	require.Never(t, func() bool { return permanent() > 1 || e.inv.calls.Load() > 1 },
 		100*time.Millisecond, 5*time.Millisecond, "counted once, not retried in a loop")
+	require.Equal(t, 1.0, value(t, reg, MetricStepPermanentFailures, atStep(order.StepReserveInventory)), "at the step that failed")
+	require.Zero(t, value(t, reg, MetricStepRetries, nil))
 	require.False(t, e.stopped(pid), "a stuck order is not passivated away")
 }

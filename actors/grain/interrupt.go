@@ -109,6 +109,8 @@ func (g *orderGrain) interceptStep(ctx actor.Context, in Interrupts) bool {
 	g.pending = nil
 	c, cancel := g.turnCtx()
 	defer cancel()
+	c, span := g.startStep(c)
+	defer g.endStep(span, nil)
 	park, err := in.Park(c, g.order.State())
 	if err == nil && park {
 		g.interrupted.parked = true

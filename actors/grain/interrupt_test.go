@@ -155,12 +155,13 @@ func TestFailedGateLookIsRetried(t *testing.T) {
 	e.started("o-1")
 	in := &interrupts{gate: true, failPark: 3}
 	e.cfg.Interrupts = in
-	e.cfg.Counters = &Counters{}
+	reg := e.withMetrics()
 	e.spawn("o-1", 2, placement.ActivationReason_ACTIVATION_REASON_COLD)
 	require.NoError(t, e.waitOpened().err)
-	e.eventually(func() bool { return e.cfg.Counters.Retries.Load() == 3 && in.parks.Load() >= 5 }, "retried, then parked")
+	e.eventually(func() bool { return value(t, reg, MetricStepRetries, nil) == 3 && in.parks.Load() >= 5 }, "retried, then parked")
+	require.Equal(t, 3.0, value(t, reg, MetricStepRetries, atStep(order.StepAuthorizePayment)), "the gate stands before the payment")
 	require.Equal(t, reservedTypes, e.types("o-1"))
-	require.Zero(t, e.cfg.Counters.PermanentFailures.Load())
+	require.Zero(t, value(t, reg, MetricStepPermanentFailures, nil))
 }
 
 // A step held between its effect and its record keeps the mailbox free;

@@ -155,8 +155,9 @@ func TestFencedCommandIsAnsweredRetry(t *testing.T) {
 }
 
 // An activation that owns nothing (no stream, and the command created
-// none) gives its generation back when it was a cold activation, and
-// leaves the record alone otherwise: a relocation's record is not its own.
+// none) gives its generation back when it was a cold activation (one a
+// takeover caused is one too), and leaves the record alone otherwise: a
+// relocation's record is not its own.
 func TestActivationThatOwnsNothingDiscardsOnlyWhenCold(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -164,6 +165,7 @@ func TestActivationThatOwnsNothingDiscardsOnlyWhenCold(t *testing.T) {
 		releases []location.Generation
 	}{
 		{"cold", placement.ActivationReason_ACTIVATION_REASON_COLD, []location.Generation{location.GiveBackGeneration}},
+		{"takeover", placement.ActivationReason_ACTIVATION_REASON_TAKEOVER, []location.Generation{location.GiveBackGeneration}},
 		{"relocation", placement.ActivationReason_ACTIVATION_REASON_RELOCATION, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/protobuf/proto"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
@@ -299,6 +301,15 @@ type WorkflowConfig struct {
 	// Evidence receives raw evidence lines.
 	Evidence io.Writer
 	Logger   *slog.Logger
+	// Metrics is the process's registry: the workflow service, the order
+	// grains and the member's placement register their metrics with it
+	// (unless Cluster.Metrics names another). Nil counts them nowhere.
+	// One member per registry: each metric is registered once.
+	Metrics *telemetry.Registry
+	// TracerProvider makes the member's spans: its grain calls (unless
+	// Cluster.TracerProvider names another) and the grains' turns and
+	// background steps. Nil uses the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Workflow is a running OrderWorkflow member.
@@ -329,6 +340,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		Now:         now,
 		Evidence:    cfg.Evidence,
 		Logger:      cfg.Logger,
+		Metrics:     cfg.Metrics,
 	}
 	if cfg.Stores.ProjectedAppend != nil {
 		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
@@ -344,6 +356,9 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		Evidence:    cfg.Evidence,
 		Now:         now,
 		Logger:      cfg.Logger,
+		Metrics:     cfg.Metrics,
+
+		TracerProvider: cfg.TracerProvider,
 	}
 	if cfg.Fixtures {
 		// The grain's interceptor answers the runner's interrupt points
@@ -356,6 +371,12 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	cc.Location = cfg.Stores.Location
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
+	}
+	if cc.Metrics == nil {
+		cc.Metrics = cfg.Metrics
+	}
+	if cc.TracerProvider == nil {
+		cc.TracerProvider = cfg.TracerProvider
 	}
 	m, err := cluster.Start(ctx, cc)
 	if err != nil {

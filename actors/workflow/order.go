@@ -36,6 +36,10 @@ type Order struct {
 	unmarkedKey string
 	// startInDoubt is a start whose append ended with an unknown outcome.
 	startInDoubt *contracts.StartOrderWorkflowReq
+	// inDoubt is the last append whose outcome is unknown or that lost a
+	// race: the next reload counts its event, for the metrics, if the
+	// stream holds it.
+	inDoubt *inDoubt
 }
 
 // OrderID is the order's id.
@@ -76,21 +80,24 @@ func (s *Service) Open(ctx context.Context, orderID string, generation int64) (*
 // reload replaces the fold with a fresh replay of the stream (one round
 // trip). The fence is kept: reloading is not a new activation.
 func (s *Service) reload(ctx context.Context, o *Order) error {
-	st, err := s.replay(ctx, o.id)
+	st, envs, err := s.replay(ctx, o.id)
 	if err != nil {
 		return err
 	}
+	s.settleInDoubt(o, envs)
 	o.state = st
 	o.stale = false
 	return nil
 }
 
-func (s *Service) replay(ctx context.Context, orderID string) (order.State, error) {
+// replay reads and folds the stream; envs are the entries it folded.
+func (s *Service) replay(ctx context.Context, orderID string) (order.State, []eventstore.Envelope, error) {
 	envs, err := s.cfg.Events.Load(ctx, orderID)
 	if err != nil {
-		return order.State{}, fmt.Errorf("load order %s: %w", orderID, err)
+		return order.State{}, nil, fmt.Errorf("load order %s: %w", orderID, err)
 	}
-	return foldEnvelopes(orderID, envs)
+	st, err := foldEnvelopes(orderID, envs)
+	return st, envs, err
 }
 
 // refreshIfStale reloads when an earlier append's outcome is unknown.

@@ -212,16 +212,24 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 	case errors.Is(err, eventstore.ErrFenced):
 		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
 	case isAppendRace(err):
+		// The stream may hold this very append, landed by an earlier
+		// attempt: the reload the caller makes tells, for the metrics.
+		o.inDoubt = &inDoubt{version: next.Version, eventID: env.EventID, eventType: eventType}
 		return err
 	default:
 		o.stale = true
+		o.inDoubt = &inDoubt{version: next.Version, eventID: env.EventID, eventType: eventType}
 		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
 	}
 	if next.Version != version {
 		o.stale = true
+		// The store says it recorded the event elsewhere than the fold
+		// expects: the reload finds out where, if anywhere.
+		o.inDoubt = &inDoubt{version: version, eventID: env.EventID, eventType: eventType}
 		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
 	}
 	o.state = next
+	s.metrics.recorded(eventType)
 	if p == Project && !projected {
 		if err := s.project(ctx, o.state); err != nil {
 			return fmt.Errorf("%w: %w", errRecordedNotProjected, err)

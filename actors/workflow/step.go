@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
@@ -53,6 +54,8 @@ type Effect struct {
 	// version is the fold's version the step was decided from: the event
 	// is recorded right after it or not at all.
 	version int64
+	// began is when MakeEffect started, for the step's latency.
+	began time.Time
 }
 
 // Step is the step whose effect this is.
@@ -90,6 +93,7 @@ func (p Projection) String() string {
 // the module the step needs. It returns nil with no error when there is
 // nothing to do. Nothing is appended: Record does that.
 func (s *Service) MakeEffect(ctx context.Context, o *Order) (*Effect, error) {
+	began := time.Now()
 	if err := s.refreshIfStale(ctx, o); err != nil {
 		return nil, err
 	}
@@ -164,7 +168,7 @@ func (s *Service) MakeEffect(ctx context.Context, o *Order) (*Effect, error) {
 	default:
 		return nil, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
-	return &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version}, nil
+	return &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version, began: began}, nil
 }
 
 // Record performs the second phase of a step: it appends the effect's
@@ -204,6 +208,7 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 		}
 		if errors.Is(err, errRecordedNotProjected) {
 			o.projectionBehind = true
+			s.metrics.stepDone(step, e.began)
 			return true, err
 		}
 		if errors.Is(err, ErrFenced) {
@@ -214,6 +219,7 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 		}
 		return false, err
 	}
+	s.metrics.stepDone(step, e.began)
 	return true, nil
 }
 
@@ -297,13 +303,14 @@ func (s *Service) Rebuild(ctx context.Context, o *Order) (*contracts.OrderState,
 	if !o.Exists() && !o.stale {
 		return nil, fmt.Errorf("rebuild order %s: %w", o.id, ErrNotFound)
 	}
-	st, err := s.replay(ctx, o.id)
+	st, envs, err := s.replay(ctx, o.id)
 	if err != nil {
 		return nil, err
 	}
 	if st.Version == 0 {
 		return nil, fmt.Errorf("rebuild order %s: %w", o.id, ErrNotFound)
 	}
+	s.settleInDoubt(o, envs)
 	o.state, o.stale = st, false
 	if err := s.project(ctx, st); err != nil {
 		return nil, err

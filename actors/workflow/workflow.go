@@ -8,8 +8,9 @@
 //
 // It owns no transport and no actor runtime: the grain adapter
 // (actors/grain) drives it one turn at a time. It must not import
-// actors/grain, cluster, edge, runner/... or any Redis client; stores and
-// modules come in through their interfaces.
+// actors/grain, cluster/... but cluster/telemetry (the process's metrics
+// registry, which every layer may use: metrics.go), edge, runner/... or
+// any Redis client; stores and modules come in through their interfaces.
 package workflow
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
@@ -90,13 +92,18 @@ type Config struct {
 	Evidence io.Writer
 	// Logger is optional: nil discards.
 	Logger *slog.Logger
+	// Metrics is optional: the process's registry, for the orders and
+	// steps this Service's owners record (metrics.go). Nil counts into
+	// metrics served nowhere. Build one Service per registry.
+	Metrics *telemetry.Registry
 }
 
 // Service runs order workflows. It is safe for concurrent use by many
 // grains; each Order it hands out belongs to one grain.
 type Service struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
 
 	// evMu keeps evidence lines whole when grains of many orders write
 	// to the same log at once.
@@ -134,7 +141,7 @@ func New(cfg Config) (*Service, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: workflow config lacks %v", ErrInvalidArgument, missing)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, evidence: cfg.Evidence}
+	s := &Service{cfg: cfg, log: cfg.Logger, evidence: cfg.Evidence, metrics: newMetrics(cfg.Metrics)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -103,7 +103,8 @@ func (ca *testCA) files(t *testing.T, name string, ips ...string) cluster.TLS {
 // reads the member's answer; nil means the member served the peer.
 func dialRemote(t *testing.T, addr string, creds credentials.TransportCredentials) error {
 	t.Helper()
-	conn, err := grpc.Dial(addr, grpc.WithTransportCredentials(creds))
+	// passthrough: the address as given, as grpc.Dial resolved it.
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

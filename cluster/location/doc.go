@@ -1,6 +1,7 @@
 // Package location owns the Location Store: the Redis data model of who
 // hosts which grain. Per identity it keeps the authority record
-// (Missing, Creating, Ready, Moving, with owner, pid and generation), the
+// (Missing, Creating, Ready, Moving, with owner, pid and generation, and
+// a takeover's mark until the next activation commits), the
 // creation lock and the ownership history; per member, its node name,
 // its gone record and the takeover index of what it was made owner of.
 // Every change of a record is one Lua script that also appends to its

@@ -51,6 +51,10 @@ type Record struct {
 	// the next cold activation is Generation+1.
 	Generation int64
 	MoveOp     string // relocation operation id while Moving
+	// TakenOver marks an identity a takeover reset (ResetTakenOver) and
+	// that no activation has committed Ready since: the next activation's
+	// cause is the takeover, not a plain cold start. CommitReady clears it.
+	TakenOver bool
 }
 
 // Store is the Location Store. All methods are safe for concurrent use;
@@ -76,7 +80,8 @@ type Authority interface {
 	// BeginCreate tries to become the creator of a Missing identity by
 	// taking its creation lock for ttl under token. acquired reports
 	// success; next is then the generation to activate (the stored one
-	// plus one) and the record reads Creating. Otherwise rec is the
+	// plus one) and rec reads Creating, with TakenOver when a takeover
+	// reset the identity since its last Ready owner. Otherwise rec is the
 	// record as it stands (Ready or Moving, with its owner), or Creating
 	// while another token holds the lock. A lock whose holder died expires
 	// after ttl and can be taken again. Of many concurrent callers at most
@@ -91,13 +96,15 @@ type Authority interface {
 	// CommitReady records rec (Owner, PIDAddress, PIDID, Generation) as
 	// the Ready owner and gives the lock back, if token still holds the
 	// creation lock; else it fails with ErrLockLost and changes nothing.
+	// It clears the TakenOver mark: the takeover's activation is done.
 	// The owner is added to the takeover index (TakeoverIndex.Owned)
 	// before the record names it.
 	CommitReady(ctx context.Context, kind, id, token string, rec Record) error
 
 	// AbortCreate gives the creation lock held by token back without
-	// using up a generation; a record left Creating is Missing again. A
-	// token that no longer holds the lock changes nothing.
+	// using up a generation; a record left Creating is Missing again,
+	// TakenOver mark included. A token that no longer holds the lock
+	// changes nothing.
 	AbortCreate(ctx context.Context, kind, id, token string) error
 
 	// Release makes a Ready identity Missing if pidID is still its owner
@@ -184,11 +191,12 @@ type TakeoverIndex interface {
 	// operators, never for a request path. A record may change while the
 	// scan runs; fn sees each as it was read.
 	ScanRecords(ctx context.Context, kind string, fn func(id string, rec Record) error) error
-	// ResetTakenOver makes the identity Missing at newGeneration if the
-	// record still names owner (a member id) at oldGeneration, Ready or
-	// Moving, or names nobody at oldGeneration; the outcome says what it
-	// found, and owner's index entry is dropped unless another owner
-	// holds it. Repeating it is harmless. An empty owner or a newGeneration
+	// ResetTakenOver makes the identity Missing at newGeneration, marked
+	// TakenOver, if the record still names owner (a member id) at
+	// oldGeneration, Ready or Moving, or names nobody at oldGeneration;
+	// the outcome says what it found, and owner's index entry is dropped
+	// unless another owner holds it. Repeating it is harmless: it never
+	// marks a record past newGeneration. An empty owner or a newGeneration
 	// not above oldGeneration fails with ErrInvalidIdentity. The caller
 	// must have raised the stream's fence to newGeneration first.
 	ResetTakenOver(ctx context.Context, kind, id, owner string, oldGeneration, newGeneration int64) (ResetOutcome, error)

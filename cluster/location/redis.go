@@ -84,13 +84,19 @@ func recordFrom(m map[string]string) Record {
 		PIDID:      m["pidId"],
 		Generation: g,
 		MoveOp:     m["moveOp"],
+		TakenOver:  m[takenOverField] == "1",
 	}
 }
+
+// takenOverField is the record's hash field of the TakenOver mark: set
+// by resetTakenOver, deleted by commitReady.
+const takenOverField = "takeover"
 
 // beginCreate answers a Ready or Moving record as it stands, or takes the
 // creation lock of a Missing identity (or of one whose creator died holding
 // an expired lock) and answers the next generation: one round trip either
-// way, so a cold call costs no separate read.
+// way, so a cold call costs no separate read. An acquired lock answers
+// the TakenOver mark too, so the creator knows its activation's cause.
 var beginCreate = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'Ready' or st == 'Moving' then
@@ -101,7 +107,7 @@ end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating'} end
 redis.call('HSET', KEYS[1], 'status', 'Creating')
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
-return {'acquired', tostring(g + 1)}
+return {'acquired', tostring(g + 1), redis.call('HGET', KEYS[1], 'takeover') or ''}
 `)
 
 // BeginCreate tries to become the creator of a Missing identity. acquired
@@ -119,7 +125,7 @@ func (s *Redis) BeginCreate(ctx context.Context, kind, id, token string, ttl tim
 	switch res[0] {
 	case "acquired":
 		n, _ := strconv.ParseInt(res[1], 10, 64)
-		return true, n, Record{Status: Creating}, nil
+		return true, n, Record{Status: Creating, TakenOver: len(res) > 2 && res[2] == "1"}, nil
 	case "Creating":
 		return false, 0, Record{Status: Creating}, nil
 	}
@@ -135,13 +141,15 @@ func (s *Redis) BeginCreate(ctx context.Context, kind, id, token string, ttl tim
 var commitReady = redis.NewScript(historyLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4], 'generation', ARGV[5])
+redis.call('HDEL', KEYS[1], 'takeover')
 redis.call('DEL', KEYS[2])
 history(KEYS[3], 'activation', ARGV[2], ARGV[5], ARGV[6])
 return 1
 `)
 
-// CommitReady records the activation as Ready if token still holds the
-// creation lock. It fails with ErrLockLost otherwise. The owner's index
+// CommitReady records the activation as Ready, TakenOver mark cleared,
+// if token still holds the creation lock. It fails with ErrLockLost
+// otherwise. The owner's index
 // entry (see Owned) goes out in the same round trip, just before.
 func (s *Redis) CommitReady(ctx context.Context, kind, id, token string, rec Record) error {
 	n, err := s.indexedEval(ctx, rec.Owner, kind, id, commitReady,

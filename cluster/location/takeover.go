@@ -166,7 +166,9 @@ func (o ResetOutcome) String() string {
 // resetTakenOver makes a record Missing at the new generation if it still
 // names the old owner at the old generation; a record the old owner
 // released (Missing at the old generation) is moved to the new generation
-// too, so generations stay in step with the raised fence.
+// too, so generations stay in step with the raised fence. Either way it
+// marks the record taken over (field takeover), which tells the next
+// activation its cause; that activation's commitReady deletes the mark.
 //
 // KEYS: record, history. ARGV: owner, oldGeneration, newGeneration,
 // nowUnixMs.
@@ -181,15 +183,15 @@ if (st == 'Ready' or st == 'Moving') and redis.call('HGET', KEYS[1], 'owner') ~=
   return {'other', st, tostring(g)}
 end
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId', 'moveOp')
-redis.call('HSET', KEYS[1], 'generation', ARGV[3])
+redis.call('HSET', KEYS[1], 'generation', ARGV[3], 'takeover', '1')
 history(KEYS[2], 'takeover', ARGV[1], ARGV[3], ARGV[4])
 return {'reset', '', ARGV[3]}
 `)
 
 // ResetTakenOver is the last step of a takeover: it makes the identity
-// Missing at newGeneration, but only if the record still names owner (a
-// member id) at oldGeneration, Ready or Moving, or names nobody at
-// oldGeneration. The next command then cold-activates newGeneration+1 on
+// Missing at newGeneration and marks it TakenOver, but only if the record
+// still names owner (a member id) at oldGeneration, Ready or Moving, or
+// names nobody at oldGeneration. The next command then cold-activates newGeneration+1 on
 // a live member. owner's index entry is dropped. Repeating it is harmless.
 // The caller must have raised the stream's fence to newGeneration first:
 // resetting without it would let the old owner and the next one write.

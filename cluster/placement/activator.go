@@ -22,6 +22,7 @@ type Opener interface {
 type hosted struct {
 	pid        *actor.PID
 	generation int64
+	reason     ActivationReason
 	// waiting are the requesters to answer once the grain opened; nil
 	// once it has.
 	waiting []*actor.PID
@@ -42,8 +43,13 @@ type stoppedOpening struct{ pid *actor.PID }
 // activator hosts grains on one member. It is the only place that spawns
 // them, so two activations of one identity on one member cannot happen.
 type activator struct {
-	lookup *Lookup
-	grains map[string]*hosted // kind/identity → grain
+	lookup  *Lookup
+	metrics *activatorMetrics
+	grains  map[string]*hosted // kind/identity → grain
+	// serving counts the grains entries that opened: what Hosted lists
+	// and MetricGrainsHosted shows, kept as they change rather than
+	// counted per message, since a member may host very many.
+	serving int
 	// retired are grains that announced they are leaving, by pid id: a
 	// new activation of their identity gets a new grain, never one that
 	// is about to stop.
@@ -70,6 +76,7 @@ func (a *activator) Receive(ctx actor.Context) {
 		for key, h := range a.grains {
 			if h.pid.Equal(m.pid) && !h.opening {
 				delete(a.grains, key)
+				a.served(-1)
 				if a.retired == nil {
 					a.retired = map[string]retiredGrain{}
 				}
@@ -102,6 +109,7 @@ func (a *activator) Receive(ctx actor.Context) {
 				for _, w := range h.waiting {
 					ctx.Send(w, reply)
 				}
+				a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
 				a.forget(ctx, key, h, keepStopQuiet)
 			}
 		}
@@ -135,6 +143,9 @@ const (
 func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stopNotice) {
 	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
 		delete(a.grains, key)
+		if !cur.opening {
+			a.served(-1)
+		}
 	}
 	kind, id := splitKey(key)
 	if k, ok := a.lookup.cluster.TryGetClusterKind(kind); ok {
@@ -156,6 +167,8 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 		}
 		if m.err == nil {
 			h.opening = false
+			a.served(+1)
+			a.metrics.activations.WithLabelValues(Cause(h.reason)).Inc()
 			reply := &Activated{PidAddress: h.pid.Address, PidId: h.pid.Id}
 			for _, w := range h.waiting {
 				ctx.Send(w, reply)
@@ -167,6 +180,7 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 		for _, w := range h.waiting {
 			ctx.Send(w, reply)
 		}
+		a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
 		// The grain stops itself; it was never recorded anywhere, so its
 		// stop is nobody else's business.
 		ctx.Unwatch(h.pid)
@@ -224,7 +238,7 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 	pid := ctx.SpawnPrefix(props, m.Identity)
 	ctx.Watch(pid)
 	kind.Inc()
-	h := &hosted{pid: pid, generation: m.Generation, opening: opens}
+	h := &hosted{pid: pid, generation: m.Generation, reason: m.Reason, opening: opens}
 	a.grains[key] = h
 	a.lookup.log.Debug("activated", slog.String("identity", key), slog.Int64("generation", m.Generation), slog.String("reason", m.Reason.String()))
 	if opens {
@@ -233,7 +247,15 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 		}
 		return nil
 	}
+	a.served(+1)
+	a.metrics.activations.WithLabelValues(Cause(m.Reason)).Inc()
 	return &Activated{PidAddress: pid.Address, PidId: pid.Id}
+}
+
+// served moves the count of serving grains by delta and shows it.
+func (a *activator) served(delta int) {
+	a.serving += delta
+	a.metrics.hosted.Set(float64(a.serving))
 }
 
 func deadlineOf(m *Activate) time.Time {

@@ -53,10 +53,22 @@ func (c *Context) Request(identity, kind string, message any, opts ...pcluster.G
 // points at a grain that does not exist (its open failed after the record
 // was written, or it stopped without releasing): the record is released
 // and the message resent once, so the next activation serves it.
+//
+// The call is one client span (trace.go), whatever its resends, and each
+// message sent carries its trace context to the grain.
 func (c *Context) RequestContext(ctx context.Context, identity, kind string, message any) (any, error) {
+	ctx, span := c.lookup.startCall(ctx, kind, identity, message)
+	resends := 0
+	res, err := c.request(ctx, identity, kind, message, &resends)
+	endCall(span, resends, err)
+	return res, err
+}
+
+func (c *Context) request(ctx context.Context, identity, kind string, message any, resends *int) (any, error) {
 	backoff := time.Millisecond
 	repaired := false
-	for {
+	for attempt := 0; ; attempt++ {
+		*resends = attempt
 		pid, err := c.lookup.Resolve(ctx, kind, identity)
 		if err != nil {
 			return nil, err
@@ -116,7 +128,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
 	default:
 	}
-	f := c.lookup.cluster.ActorSystem.Root.RequestFuture(pid, message, timeout)
+	f := c.requestFuture(ctx, pid, message, timeout)
 	type result struct {
 		res any
 		err error

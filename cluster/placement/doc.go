@@ -4,11 +4,16 @@
 // member's activator that hosts grains and answers an activation only
 // once the grain opened its state, the cluster context that turns a dead
 // owner into a fast, typed ErrUnavailable, planned relocation (move.go),
-// and the gone records' in-memory view and self-fencing (gone.go,
-// selffence.go). It never fails over: a Ready identity whose owner left
-// the topology stays where it is until an operator acts. A member seen
-// leaving is recorded gone, so that every member treats its identities
-// alike and the member itself, should it still run, fences itself.
+// the gone records' in-memory view and self-fencing (gone.go,
+// selffence.go), and the activator's metrics (activations by cause,
+// aborted activations, grains hosted: metrics.go) in the process's
+// telemetry.Registry, and how a grain call carries its trace: a client
+// span per call, the W3C trace context in the envelope's headers, read
+// back on the grain's side (trace.go). It never fails over: a Ready
+// identity whose owner left the topology stays where it is until an
+// operator acts. A member seen leaving is recorded gone, so that every
+// member treats its identities alike and the member itself, should it
+// still run, fences itself.
 //
 // The records themselves are package location's: this package reads and
 // changes them only through location.Store, and keeps no Redis code of

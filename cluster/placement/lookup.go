@@ -15,8 +15,10 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // ActivatorName is the actor name of each member's activator.
@@ -40,6 +42,12 @@ type Config struct {
 	// WaitTimeout bounds waiting for another caller's Creating or Moving.
 	WaitTimeout time.Duration
 	Logger      *slog.Logger
+	// Metrics is the process's registry, for the activator's metrics
+	// (metrics.go); nil counts into metrics served nowhere.
+	Metrics *telemetry.Registry
+	// TracerProvider makes the client span of every grain call through
+	// this lookup's Context (trace.go); nil uses the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Activation is what a grain learns when it is activated.
@@ -115,6 +123,7 @@ type Lookup struct {
 	log     *slog.Logger
 	cluster *pcluster.Cluster
 	kinds   map[string]bool // kinds hosted here
+	metrics *activatorMetrics
 
 	mu        sync.Mutex
 	members   map[string]*pcluster.Member // live members by id
@@ -165,6 +174,7 @@ func New(cfg Config) *Lookup {
 		inflight:  map[string]*resolveCall{},
 		ready:     make(chan struct{}),
 		named:     make(chan struct{}),
+		metrics:   newActivatorMetrics(cfg.Metrics),
 	}
 }
 
@@ -217,7 +227,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.sub = sub
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
-			return &activator{lookup: l, grains: map[string]*hosted{}}
+			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}}
 		}), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
@@ -451,7 +461,11 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 		}
 		switch {
 		case acquired:
-			return l.create(ctx, kind, id, token, gen)
+			reason := ActivationReason_ACTIVATION_REASON_COLD
+			if rec.TakenOver {
+				reason = ActivationReason_ACTIVATION_REASON_TAKEOVER
+			}
+			return l.create(ctx, kind, id, token, gen, reason)
 		case rec.Status == location.Ready:
 			if !l.Live(rec.Owner) {
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
@@ -478,12 +492,14 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 }
 
 // create cold-activates an identity whose creation lock token holds, on
-// the next eligible member round-robin, and records it Ready. A member
+// the next eligible member round-robin, and records it Ready. reason is
+// COLD, or TAKEOVER when a takeover reset the record: the activation is
+// the same, only its cause is told (and counted) apart. A member
 // that does not answer, or refuses, is skipped while the lock is extended,
 // so one frozen member cannot fail a cold start. A grain that could not
 // open its state aborts the creation: the lock is given back and the next
 // command activates again.
-func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64) (*actor.PID, error) {
+func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, reason ActivationReason) (*actor.PID, error) {
 	abort := func() { _ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token) }
 	candidates := l.Eligible(kind)
 	if len(candidates) == 0 {
@@ -502,7 +518,7 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64) 
 				return nil, err
 			}
 		}
-		pid, err := l.activateOn(ctx, m, kind, id, gen, ActivationReason_ACTIVATION_REASON_COLD)
+		pid, err := l.activateOn(ctx, m, kind, id, gen, reason)
 		if err != nil {
 			lastErr = err
 			var af *activationError

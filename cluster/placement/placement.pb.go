@@ -32,6 +32,10 @@ const (
 	ActivationReason_ACTIVATION_REASON_COLD ActivationReason = 1
 	// Planned relocation: the same generation on a new owner.
 	ActivationReason_ACTIVATION_REASON_RELOCATION ActivationReason = 2
+	// Cold activation of an identity a takeover reset (its Location record
+	// is marked TakenOver): a new generation, the lost owner's order
+	// resuming on a live member.
+	ActivationReason_ACTIVATION_REASON_TAKEOVER ActivationReason = 3
 )
 
 // Enum value maps for ActivationReason.
@@ -40,11 +44,13 @@ var (
 		0: "ACTIVATION_REASON_UNSPECIFIED",
 		1: "ACTIVATION_REASON_COLD",
 		2: "ACTIVATION_REASON_RELOCATION",
+		3: "ACTIVATION_REASON_TAKEOVER",
 	}
 	ActivationReason_value = map[string]int32{
 		"ACTIVATION_REASON_UNSPECIFIED": 0,
 		"ACTIVATION_REASON_COLD":        1,
 		"ACTIVATION_REASON_RELOCATION":  2,
+		"ACTIVATION_REASON_TAKEOVER":    3,
 	}
 )
 
@@ -407,11 +413,12 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x05Retry\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"*\n" +
 	"\fGoneRecorded\x12\x1a\n" +
-	"\bmemberId\x18\x01 \x01(\tR\bmemberId*s\n" +
+	"\bmemberId\x18\x01 \x01(\tR\bmemberId*\x93\x01\n" +
 	"\x10ActivationReason\x12!\n" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
-	"\x1cACTIVATION_REASON_RELOCATION\x10\x02*\xc5\x01\n" +
+	"\x1cACTIVATION_REASON_RELOCATION\x10\x02\x12\x1e\n" +
+	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xc5\x01\n" +
 	"\x11ActivationFailure\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +

@@ -12,8 +12,10 @@
 //  2. record the operation in the Relocation Store (kind takeover, state
 //     fenced): id, time, caller, member, node, old and new generation;
 //  3. reset the Location record to Missing at generation+1, only if it
-//     still names the old owner (location.Store.ResetTakenOver), then mark
-//     the operation committed.
+//     still names the old owner (location.Store.ResetTakenOver, which
+//     also marks the record TakenOver so that the next activation is
+//     counted as a takeover's, not a cold start), then mark the
+//     operation committed.
 //
 // The stores may live on different Redis servers, so this cannot be one
 // script; the order is what makes it safe. A crash after 1 leaves an order

@@ -127,7 +127,7 @@ func TestOrderTakeoverRetiresTheGoneOwner(t *testing.T) {
 	require.Equal(t, want, res)
 
 	require.ErrorIs(t, e.appendWith("o1", old), eventstore.ErrFenced, "the old owner can never append again")
-	require.Equal(t, location.Record{Generation: gen + 1}, e.record("o1"), "Missing at generation+1")
+	require.Equal(t, location.Record{Generation: gen + 1, TakenOver: true}, e.record("o1"), "Missing at generation+1, marked for the next activation")
 	op, err := e.rel.GetOperation(ctxT(t), res.OperationID)
 	require.NoError(t, err)
 	require.Equal(t, relocation.Operation{ID: res.OperationID, OrderID: "o1", Kind: relocation.KindTakeover,
@@ -223,7 +223,7 @@ func TestHalfDoneTakeoverIsFinishedByARepeat(t *testing.T) {
 	res, err := e.svc.Order(ctxT(t), Request{OrderID: "o1"})
 	require.NoError(t, err)
 	require.Equal(t, TakenOver, res.Outcome)
-	require.Equal(t, location.Record{Generation: gen + 1}, e.record("o1"))
+	require.Equal(t, location.Record{Generation: gen + 1, TakenOver: true}, e.record("o1"))
 
 	// Interrupted after step 2: fence and record, the location untouched.
 	gen2, _ := e.owned("o2", "m1")
@@ -245,7 +245,7 @@ func TestHalfDoneTakeoverIsFinishedByARepeat(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Result{OrderID: "o2", OperationID: "op-half", Member: "m1", Node: "workflow-a",
 		OldGeneration: gen2, NewGeneration: gen2 + 1, Outcome: TakenOver}, res)
-	require.Equal(t, location.Record{Generation: gen2 + 1}, e.record("o2"))
+	require.Equal(t, location.Record{Generation: gen2 + 1, TakenOver: true}, e.record("o2"))
 	op, err := e.rel.GetOperation(ctxT(t), "op-half")
 	require.NoError(t, err)
 	require.Equal(t, relocation.OpCommitted, op.State)
@@ -483,6 +483,6 @@ func TestConcurrentTakeoversConverge(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ops, 1)
 	require.Equal(t, relocation.OpCommitted, ops[0].State)
-	require.Equal(t, location.Record{Generation: gen + 1}, e.record("o1"))
+	require.Equal(t, location.Record{Generation: gen + 1, TakenOver: true}, e.record("o1"))
 	require.ErrorIs(t, e.appendWith("o1", old), eventstore.ErrFenced)
 }

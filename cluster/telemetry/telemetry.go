@@ -2,7 +2,13 @@
 // itself: its Prometheus registry (with the process and Go runtime
 // collectors), the /metrics handler and the listener that serves it, the
 // pprof handlers a process mounts on its private listener, and the go-redis
-// hook that counts the stores' Redis commands and round trips.
+// hook that counts the stores' Redis commands and round trips. For traces
+// it owns the process's tracer provider (OTLP export, or the no-op
+// provider: tracing.go), the trace context format every process speaks
+// (Propagator), the slog handler that puts a span's ids on log lines, and
+// the go-redis hook that makes a span per round trip (redistrace.go); for
+// libraries that report through OpenTelemetry metrics, a meter provider
+// served with the registry (otelmetrics.go).
 //
 // A process builds one Registry and hands it, through Config structs, to
 // every part that measures something; each part creates its metrics with

@@ -16,13 +16,17 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 // Config configures an API member.
@@ -50,7 +54,17 @@ type Config struct {
 	// Evidence receives raw evidence lines; it must accept concurrent
 	// writes (one Write per line), as os.Stdout does.
 	Evidence io.Writer
-	Logger   *slog.Logger
+	// Logger is wrapped with edge.LogHandler, so that every line logged
+	// with a request's context, by the edge or what it calls, carries the
+	// request's id.
+	Logger *slog.Logger
+	// Metrics is the process's registry, for the edge's HTTP metrics;
+	// nil counts them but serves them nowhere.
+	Metrics *telemetry.Registry
+	// TracerProvider makes the API's spans: each request's server span
+	// and its grain calls (unless Cluster.TracerProvider names another).
+	// Nil uses the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // API is a running CommerceApi member.
@@ -63,6 +77,10 @@ type API struct {
 	// is the -takeover-after policy, nil when off.
 	Takeover *takeover.Service
 	Policy   *takeover.Policy
+	// Terminal is the process's one subscription to the read model's
+	// terminal notices, which wakes GET /orders/{id}?waitFor=terminal;
+	// nil when the read model is not on Redis.
+	Terminal *readmodel.TerminalFeed
 }
 
 // topology counts live workflow members as this member sees them, and
@@ -131,6 +149,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(edge.LogHandler(cfg.Logger.Handler()))
 	if cfg.Evidence == nil {
 		cfg.Evidence = io.Discard
 	}
@@ -148,6 +167,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	}
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
+	}
+	if cc.TracerProvider == nil {
+		cc.TracerProvider = cfg.TracerProvider
 	}
 	m, err := cluster.Start(ctx, cc)
 	if err != nil {
@@ -190,9 +212,20 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		RequestTimeout: cfg.RequestTimeout,
 		Evidence:       cfg.Evidence,
 		Logger:         cfg.Logger,
+		Metrics:        cfg.Metrics,
+		TracerProvider: cfg.TracerProvider,
+	}
+	var feed *readmodel.TerminalFeed
+	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
+		feed = rm.NewTerminalFeed()
+		ecfg.Terminal = feed
 	}
 	if idx, ok := st.ReadModel.(edge.ActiveOrders); ok && cfg.Admin {
 		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
+	}
+	if cfg.Admin {
+		ecfg.Timeline = &edge.Timeline{Events: st.Events, Ownership: st.Location, Operations: st.Relocation,
+			Inventory: st.Commerce.Inventory(), Payment: st.Commerce.Payment()}
 	}
 	if cfg.SelfCheck {
 		// The runner's hooks are test machinery: mounted on the admin
@@ -217,6 +250,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		srv, err = edge.New(ecfg)
 	}
 	if err != nil {
+		if feed != nil {
+			_ = feed.Close()
+		}
 		if policy != nil {
 			policy.Close()
 		}
@@ -224,14 +260,18 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		routes.Close()
 		return nil, err
 	}
-	return &API{Member: m, Server: srv, Routes: routes, Client: client, Takeover: tk, Policy: policy}, nil
+	return &API{Member: m, Server: srv, Routes: routes, Client: client, Takeover: tk, Policy: policy, Terminal: feed}, nil
 }
 
 // Stop shuts the HTTP edge down (waiting for requests in flight until ctx
 // ends) and leaves the cluster. An API member hosts no grains, so leaving
 // strands nothing.
 func (a *API) Stop(ctx context.Context) error {
+	// Shutdown answers the waits in flight first; then nothing listens.
 	err := a.Server.Shutdown(ctx)
+	if a.Terminal != nil {
+		_ = a.Terminal.Close()
+	}
 	if a.Policy != nil {
 		a.Policy.Close()
 	}

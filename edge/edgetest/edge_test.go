@@ -299,7 +299,10 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 func TestGetWorksWhileOwnerIsDead(t *testing.T) {
 	h := newHarness(t)
 	apiA, apiB := h.apis[0], h.apis[1]
+	created := map[string]string{edge.LabelRoute: "/orders", edge.LabelMethod: "POST", edge.LabelCode: "201"}
 	res := h.startOrder(apiA, startBody(commerce.DemoCartOK, commerce.DemoMethodOK, newKey(t)), http.StatusCreated)
+	require.Equal(t, 1.0, apiA.metric(t, edge.MetricHTTPRequests, created), "the API that served the start counted it")
+	require.Zero(t, apiB.metric(t, edge.MetricHTTPRequests, created))
 	want := h.waitStatus(apiA, res.OrderId, contracts.OrderStatus_Confirmed)
 	before := h.evidenceOf(apiA, res.OrderId)
 	require.Equal(t, "Ready", before.Authority)
@@ -315,12 +318,18 @@ func TestGetWorksWhileOwnerIsDead(t *testing.T) {
 		require.True(t, ok, "GET reads the read model, owner or not")
 		sameState(t, want, st)
 	}
+	ownerGone := map[string]string{edge.LabelReason: edge.ReasonOwnerGone}
 	for _, p := range []string{"/continue", "/rebuild-projection"} {
+		gone, unavailable := apiB.metric(t, edge.MetricUnavailable, ownerGone), apiB.metric(t, edge.MetricUnavailable, nil)
+		route := map[string]string{edge.LabelRoute: "/orders/:orderId" + p, edge.LabelMethod: "POST", edge.LabelCode: "503"}
 		began := time.Now()
 		code, b := h.do("POST", apiB, "/orders/"+res.OrderId+p, "")
 		took := time.Since(began)
 		require.Equal(t, http.StatusServiceUnavailable, code, string(b))
 		requireCode(t, b, edge.CodeUnavailable)
+		require.Equal(t, 1.0, apiB.metric(t, edge.MetricUnavailable, ownerGone)-gone, "OWNER_GONE counted once")
+		require.Equal(t, 1.0, apiB.metric(t, edge.MetricUnavailable, nil)-unavailable, "and no other reason")
+		require.Equal(t, 1.0, apiB.metric(t, edge.MetricHTTPRequests, route), "under the route template")
 		require.Less(t, took, requestTimeout/10, "Unavailable must be fast, not a timeout")
 		require.NotContains(t, string(b), before.OwnerMember, "no owner identity leaks")
 		t.Logf("%s with a dead owner answered 503 in %s", p, took)

@@ -24,6 +24,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -47,6 +48,16 @@ type apiNode struct {
 	api      *edgenode.API
 	url      string
 	adminURL string // the admin listener: /admin/ and /self-check/
+	metrics  *telemetry.Registry
+}
+
+// metric is the current value of the API's metric name over the series
+// matching labels (a histogram's sample count).
+func (a *apiNode) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, err := telemetry.Sum(a.metrics.Gatherer(), name, labels)
+	require.NoError(t, err)
+	return v
 }
 
 // adminToken is the APIs' admin bearer token.
@@ -60,6 +71,7 @@ type harness struct {
 	workflows map[string]*node.Workflow
 	apis      []*apiNode
 	http      *http.Client
+	redisURL  string // the stores' redis-server, for tests that inspect its keys
 }
 
 // newHarness starts redis, seeds the demo catalogue, two workflow members
@@ -75,7 +87,7 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(stores.Close)
 	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))
 	h := &harness{
-		t: t, stores: stores, agent: test.NewInMemAgent(),
+		t: t, stores: stores, agent: test.NewInMemAgent(), redisURL: srv.URL(),
 		evidence:  map[string]*workflowtest.Evidence{},
 		workflows: map[string]*node.Workflow{},
 		http:      &http.Client{Timeout: 2 * requestTimeout},
@@ -125,6 +137,7 @@ func (h *harness) startWorkflow(ctx context.Context, name string) {
 }
 
 func (h *harness) startAPI(ctx context.Context, name string) {
+	reg := telemetry.NewRegistry()
 	a, err := edgenode.Start(ctx, edgenode.Config{
 		Cluster: cluster.Config{
 			NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
@@ -137,6 +150,7 @@ func (h *harness) startAPI(ctx context.Context, name string) {
 		AdminToken:     adminToken,
 		Evidence:       io.MultiWriter(h.ev(name), tlogWriter{h.t}),
 		Logger:         h.logger(name),
+		Metrics:        reg,
 	})
 	require.NoError(h.t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -155,7 +169,7 @@ func (h *harness) startAPI(ctx context.Context, name string) {
 		a.Routes.Close()
 		a.Member.Crash()
 	})
-	h.apis = append(h.apis, &apiNode{name: name, api: a, url: "http://" + ln.Addr().String(), adminURL: "http://" + adm.Addr().String()})
+	h.apis = append(h.apis, &apiNode{name: name, api: a, url: "http://" + ln.Addr().String(), adminURL: "http://" + adm.Addr().String(), metrics: reg})
 }
 
 // do sends one request and returns status and body.

@@ -1,7 +1,9 @@
-// Package readmodeltest is the behavioural contract of readmodel.Store and
-// of readmodel.ProjectedAppender, runnable against any implementation:
-// round trips, the version guard, deletes, concurrent writers, and the
-// projected append's all-or-nothing step over both stores.
+// Package readmodeltest is the behavioural contract of readmodel.Store, of
+// readmodel.ProjectedAppender and of readmodel.TerminalWatcher, runnable
+// against any implementation: round trips, the version guard, deletes,
+// concurrent writers, the projected append's all-or-nothing step over both
+// stores, and the terminal notices of both writes (RunTerminalContract,
+// with AwaitTerminal, the waiter the watcher's contract describes).
 //
 // It depends only on readmodel, eventstore, the contracts and testify;
 // an implementation's own tests supply the stores.

@@ -121,7 +121,8 @@ var supported = map[string]bool{}
 
 func init() {
 	for _, n := range strings.Fields(`get set setnx mget incr incrby decr decrby exists del expire pexpire pttl ttl
-		hget hset hsetnx hmget hgetall hincrby hexists hdel hlen xadd xrange xrevrange xlen sadd sismember smembers srem`) {
+		hget hset hsetnx hmget hgetall hincrby hexists hdel hlen xadd xrange xrevrange xlen sadd sismember smembers srem
+		publish`) {
 		supported[n] = true
 	}
 }
@@ -196,6 +197,9 @@ func topArgs(name string, k ceilKeys, v string) []any {
 		return []any{"SMEMBERS", k.z}
 	case "srem":
 		return []any{"SREM", k.z, "zz"}
+	case "publish":
+		// The terminal notice: a channel, not a key, with no subscriber.
+		return []any{"PUBLISH", k.s, v}
 	default:
 		return []any{"GET", k.s}
 	}

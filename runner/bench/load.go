@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/client"
 )
 
 // Order paths of the mix.
@@ -21,9 +23,12 @@ const (
 )
 
 type loadConfig struct {
-	APIs         []string
-	Concurrency  int
-	Poll         time.Duration
+	APIs        []string
+	Concurrency int
+	// Poll is the pause before asking again after a failed wait, and the
+	// GET interval against an API without the wait (an older binary).
+	Poll time.Duration
+	// PollTimeout bounds an order from its POST to its terminal status.
 	PollTimeout  time.Duration
 	RunID        string
 	IDs          seedIDs
@@ -41,7 +46,11 @@ type orderResult struct {
 	// StartLat is the POST /orders latency (201 received).
 	StartLat time.Duration
 	// E2E is POST sent → terminal status first seen by a GET.
-	E2E    time.Duration
+	E2E time.Duration
+	// Waits counts the bounded waits (GET ?waitFor=terminal) the order
+	// took; Polls the plain GETs, which only an API without the wait
+	// (an older binary) makes necessary: 0 against this one.
+	Waits  int
 	Polls  int
 	Status string
 	Err    string
@@ -56,6 +65,7 @@ type loadResult struct {
 	Results []orderResult
 	// Elapsed is load start → last order finished.
 	Elapsed time.Duration
+	Waits   int64
 	Polls   int64
 }
 
@@ -91,7 +101,8 @@ func newLoad(cfg loadConfig) *load {
 		MaxIdleConnsPerHost: 2 * cfg.Concurrency,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &load{cfg: cfg, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	// A wait is held up to client.MaxWait by the API itself.
+	return &load{cfg: cfg, client: &http.Client{Transport: tr, Timeout: client.MaxWait + 10*time.Second}}
 }
 
 // pathOf spreads the failure paths evenly: 37 is coprime to 100, so every
@@ -117,13 +128,14 @@ const (
 )
 
 // run drives Concurrency workers, each with one order in flight: POST, then
-// GET every Poll until the order is terminal. It stops starting orders
+// one bounded wait for the outcome (GET ?waitFor=terminal), repeated only
+// if it times out. It stops starting orders
 // after duration (when orders is 0) or after orders orders, and returns
 // once every started order has finished.
 func (l *load) run(ctx context.Context, phase string, duration time.Duration, orders int, report progress) loadResult {
 	start := time.Now()
 	var started, done, terminal, errs atomic.Int64
-	var polls atomic.Int64
+	var polls, waits atomic.Int64
 	deadline := start.Add(duration)
 	var mu sync.Mutex
 	var all []orderResult
@@ -147,6 +159,7 @@ func (l *load) run(ctx context.Context, phase string, duration time.Duration, or
 				n := l.seq.Add(1)
 				r := l.one(ctx, n, start)
 				polls.Add(int64(r.Polls))
+				waits.Add(int64(r.Waits))
 				done.Add(1)
 				if r.terminal() {
 					terminal.Add(1)
@@ -189,7 +202,7 @@ func (l *load) run(ctx context.Context, phase string, duration time.Duration, or
 	wg.Wait()
 	close(stopProgress)
 	<-progressDone
-	return loadResult{Phase: phase, Results: all, Elapsed: time.Since(start), Polls: polls.Load()}
+	return loadResult{Phase: phase, Results: all, Elapsed: time.Since(start), Polls: polls.Load(), Waits: waits.Load()}
 }
 
 type startBody struct {
@@ -225,7 +238,7 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 	b, _ := json.Marshal(body)
 	t0 := time.Now()
 	r := orderResult{Path: path, API: api, Start: t0.Sub(phaseStart)}
-	code, rep, err := l.do(ctx, http.MethodPost, base+"/orders", b)
+	code, _, rep, err := l.do(ctx, http.MethodPost, base+"/orders", b)
 	r.StartLat = time.Since(t0)
 	if err != nil {
 		r.Err = "POST /orders: " + err.Error()
@@ -239,22 +252,41 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 	id := rep.OrderID
 	r.OrderID = id
 	limit := t0.Add(l.cfg.PollTimeout)
+	pause := false
 	for !r.terminal() {
-		if time.Now().After(limit) {
+		left := time.Until(limit)
+		if left <= 0 {
 			r.Err = fmt.Sprintf("order %s not terminal after %s (last %q)", id, l.cfg.PollTimeout, r.Status)
 			return r
 		}
-		select {
-		case <-ctx.Done():
+		if pause {
+			select {
+			case <-ctx.Done():
+				r.Err = ctx.Err().Error()
+				return r
+			case <-time.After(l.cfg.Poll):
+			}
+		}
+		wait := min(left, client.MaxWait).Milliseconds()
+		code, h, rep, err := l.do(ctx, http.MethodGet, fmt.Sprintf("%s/orders/%s?waitFor=terminal&timeoutMs=%d", base, id, wait), nil)
+		if ctx.Err() != nil {
 			r.Err = ctx.Err().Error()
 			return r
-		case <-time.After(l.cfg.Poll):
 		}
-		code, rep, err := l.do(ctx, http.MethodGet, base+"/orders/"+id, nil)
-		r.Polls++
-		if err != nil || code != http.StatusOK {
-			// A transient miss is retried until the poll timeout.
+		switch w := h.Get(client.HeaderWait); {
+		case err != nil || code != http.StatusOK:
+			// A transient miss is retried, after a pause, until the
+			// order's time is up.
+			r.Waits++
+			pause = true
 			continue
+		case w == client.WaitReached || w == client.WaitTimeout:
+			r.Waits++
+			pause = false
+		default:
+			// An API without the wait answered a plain GET: poll it.
+			r.Polls++
+			pause = true
 		}
 		r.Status = rep.State.Status
 	}
@@ -262,32 +294,32 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 	return r
 }
 
-func (l *load) do(ctx context.Context, method, url string, body []byte) (int, orderReply, error) {
+func (l *load) do(ctx context.Context, method, url string, body []byte) (int, http.Header, orderReply, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return 0, orderReply{}, err
+		return 0, nil, orderReply{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := l.client.Do(req)
 	if err != nil {
-		return 0, orderReply{}, err
+		return 0, nil, orderReply{}, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, orderReply{}, err
+		return resp.StatusCode, resp.Header, orderReply{}, err
 	}
 	var rep orderReply
 	if resp.StatusCode/100 == 2 {
 		if err := json.Unmarshal(raw, &rep); err != nil {
-			return resp.StatusCode, rep, fmt.Errorf("decode %s: %w", url, err)
+			return resp.StatusCode, resp.Header, rep, fmt.Errorf("decode %s: %w", url, err)
 		}
 	}
-	return resp.StatusCode, rep, nil
+	return resp.StatusCode, resp.Header, rep, nil
 }

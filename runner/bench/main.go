@@ -1,9 +1,11 @@
 // Command bench is `make bench`: it starts its own local cluster (Redis,
 // api-a, api-b, workflow-a, workflow-b, through runner/localcluster), seeds a
 // run-specific catalogue, drives a closed-loop HTTP load through the public
-// API only, and reports throughput, latencies, Redis round trips and
-// commands per order, CPU per order per process, and the throughput Redis
-// alone would allow for the same per-order command mix (the ceiling).
+// API only (each worker starts an order, then waits for its outcome with
+// GET /orders/{id}?waitFor=terminal: no polling), and reports throughput,
+// latencies, Redis round trips and commands per order, CPU per order per
+// process, and the throughput Redis alone would allow for the same
+// per-order command mix (the ceiling).
 //
 // Results go to the terminal and to <run-dir>/bench-results.json, with a
 // plot in <run-dir>/bench-results.png.
@@ -62,8 +64,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "measured load time (ignored when -orders > 0)")
 	flag.IntVar(&o.orders, "orders", 0, "measured orders; 0 = run for -duration")
 	flag.IntVar(&o.warmup, "warmup", 256, "orders run before measuring and left out of every figure")
-	flag.DurationVar(&o.poll, "poll", 5*time.Millisecond, "GET /orders/{id} interval while waiting for a terminal status")
-	flag.DurationVar(&o.pollTimeout, "poll-timeout", 30*time.Second, "give up on an order not terminal after this long")
+	flag.DurationVar(&o.poll, "poll", 5*time.Millisecond, "pause before asking again after a failed wait, and the GET /orders/{id} interval against an API without the wait")
+	flag.DurationVar(&o.pollTimeout, "poll-timeout", 30*time.Second, "give up on an order not terminal after this long (each wait is at most 30 s)")
 	flag.IntVar(&o.inventoryPct, "inventory-fail-pct", 5, "percent of orders whose cart holds a SKU without stock")
 	flag.IntVar(&o.paymentPct, "payment-fail-pct", 5, "percent of orders paid with a declining method")
 	flag.DurationVar(&o.ceilingDuration, "ceiling-duration", 10*time.Second, "time the Redis-only ceiling load runs")

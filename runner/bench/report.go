@@ -82,11 +82,12 @@ func printReport(w io.Writer, r *report) {
 		}
 	}
 	row("GET polls", "%.2f per order (%d)", r.Polls.PerOrder, r.Polls.Total)
+	row("GET waits (waitFor=terminal)", "%.2f per order (%d)", r.Waits.PerOrder, r.Waits.Total)
 	cr := r.ClientRoundTrips
 	if len(cr.ByNode) == 0 {
 		row("Redis round trips/order", "n/a: no process served /metrics (see the notes)")
 	} else {
-		row("Redis round trips/order", "%.2f client-side total = workflow %.2f + API StartOrder %.2f + API GET polls %.2f (%.2f per poll)",
+		row("Redis round trips/order", "%.2f client-side total = workflow %.2f + API StartOrder %.2f + API GET reads %.2f (%.2f per GET)",
 			cr.PerOrder, cr.WorkflowPerOrder, cr.APIStartPerOrder, cr.APIPollPerOrder, cr.APIPerPoll)
 	}
 	for _, n := range sortedKeys(cr.ByNode) {

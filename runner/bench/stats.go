@@ -149,9 +149,10 @@ const (
 	keyPipelines  = "pipelines"
 )
 
-// pollCommand is what the API sends for GET /orders/{id}: the read model
-// is read with one HMGET (readmodel.Redis.Get). Starting an order never
-// reads the read model on the API side, so every API HMGET is a poll's.
+// pollCommand is what the API sends for each read of GET /orders/{id}, a
+// wait's included: the read model is read with one HMGET
+// (readmodel.Redis.Get). Starting an order never reads the read model on
+// the API side, so every API HMGET is a GET's.
 const pollCommand = "hmget"
 
 type report struct {
@@ -189,10 +190,17 @@ type report struct {
 	StartOrderMs      pct            `json:"startOrderMs"`
 	StartToTerminalMs pct            `json:"startToTerminalMs"`
 	ByPathE2EMs       map[string]pct `json:"startToTerminalMsByPath"`
-	Polls             struct {
+	// Polls are plain GETs sent while waiting for an outcome: 0 against an
+	// API with the bounded wait. Waits are the GET ?waitFor=terminal
+	// requests.
+	Polls struct {
 		Total    int64   `json:"total"`
 		PerOrder float64 `json:"perOrder"`
 	} `json:"polls"`
+	Waits struct {
+		Total    int64   `json:"total"`
+		PerOrder float64 `json:"perOrder"`
+	} `json:"waits"`
 	ClientRoundTrips struct {
 		Source string `json:"source"`
 		// All processes, all round trips, per terminal order.
@@ -201,9 +209,10 @@ type report struct {
 		WorkflowPerOrder float64 `json:"workflowPerOrder"`
 		// API processes without the poll reads: the StartOrder path.
 		APIStartPerOrder float64 `json:"apiStartPerOrder"`
-		// API poll reads (GET /orders/{id}).
+		// API read-model reads for GET /orders/{id} (waits and polls).
 		APIPollPerOrder float64 `json:"apiPollPerOrder"`
-		APIPerPoll      float64 `json:"apiPerPoll"`
+		// APIPerPoll is those reads per GET request (wait or poll).
+		APIPerPoll float64 `json:"apiPerPoll"`
 		// ByNode: per order, by command name, and the round trips
 		// ("total"), commands and pipelines.
 		ByNode map[string]map[string]float64 `json:"byNode"`
@@ -288,11 +297,13 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		r.ByPathE2EMs[p] = percentiles(ds)
 	}
 	r.Polls.Total = res.Polls
+	r.Waits.Total = res.Waits
 	orders := float64(r.Orders.Terminal)
 	if orders == 0 {
 		return r
 	}
 	r.Polls.PerOrder = float64(res.Polls) / orders
+	r.Waits.PerOrder = float64(res.Waits) / orders
 
 	// Client-side round trips from the processes' /metrics.
 	r.ClientRoundTrips.Source = "each process's /metrics (" + metricRedisRoundTrips + ", " + metricRedisCommands +
@@ -342,8 +353,8 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 			r.ClientRoundTrips.WorkflowPerOrder += total
 		}
 	}
-	if res.Polls > 0 {
-		r.ClientRoundTrips.APIPerPoll = r.ClientRoundTrips.APIPollPerOrder * orders / float64(res.Polls)
+	if gets := res.Polls + res.Waits; gets > 0 {
+		r.ClientRoundTrips.APIPerPoll = r.ClientRoundTrips.APIPollPerOrder * orders / float64(gets)
 	}
 
 	// Server-side commands from INFO commandstats.

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -44,10 +46,11 @@ type ErrorBody struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-// Reply is what one call answered: the HTTP status, the raw body and, for
-// a non-2xx status, the decoded error envelope.
+// Reply is what one call answered: the HTTP status, the headers, the raw
+// body and, for a non-2xx status, the decoded error envelope.
 type Reply struct {
 	Status int
+	Header http.Header
 	Body   []byte
 	Error  *ErrorBody
 }
@@ -85,6 +88,41 @@ func (a *API) GetOrder(ctx context.Context, orderID string) (*contracts.OrderSta
 		return nil, rep, err
 	}
 	return res.GetState(), rep, nil
+}
+
+// The bounded wait of GET /orders/{orderId}?waitFor=terminal&timeoutMs=N
+// (the API's contract, spelled here because the client links nothing of
+// the API): a 200 carries X-Wait: reached (the state is terminal) or
+// timeout (it is not, and the time ran out).
+const (
+	HeaderWait  = "X-Wait"
+	WaitReached = "reached"
+	WaitTimeout = "timeout"
+	// MaxWait is the longest wait the API accepts.
+	MaxWait = 30 * time.Second
+)
+
+// WaitTerminal is one bounded wait for the order's outcome: GET
+// /orders/{orderId}?waitFor=terminal&timeoutMs=<timeout in ms>. On a 200
+// it returns the state and whether it is terminal (X-Wait: reached);
+// otherwise nil and the Reply carries the error envelope (an unknown
+// order is 404, a timeout above MaxWait 400). The API holds the request
+// until the outcome or the timeout, so the caller sends one request where
+// it would poll; the ctx must outlast timeout.
+func (a *API) WaitTerminal(ctx context.Context, orderID string, timeout time.Duration) (*contracts.OrderState, bool, Reply, error) {
+	res := &contracts.GetOrderStateRes{}
+	path := "/orders/" + url.PathEscape(orderID) + "?waitFor=terminal&timeoutMs=" + strconv.FormatInt(timeout.Milliseconds(), 10)
+	rep, err := a.call(ctx, http.MethodGet, path, nil, res)
+	if err != nil || !rep.OK() {
+		return nil, false, rep, err
+	}
+	w := rep.Header.Get(HeaderWait)
+	st := res.GetState()
+	terminal := st.GetStatus() == contracts.OrderStatus_Confirmed || st.GetStatus() == contracts.OrderStatus_Failed
+	if (w != WaitReached && w != WaitTimeout) || (w == WaitReached) != terminal {
+		return nil, false, rep, fmt.Errorf("%w: GET %s answered 200 with %s %q and status %s", ErrProtocol, path, HeaderWait, w, st.GetStatus())
+	}
+	return st, terminal, rep, nil
 }
 
 // Continue is POST /orders/{orderId}/continue with an empty
@@ -142,7 +180,7 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 	if err != nil {
 		return Reply{}, fmt.Errorf("client: %s %s%s: read body: %w", method, a.BaseURL, path, err)
 	}
-	rep := Reply{Status: hres.StatusCode, Body: b}
+	rep := Reply{Status: hres.StatusCode, Header: hres.Header, Body: b}
 	if rep.OK() {
 		if err := contracts.UnmarshalJSON(b, res); err != nil {
 			return rep, fmt.Errorf("%w: %s %s answered %d with %q: %w", ErrProtocol, method, path, rep.Status, b, err)

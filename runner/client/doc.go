@@ -5,7 +5,8 @@
 // writes. Client/Program is cmd/shoppingmall-client.
 //
 // It speaks only the public HTTP order API: POST /orders, GET
-// /orders/{id}, continue and rebuild-projection. It never calls
+// /orders/{id} (and its bounded wait, API.WaitTerminal), continue and
+// rebuild-projection. It never calls
 // /self-check/* or /admin/*, never reads a store, and never learns where an
 // order lives. It must not import edge, cluster, eventstore, readmodel,
 // actors/commerce, actors/workflow, actors/grain or runner/...: its only

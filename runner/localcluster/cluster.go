@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -310,9 +311,16 @@ func (c *Cluster) add(n *node) {
 
 func (c *Cluster) redisPIDPath() string { return filepath.Join(c.cfg.RunDir, "pids", "redis.pid") }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1 by listening
-// on port 0, then releases them for the processes to bind.
+// freePorts reserves n distinct free TCP ports on 127.0.0.1 for the
+// processes to bind, from below the kernel's ephemeral range. A node keeps
+// its ports across a restart (the seeds name them), and a port in the
+// ephemeral range may meanwhile become the local end of any outgoing
+// connection or a port-0 listener (Redis clients, metrics listeners); the
+// kernel hands out nothing below that range on its own, so only another
+// explicit pick can take such a port. Each candidate is checked by binding
+// it, then released.
 func freePorts(n int) ([]int, error) {
+	lo, hi := explicitPortRange()
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {
@@ -320,15 +328,36 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 200*n {
+			return nil, fmt.Errorf("cluster: no %d free ports in %d-%d", n, lo, hi)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo+1))))
 		if err != nil {
-			return nil, fmt.Errorf("cluster: pick a free port: %w", err)
+			continue
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// explicitPortRange is the range freePorts picks from: from 10000 up to
+// just below the kernel's ephemeral ports (32768 when it cannot be read).
+func explicitPortRange() (lo, hi int) {
+	lo, hi = 10000, 32767
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return lo, hi
+	}
+	if first, err := strconv.Atoi(f[0]); err == nil && first-1 > lo+1000 {
+		hi = first - 1
+	}
+	return lo, hi
 }
 
 func (c *Cluster) args(n *node) []string {

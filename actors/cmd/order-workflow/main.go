@@ -27,6 +27,13 @@
 // first: the process then waits for its stores, however long Redis is down
 // or loading, before it joins the cluster. Prometheus metrics are on their
 // own listener, -metrics-http.
+//
+// Traces are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, over http/protobuf unless
+// OTEL_EXPORTER_OTLP_PROTOCOL says grpc; without it the process traces
+// nothing. OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED
+// and OTEL_TRACES_EXPORTER=none are honored too; log lines inside a trace
+// carry traceId and spanId.
 package main
 
 import (
@@ -123,6 +130,9 @@ func run(args []string) error {
 		Fixtures:    o.fixtures,
 		Evidence:    os.Stdout,
 		Logger:      log,
+		Metrics:     proc.Metrics,
+
+		TracerProvider: proc.Tracing.Provider(),
 	})
 	if err != nil {
 		if ctx.Err() != nil {

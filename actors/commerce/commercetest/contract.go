@@ -3,7 +3,8 @@
 // and Payment), runnable against any implementation: one winner per
 // idempotency key, all-or-nothing stock moves, the first result per
 // ReservationId and PaymentId under repeats and concurrency, call counts,
-// and the fixed reasons the modules answer with.
+// the fixed reasons the modules answer with, and the records read back by
+// id without side effects.
 //
 // It depends only on commerce, the contracts and testify; an
 // implementation's own tests supply the stores.
@@ -196,6 +197,7 @@ func RunInventoryContract(t *testing.T, newStore func(t *testing.T) commerce.Inv
 		{"ReleaseReturnsStockOnce", testInvRelease},
 		{"ReleaseUnknownDoesNotBlockLaterReservation", testInvReleaseUnknown},
 		{"RefusedRequestsNeverReachTheModule", testInvValidation},
+		{"RecordsReadByIDWithoutSideEffects", testInvRecords},
 	})
 }
 
@@ -400,6 +402,7 @@ func RunPaymentContract(t *testing.T, newStore func(t *testing.T) commerce.Payme
 		{"ConcurrentAuthorizeCapturesOnce", testPayConcurrent},
 		{"UnknownMethodDeclines", testPayUnknownMethod},
 		{"RefusedRequestsNeverReachTheModule", testPayValidation},
+		{"RecordsReadByIDWithoutSideEffects", testPayRecords},
 	})
 }
 

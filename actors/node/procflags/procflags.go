@@ -1,8 +1,9 @@
 // Package procflags binds the flags every ShoppingMall process shares —
 // node name, store Redis URLs, cluster membership, logging, metrics — and
-// their SHOPPINGMALL_<FLAG> environment defaults. Only mains import it: it
-// reads the flag set and environment a main hands it, and no library
-// package may depend on it.
+// their SHOPPINGMALL_<FLAG> environment defaults, and reads the standard
+// OpenTelemetry variables that turn trace export on (tracing.go). Only
+// mains import it: it reads the flag set and environment a main hands it,
+// and no library package may depend on it.
 package procflags
 
 import (
@@ -14,6 +15,9 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
@@ -39,10 +43,17 @@ type Common struct {
 	// ClusterTLS is the cluster link's mutual TLS (PEM files); empty is
 	// plain text.
 	ClusterTLS cluster.TLS
+	// service is the process kind (the flag set's name): the traces'
+	// default service.name.
+	service string
+	// meter is the process's OpenTelemetry meter provider once Open set
+	// it up; Cluster hands it to the member for protoactor's metrics.
+	meter metric.MeterProvider
 }
 
 // Register adds the shared flags to fs with this process kind's defaults.
 func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanagedPort int) {
+	c.service = fs.Name()
 	fs.StringVar(&c.Node, "node", defaultNode, "node name (api-a, api-b, workflow-a, workflow-b)")
 	fs.StringVar(&c.Redis.Default, "redis", "redis://127.0.0.1:6390/0", "default Redis URL for every store")
 	fs.StringVar(&c.Redis.Events, "redis-events", "", "OrderEventStore Redis URL (default -redis)")
@@ -121,10 +132,13 @@ func (c *Common) Logger() (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("-log-format %q: want json or text", c.LogFormat)
 	}
-	return slog.New(h).With("node", c.Node), nil
+	// Lines logged with a context inside a trace carry its ids.
+	return slog.New(telemetry.TraceLogHandler(h)).With("node", c.Node), nil
 }
 
-// Cluster returns the membership part of the process's configuration.
+// Cluster returns the membership part of the process's configuration;
+// after Open it turns protoactor's actor metrics on, served with the
+// process's registry.
 func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 	var seeds []string
 	for _, p := range strings.Split(c.Seeds, ",") {
@@ -136,6 +150,7 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 		NodeName: c.Node, Host: c.Bind, Port: c.Port, AdvertisedHost: c.AdvertisedHost,
 		Provider: cluster.Provider(c.Provider), AutomanagedPort: c.AutomanagedPort,
 		Seeds: seeds, RefreshTTL: c.Refresh, TLS: c.ClusterTLS, Logger: log,
+		MeterProvider: c.meter,
 	}
 }
 
@@ -151,6 +166,11 @@ type Process struct {
 	// Metrics is the process's registry: every part that measures
 	// something registers with it, and -metrics-http serves it.
 	Metrics *telemetry.Registry
+	// Tracing is the process's tracer provider (Tracing.Provider), which
+	// exports over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and is the no-op
+	// provider otherwise (tracing.go).
+	Tracing *telemetry.Tracing
 	Stores  *node.Stores
 	metrics *telemetry.Server
 }
@@ -167,12 +187,27 @@ func (c *Common) Open() (*Process, error) {
 		return nil, err
 	}
 	slog.SetDefault(log)
+	otelErrors(log)
 	reg := telemetry.NewRegistry()
-	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: reg.RedisHook})
+	// protoactor reports its actor metrics to the global meter provider,
+	// which must be this one before the member starts (cluster.Config's
+	// MeterProvider says why). Its reader is the registry's scrape: there
+	// is nothing to flush at Close.
+	meter, err := reg.MeterProvider()
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Log: log, Metrics: reg, Stores: stores}
+	otel.SetMeterProvider(meter)
+	c.meter = meter
+	tr, err := c.openTracing(os.LookupEnv, log)
+	if err != nil {
+		return nil, err
+	}
+	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr)})
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{Log: log, Metrics: reg, Tracing: tr, Stores: stores}
 	if c.MetricsHTTP != telemetry.MetricsOff {
 		if p.metrics, err = reg.Serve(c.MetricsHTTP, log); err != nil {
 			stores.Close()
@@ -196,10 +231,16 @@ func (p *Process) WaitStores(ctx context.Context) error {
 	return node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log})
 }
 
-// Close closes the stores, then the metrics listener: it is the last
-// thing to go, so a scrape during a drain still answers.
+// Close closes the stores, exports the spans still buffered (for up to 5
+// s), then closes the metrics listener: it is the last thing to go, so a
+// scrape during a drain still answers.
 func (p *Process) Close() {
 	p.Stores.Close()
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := p.Tracing.Shutdown(flushCtx); err != nil {
+		p.Log.Warn("exporting the last spans failed", slog.Any("error", err))
+	}
+	cancelFlush()
 	if p.metrics != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -41,3 +41,10 @@ func TestInventoryContract(t *testing.T) {
 func TestPaymentContract(t *testing.T) {
 	commercetest.RunPaymentContract(t, func(*testing.T) commerce.Payment { return workflowtest.NewPayment() })
 }
+
+func TestTerminalWatcherContract(t *testing.T) {
+	readmodeltest.RunTerminalContract(t, func(*testing.T) readmodeltest.Watched {
+		p := &workflowtest.ProjectedAppender{Events: workflowtest.NewEvents(), ReadModel: workflowtest.NewReadModel()}
+		return readmodeltest.Watched{ReadModel: p.ReadModel, Watcher: p.ReadModel, Append: p, Events: p.Events}
+	})
+}

@@ -353,11 +353,14 @@ type projection struct {
 	version int64
 }
 
-// ReadModel is an in-memory readmodel.Store.
+// ReadModel is an in-memory readmodel.Store and, like the Redis store
+// with its TerminalFeed, a readmodel.TerminalWatcher (terminal.go): every
+// stored terminal record wakes its order's waiters.
 type ReadModel struct {
 	mu      sync.Mutex
 	records map[string]projection
 	putErr  error
+	watch   watchers
 
 	Gets, Puts, Deletes atomic.Int64
 }
@@ -395,6 +398,7 @@ func (r *ReadModel) Put(_ context.Context, orderID string, version int64, state 
 		return false, nil
 	}
 	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+	r.watch.stored(orderID, state)
 	return true, nil
 }
 
@@ -411,6 +415,7 @@ func (r *ReadModel) Seed(orderID string, version int64, state *contracts.OrderSt
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+	r.watch.stored(orderID, state)
 }
 
 // seedUnlessNewer stores a projection, without counting a write, unless a
@@ -422,6 +427,7 @@ func (r *ReadModel) seedUnlessNewer(orderID string, version int64, state *contra
 		return
 	}
 	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+	r.watch.stored(orderID, state)
 }
 
 // Remove deletes a projection without counting a write.
@@ -760,12 +766,13 @@ func (e *Envelopes) LoadFirst(_ context.Context, orderID string) (*contracts.Sta
 }
 
 var (
-	_ eventstore.Store     = (*Events)(nil)
-	_ readmodel.Store      = (*ReadModel)(nil)
-	_ commerce.Idempotency = (*Idempotency)(nil)
-	_ commerce.Inventory   = (*Inventory)(nil)
-	_ commerce.Payment     = (*Payment)(nil)
-	_ workflow.Envelopes   = (*Envelopes)(nil)
+	_ eventstore.Store          = (*Events)(nil)
+	_ readmodel.Store           = (*ReadModel)(nil)
+	_ readmodel.TerminalWatcher = (*ReadModel)(nil)
+	_ commerce.Idempotency      = (*Idempotency)(nil)
+	_ commerce.Inventory        = (*Inventory)(nil)
+	_ commerce.Payment          = (*Payment)(nil)
+	_ workflow.Envelopes        = (*Envelopes)(nil)
 )
 
 // ProjectedAppender is a fake of readmodel.ProjectedAppender (and so of

@@ -1,7 +1,8 @@
 // Package locationtest is the behavioural contract of location.Store,
 // runnable against any implementation: generations and the creation
 // lock, release and repair, planned moves, member names and gone records,
-// the ownership history, the takeover index and reset.
+// the ownership history, the takeover index and reset, and the mark a
+// reset leaves for the next activation.
 //
 // It depends only on location, the standard library and testify; an
 // implementation's own tests supply the store.
@@ -49,6 +50,7 @@ func RunContract(t *testing.T, newStore func(t *testing.T) location.Store) {
 		{"HistoryIsCapped", testHistoryIsCapped},
 		{"OwnedIndexFollowsTheRecord", testOwnedIndexFollowsTheRecord},
 		{"ResetTakenOver", testResetTakenOver},
+		{"TakeoverMarkLastsUntilTheNextCommit", testTakeoverMarkLastsUntilTheNextCommit},
 		{"ScanRecordsSeesEveryRecordOfTheKind", testScanRecordsSeesEveryRecordOfTheKind},
 		{"MemberNames", testMemberNames},
 		{"InvalidIdentity", testInvalidIdentity},
@@ -530,7 +532,7 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 	require.Equal(t, location.ResetDone, out)
 	rec, err := s.Get(ctx(t), kind, "o1")
 	require.NoError(t, err)
-	require.Equal(t, location.Record{Generation: gen + 1}, rec, "Missing at generation+1")
+	require.Equal(t, location.Record{Generation: gen + 1, TakenOver: true}, rec, "Missing at generation+1, marked taken over")
 	require.Empty(t, owned(t, s, "m-p1"))
 
 	out, err = s.ResetTakenOver(ctx(t), kind, "o1", "m-p1", gen, gen+1)
@@ -555,7 +557,7 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 	require.Equal(t, location.ResetDone, out)
 	rec, err = s.Get(ctx(t), kind, "o2")
 	require.NoError(t, err)
-	require.Equal(t, location.Record{Generation: g2 + 1}, rec)
+	require.Equal(t, location.Record{Generation: g2 + 1, TakenOver: true}, rec)
 	require.ErrorIs(t, s.CommitMove(ctx(t), kind, "o2", "op-x", location.Record{Owner: "m-y", PIDID: "py"}), location.ErrNotOwner,
 		"the interrupted move can no longer commit")
 
@@ -570,6 +572,7 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 	rec, err = s.Get(ctx(t), kind, "o3")
 	require.NoError(t, err)
 	require.Equal(t, g3+1, rec.Generation)
+	require.True(t, rec.TakenOver)
 
 	// A creator already at work on the next generation is left alone.
 	g4 := ready(t, s, "o4", "p4")
@@ -581,11 +584,69 @@ func testResetTakenOver(t *testing.T, s location.Store) {
 	out, err = s.ResetTakenOver(ctx(t), kind, "o4", "m-p4", g4, g4+1)
 	require.NoError(t, err)
 	require.Equal(t, location.ResetReleased, out)
+	rec, err = s.Get(ctx(t), kind, "o4")
+	require.NoError(t, err)
+	require.False(t, rec.TakenOver, "a reset that changed nothing marks nothing")
 
 	_, err = s.ResetTakenOver(ctx(t), kind, "o5", "", 1, 2)
 	require.ErrorIs(t, err, location.ErrInvalidIdentity)
 	_, err = s.ResetTakenOver(ctx(t), kind, "o{5}", "m", 1, 2)
 	require.ErrorIs(t, err, location.ErrInvalidIdentity)
+}
+
+// The mark a takeover leaves tells the next activation its cause: every
+// creator sees it until one commits Ready, which clears it. Only a reset
+// sets it.
+func testTakeoverMarkLastsUntilTheNextCommit(t *testing.T, s location.Store) {
+	gen := ready(t, s, "o1", "p1")
+	rec, err := s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.False(t, rec.TakenOver, "a cold activation carries no mark")
+	ok, _, created, err := s.BeginCreate(ctx(t), kind, "fresh", "tok-fresh", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, created.TakenOver, "a never-seen identity is not taken over")
+
+	out, err := s.ResetTakenOver(ctx(t), kind, "o1", "m-p1", gen, gen+1)
+	require.NoError(t, err)
+	require.Equal(t, location.ResetDone, out)
+
+	// A creator that gives up leaves the mark for the next one.
+	ok, next, created, err := s.BeginCreate(ctx(t), kind, "o1", "tok-a", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, gen+2, next)
+	require.Equal(t, location.Record{Status: location.Creating, TakenOver: true}, created, "the creator learns the cause")
+	rec, err = s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.True(t, rec.TakenOver, "still marked while Creating")
+	require.NoError(t, s.AbortCreate(ctx(t), kind, "o1", "tok-a"))
+	rec, err = s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.Equal(t, location.Record{Generation: gen + 1, TakenOver: true}, rec, "an aborted creation keeps the mark")
+
+	// The commit of the next activation consumes it.
+	ok, next, created, err = s.BeginCreate(ctx(t), kind, "o1", "tok-b", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, created.TakenOver)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "tok-b", location.Record{Owner: "m-p2", PIDAddress: "b", PIDID: "p2", Generation: next}))
+	rec, err = s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.Equal(t, location.Record{Status: location.Ready, Owner: "m-p2", PIDAddress: "b", PIDID: "p2", Generation: gen + 2}, rec, "committed Ready, mark cleared")
+
+	// A late repeat of the reset neither resets nor marks the new owner's
+	// record, and a plain release is no takeover.
+	out, err = s.ResetTakenOver(ctx(t), kind, "o1", "m-p1", gen, gen+1)
+	require.NoError(t, err)
+	require.Equal(t, location.ResetAlready, out)
+	released, err := s.Release(ctx(t), kind, "o1", "p2", location.KeepGeneration)
+	require.NoError(t, err)
+	require.True(t, released)
+	ok, _, created, err = s.BeginCreate(ctx(t), kind, "o1", "tok-c", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, created.TakenOver, "the next activation after a release is cold")
 }
 
 func testScanRecordsSeesEveryRecordOfTheKind(t *testing.T, s location.Store) {

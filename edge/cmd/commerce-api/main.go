@@ -7,6 +7,7 @@
 //	commerce-api admin close -api http://127.0.0.1:9081 -order <id>
 //	commerce-api admin stuck -api http://127.0.0.1:9081 [-older-than 1m] [-resume [-takeover]]
 //	commerce-api admin takeover -api http://127.0.0.1:9081 -order <id> | -member <node-or-member-id> [-dry-run] [-force]
+//	commerce-api admin timeline -api http://127.0.0.1:9081 -order <id> [-json]
 //
 // A dead Ready owner's orders answer 503 UNAVAILABLE (OWNER_GONE) until an
 // operator takes them over (admin takeover). -takeover-after DURATION
@@ -28,6 +29,13 @@
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
 // go to stdout, logs to stderr. Prometheus metrics are served on their own
 // listener, -metrics-http (loopback by default; "off" serves none).
+//
+// Traces are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, over http/protobuf unless
+// OTEL_EXPORTER_OTLP_PROTOCOL says grpc; without it the process traces
+// nothing. OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_SDK_DISABLED
+// and OTEL_TRACES_EXPORTER=none are honored too; log lines inside a trace
+// carry traceId and spanId.
 //
 // The process binds -http first and answers /healthz 200 and /readyz 503
 // there while it waits for its stores (however long Redis is down or
@@ -162,6 +170,8 @@ func run(args []string) error {
 		TakeoverAfter:  o.takeoverAfter,
 		Evidence:       os.Stdout,
 		Logger:         log,
+		Metrics:        proc.Metrics,
+		TracerProvider: proc.Tracing.Provider(),
 	})
 	if err != nil {
 		_ = interim.Close()
@@ -204,11 +214,12 @@ func run(args []string) error {
 	return nil
 }
 
-const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover [flags]
+const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline [flags]
   relocate -order ID [-target NODE] [-operation ID]
   close    -order ID
   stuck    [-older-than 1m] [-limit N] [-resume [-takeover]] [-rebuild-index] [-json]
   takeover -order ID | -member NODE-OR-MEMBER-ID [-dry-run] [-force] [-scan] [-operation ID] [-json]
+  timeline -order ID [-json]
 every subcommand: -api ADMIN_URL (the API's -admin-http) -token TOKEN (default $SHOPPINGMALL_ADMIN_TOKEN)`
 
 // admin runs `commerce-api admin <subcommand>`: it calls the API's admin
@@ -226,6 +237,8 @@ func admin(args []string, stdout, stderr io.Writer) int {
 		return adminStuck(args[1:], stdout, stderr)
 	case "takeover":
 		return adminTakeover(args[1:], stdout, stderr)
+	case "timeline":
+		return adminTimeline(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return 2

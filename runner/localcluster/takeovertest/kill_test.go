@@ -112,7 +112,7 @@ func TestTakeoverAfterAKill(t *testing.T) {
 
 		rec, err := e.loc.Get(ctx, kind, o.OrderID)
 		require.NoError(t, err)
-		require.Equal(t, location.Record{Generation: 2}, rec, "order %s: Missing at generation+1", o.OrderID)
+		require.Equal(t, location.Record{Generation: 2, TakenOver: true}, rec, "order %s: Missing at generation+1, marked taken over", o.OrderID)
 		fence, err := e.rdb.HGetAll(ctx, "sm:es:{"+o.OrderID+"}:fence").Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"gen": "2", "epoch": "0"}, fence, "order %s: the fence is past the killed owner", o.OrderID)

@@ -1,0 +1,81 @@
+package placement
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+)
+
+// The activator's metrics' full names. Each member counts the grains it
+// hosts; a member that hosts no kind (an API member) shows them at zero.
+const (
+	// MetricActivations counts activations whose grain opened and was
+	// answered to its requester, by cause (LabelCause). The requester
+	// records it Ready right after.
+	MetricActivations = telemetry.Namespace + "_activations_total"
+	// MetricActivationsAborted counts activations whose grain could not
+	// open its state, or stopped before it reported its open, by cause:
+	// nothing was recorded Ready, and the next command activates again.
+	MetricActivationsAborted = telemetry.Namespace + "_activations_aborted_total"
+	// MetricGrainsHosted is the number of grains this member hosts and
+	// serves: opened, and not yet on their way out.
+	MetricGrainsHosted = telemetry.Namespace + "_grains_hosted"
+)
+
+// LabelCause says why an activation happened: CauseCold, CauseRelocation
+// or CauseTakeover.
+const LabelCause = "cause"
+
+// The values of LabelCause.
+const (
+	// CauseCold: a Missing identity activated a new generation.
+	CauseCold = "cold"
+	// CauseRelocation: a planned relocation activated the same generation
+	// on its target.
+	CauseRelocation = "relocation"
+	// CauseTakeover: the first activation after a takeover reset the
+	// identity's record (location.Record.TakenOver).
+	CauseTakeover = "takeover"
+	// causeUnknown is a request from a member that names no reason.
+	causeUnknown = "unspecified"
+)
+
+// Cause is the LabelCause value of an activation reason.
+func Cause(r ActivationReason) string {
+	switch r {
+	case ActivationReason_ACTIVATION_REASON_COLD:
+		return CauseCold
+	case ActivationReason_ACTIVATION_REASON_RELOCATION:
+		return CauseRelocation
+	case ActivationReason_ACTIVATION_REASON_TAKEOVER:
+		return CauseTakeover
+	}
+	return causeUnknown
+}
+
+type activatorMetrics struct {
+	activations *prometheus.CounterVec
+	aborted     *prometheus.CounterVec
+	hosted      prometheus.Gauge
+}
+
+func newActivatorMetrics(reg *telemetry.Registry) *activatorMetrics {
+	f := reg.Factory()
+	m := &activatorMetrics{
+		activations: f.NewCounterVec(prometheus.CounterOpts{Name: MetricActivations,
+			Help: "Activations hosted by this member whose grain opened and was answered, by cause (cold, relocation, takeover)."},
+			[]string{LabelCause}),
+		aborted: f.NewCounterVec(prometheus.CounterOpts{Name: MetricActivationsAborted,
+			Help: "Activations on this member whose grain could not open its state or stopped while opening, by cause; nothing was recorded Ready."},
+			[]string{LabelCause}),
+		hosted: f.NewGauge(prometheus.GaugeOpts{Name: MetricGrainsHosted,
+			Help: "Grains this member hosts and serves (opened, not leaving)."}),
+	}
+	// Every cause shows from the first scrape on, at zero, so that a rate
+	// or a delta never starts from an absent series.
+	for _, c := range []string{CauseCold, CauseRelocation, CauseTakeover} {
+		m.activations.WithLabelValues(c)
+		m.aborted.WithLabelValues(c)
+	}
+	return m
+}

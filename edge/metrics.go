@@ -1,0 +1,103 @@
+package edge
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+)
+
+// The edge's metrics' full names. Both listeners (public and admin) count
+// under the same names: their routes never overlap.
+const (
+	// MetricHTTPRequests counts answered requests by route template
+	// (LabelRoute), method (LabelMethod) and status code (LabelCode).
+	MetricHTTPRequests = telemetry.Namespace + "_http_requests_total"
+	// MetricHTTPRequestDuration is the time from the request reaching the
+	// edge's router to its handler returning, by route and method.
+	MetricHTTPRequestDuration = telemetry.Namespace + "_http_request_duration_seconds"
+	// MetricUnavailable counts 503 and 504 answers by their contract
+	// reason (LabelReason): ReasonOwnerGone, ReasonStoreUnavailable, ...
+	// /readyz's own 503s are among them.
+	MetricUnavailable = telemetry.Namespace + "_unavailable_total"
+)
+
+// The edge's metric labels.
+const (
+	// LabelRoute is the route template as registered (/orders/:orderId),
+	// never the raw path, whose values are unbounded; RouteUnmatched for
+	// a request no route matched.
+	LabelRoute = "route"
+	// LabelMethod is the request method, one of the standard ones or
+	// MethodOther.
+	LabelMethod = "method"
+	// LabelCode is the reply's status code (201, 503, ...).
+	LabelCode = "code"
+	// LabelReason is a 503/504's contract reason.
+	LabelReason = "reason"
+)
+
+const (
+	// RouteUnmatched is LabelRoute's value for a request no route matched
+	// (answered 404), whatever its path.
+	RouteUnmatched = "unmatched"
+	// MethodOther is LabelMethod's value for a non-standard method, which
+	// a client may invent freely.
+	MethodOther = "OTHER"
+)
+
+// httpBuckets span a read-model hit (a millisecond) up to the default
+// request timeout (10 s) and a little past it.
+var httpBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15}
+
+// reasons are every contract reason, so that each series shows from the
+// first scrape on, at zero, and a rate or delta never starts from an
+// absent series.
+var reasons = []string{ReasonOwnerGone, ReasonStoreUnavailable, ReasonNoEligibleMember,
+	ReasonRelocationRolledBack, ReasonDeadlineExceeded, ReasonCanceled, ReasonStarting}
+
+type httpMetrics struct {
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	unavailable *prometheus.CounterVec
+}
+
+func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
+	f := reg.Factory()
+	m := &httpMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: MetricHTTPRequests,
+			Help: "HTTP requests answered by the edge, by route template (\"unmatched\" for none), method and status code."},
+			[]string{LabelRoute, LabelMethod, LabelCode}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: MetricHTTPRequestDuration,
+			Help: "Time the edge took to answer an HTTP request, by route template and method.", Buckets: httpBuckets},
+			[]string{LabelRoute, LabelMethod}),
+		unavailable: f.NewCounterVec(prometheus.CounterOpts{Name: MetricUnavailable,
+			Help: "Answers 503 or 504 by contract reason (OWNER_GONE, STORE_UNAVAILABLE, NO_ELIGIBLE_MEMBER, ...), /readyz included."},
+			[]string{LabelReason}),
+	}
+	for _, r := range reasons {
+		m.unavailable.WithLabelValues(r)
+	}
+	return m
+}
+
+// observe records one answered request.
+func (m *httpMetrics) observe(route, method string, status int, d time.Duration) {
+	method = methodLabel(method)
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// methodLabel bounds the method label: an unmatched request's method is
+// whatever the client sent.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return MethodOther
+}

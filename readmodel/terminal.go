@@ -1,0 +1,71 @@
+package readmodel
+
+// Terminal notices: how a process learns that an order's record turned
+// terminal without reading the store in a loop.
+//
+// The notify side is in the writes themselves. Every write of this store
+// that stores a terminal record (Confirmed or Failed) — Put, and the
+// projected append (ProjectedAppend) — announces the order id in the same
+// atomic step, after the record is written: on Redis a PUBLISH of the
+// order id on TerminalChannel inside the write's script. A write the
+// version guard refuses announces nothing, and a write of a non-terminal
+// record announces nothing.
+//
+// The subscribe side is a TerminalWatcher: one per process, which fans the
+// notices out in memory to the waiters registered for each order.
+
+// terminalChannelSuffix follows the key prefix in the channel's name.
+const terminalChannelSuffix = "terminal"
+
+// TerminalChannel is the Pub/Sub channel on which the store under key
+// prefix (empty: DefaultKeyPrefix) announces terminal records; each
+// message is one order id. Channels are not keys, so it shares the
+// prefix without meeting a record.
+func TerminalChannel(prefix string) string {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	return prefix + terminalChannelSuffix
+}
+
+// TerminalWatcher wakes the waiters of an order when its record may have
+// turned terminal. A wake is a hint to read the record again (Store.Get),
+// never a state: the record is the truth.
+//
+// A waiter must register, then read, then wait: Watch, Get, and only if
+// the record is not terminal yet, wait for a wake and Get again. A
+// terminal write that lands after Watch returned wakes the waiter, so
+// nothing falls between the read and the wait.
+//
+// Implementations are safe for concurrent use; Watch and the stop
+// function never touch the store (no read, no write).
+type TerminalWatcher interface {
+	// Watch registers a waiter for orderID and returns its wake channel
+	// and the function that unregisters it, which the waiter must call
+	// when it stops waiting (calling it again does nothing).
+	//
+	// The contract of the wake channel:
+	//
+	//   - At least once: every terminal write of orderID that lands after
+	//     Watch returned, up to stop, is followed by a wake. Where the
+	//     notices travel over a connection that can drop (Redis Pub/Sub
+	//     is at most once: a notice published while the subscriber is
+	//     disconnected is gone), the watcher makes up for it: each time
+	//     its subscription is (re)established it wakes every registered
+	//     waiter once, and those re-read. So a terminal write made while
+	//     the watcher was disconnected is seen at the re-read that
+	//     follows the reconnect.
+	//   - Ordered after the write: when a wake that a write caused
+	//     arrives, a Get returns that write's record or a newer one.
+	//   - Spurious wakes are allowed: a reconnect, a repeated terminal
+	//     write (a rebuild at the same version), or another waiter's
+	//     write sharing a notice may wake a waiter whose record did not
+	//     change. The waiter re-reads and, if it is not terminal, waits
+	//     again.
+	//   - Coalesced: the channel holds at most one pending wake, and a
+	//     wake never blocks the watcher. Several wakes before the waiter
+	//     reads are one; the re-read covers them all.
+	//   - No ordering between orders, and nothing is ever closed: after
+	//     stop the channel gets no more wakes.
+	Watch(orderID string) (wake <-chan struct{}, stop func())
+}

@@ -1,0 +1,176 @@
+package readmodel
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// feedBuffer is how many notices the subscription buffers between the
+// connection and the fan-out. The fan-out never blocks, so it only rides
+// out scheduling hiccups; go-redis would drop a notice only after the
+// buffer stayed full for a minute.
+const feedBuffer = 1024
+
+// TerminalFeed is the TerminalWatcher on Redis: ONE Pub/Sub subscription
+// to TerminalChannel per feed (a process opens one), whatever the number
+// of waiters, fanned out in memory to the waiters registered per order
+// id. A waiter holds no Redis connection and makes no Redis call.
+//
+// The subscription is go-redis's PubSub, which reconnects and
+// resubscribes by itself after the connection drops (a Redis restart).
+// Every subscription confirmation — the first and each one after a
+// reconnect — wakes every registered waiter once (TerminalWatcher's
+// at-least-once), since a notice published while disconnected is lost.
+type TerminalFeed struct {
+	ps      *redis.PubSub
+	channel string
+	log     *slog.Logger
+	done    chan struct{}
+
+	// subscribed counts subscription confirmations: 1 once the first
+	// subscription is in force, +1 per resubscription after a reconnect.
+	subscribed atomic.Int64
+
+	mu      sync.Mutex
+	waiters map[string]map[*feedWaiter]struct{}
+	closed  bool
+}
+
+type feedWaiter struct{ wake chan struct{} }
+
+var _ TerminalWatcher = (*TerminalFeed)(nil)
+
+// NewTerminalFeed opens the subscription on the store's client and
+// channel (TerminalChannel of its key prefix) and returns at once: the
+// subscription is established in the background, and its confirmation
+// wakes whoever registered before it. Close releases it.
+func (r *Redis) NewTerminalFeed() *TerminalFeed {
+	f := &TerminalFeed{
+		channel: TerminalChannel(r.keys.prefix),
+		log:     r.log,
+		done:    make(chan struct{}),
+		waiters: map[string]map[*feedWaiter]struct{}{},
+	}
+	// Without a reachable Redis the SUBSCRIBE fails here; PubSub keeps
+	// the channel and subscribes when its receive loop connects.
+	f.ps = r.client.Subscribe(context.Background(), f.channel)
+	go f.run(f.ps.ChannelWithSubscriptions(redis.WithChannelSize(feedBuffer)))
+	return f
+}
+
+// Channel is the Pub/Sub channel the feed listens on.
+func (f *TerminalFeed) Channel() string { return f.channel }
+
+// Subscriptions is how many times the subscription was confirmed: 0
+// before the first, +1 after each reconnect.
+func (f *TerminalFeed) Subscriptions() int64 { return f.subscribed.Load() }
+
+func (f *TerminalFeed) run(in <-chan any) {
+	defer close(f.done)
+	for m := range in {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" || m.Channel != f.channel {
+				continue
+			}
+			n := f.subscribed.Add(1)
+			woken := f.wakeAll()
+			if n > 1 {
+				f.log.Info("terminal-notice subscription re-established; waiters re-read",
+					slog.String("channel", f.channel), slog.Int("waiters", woken))
+			}
+		case *redis.Message:
+			if m.Channel == f.channel {
+				f.wakeOrder(m.Payload)
+			}
+		}
+	}
+}
+
+// Watch implements TerminalWatcher.
+func (f *TerminalFeed) Watch(orderID string) (<-chan struct{}, func()) {
+	w := &feedWaiter{wake: make(chan struct{}, 1)}
+	f.mu.Lock()
+	if !f.closed {
+		set := f.waiters[orderID]
+		if set == nil {
+			set = map[*feedWaiter]struct{}{}
+			f.waiters[orderID] = set
+		}
+		set[w] = struct{}{}
+	}
+	f.mu.Unlock()
+	var once sync.Once
+	return w.wake, func() { once.Do(func() { f.remove(orderID, w) }) }
+}
+
+func (f *TerminalFeed) remove(orderID string, w *feedWaiter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	set := f.waiters[orderID]
+	delete(set, w)
+	if len(set) == 0 {
+		delete(f.waiters, orderID)
+	}
+}
+
+// Waiters is how many waiters are registered, over all orders.
+func (f *TerminalFeed) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, set := range f.waiters {
+		n += len(set)
+	}
+	return n
+}
+
+func (f *TerminalFeed) wakeOrder(orderID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w := range f.waiters[orderID] {
+		w.notify()
+	}
+}
+
+func (f *TerminalFeed) wakeAll() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, set := range f.waiters {
+		for w := range set {
+			w.notify()
+			n++
+		}
+	}
+	return n
+}
+
+// notify leaves one pending wake; a pending one already covers this.
+func (w *feedWaiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close ends the subscription and waits for its fan-out to stop.
+// Registered waiters are not woken: each one's own deadline ends its
+// wait. Watch after Close registers nothing.
+func (f *TerminalFeed) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	f.waiters = map[string]map[*feedWaiter]struct{}{}
+	f.mu.Unlock()
+	err := f.ps.Close()
+	<-f.done
+	return err
+}
