@@ -138,12 +138,18 @@ smoke: redis
 # Benchmarks, never part of `make test`. First the warm grain call through
 # our Location Store lookup next to protoactor's disthash (ratio printed),
 # then the whole cluster under load (runner/bench; results and plot in
-# $(RUN_DIR)/bench). BENCH_FLAGS may add -concurrency, -duration, -orders.
+# $(RUN_DIR)/bench): a closed-loop peak, then an open loop at a fixed rate
+# (half that peak) with latencies from each order's scheduled start.
+# BENCH_FLAGS may add -concurrency, -duration, -orders, -open-loop-rate,
+# -open-loop-duration, -open-loop=false. BENCH_BASELINE=<commit> builds
+# that commit's binaries and measures them first, then the working tree,
+# and prints both side by side with ratios ($(RUN_DIR)/bench/baseline,
+# bench-compare.json).
 bench: redis
 	@mkdir -p $(RUN_DIR)
 	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
 	@awk '/WarmCall\/location/ {l+=$$3; nl++} /WarmCall\/disthash/ {d+=$$3; nd++} END { if (nl && nd) printf "warm call (mean of %d runs): location %d ns/op, disthash %d ns/op, location/disthash = %.2f\n", nl, l/nl, d/nd, (l/nl)/(d/nd); else { print "warm call: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
-	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(BENCH_FLAGS)
+	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(BENCH_FLAGS)
 
 # Seeded chaos soak (runner/soak): its own cluster, a mixed load through the
 # public API, a fault schedule drawn from the seed, the operator's quiet

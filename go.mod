@@ -3,6 +3,7 @@ module github.com/shoppingmall-go/shoppingmall
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/gin-gonic/gin v1.12.0
 	github.com/google/uuid v1.6.0

@@ -42,10 +42,16 @@ type orderResult struct {
 	OrderID string
 	Path    string
 	API     int
-	Start   time.Duration // POST sent
-	// StartLat is the POST /orders latency (201 received).
+	// Start is when the order was due: its scheduled time in the open
+	// loop, its POST in the closed loop.
+	Start time.Duration
+	// StartLag is how late the POST was sent after it was due (open loop;
+	// 0 in the closed loop).
+	StartLag time.Duration
+	// StartLat is due → 201 Created received (the POST /orders latency,
+	// plus the start lag in the open loop).
 	StartLat time.Duration
-	// E2E is POST sent → terminal status first seen by a GET.
+	// E2E is due → terminal status first seen by a GET.
 	E2E time.Duration
 	// Waits counts the bounded waits (GET ?waitFor=terminal) the order
 	// took; Polls the plain GETs, which only an API without the wait
@@ -92,6 +98,28 @@ type load struct {
 	cfg    loadConfig
 	client *http.Client
 	seq    atomic.Int64 // order number across phases: idempotency keys stay fresh
+	// wait is what the APIs answered to the first GET ?waitFor=terminal
+	// (waitUnknown until then): an API without the wait (an older binary)
+	// is detected once and then polled with plain GETs.
+	wait atomic.Int32
+}
+
+// What the load knows of the APIs' bounded wait.
+const (
+	waitUnknown int32 = iota
+	waitSupported
+	waitUnsupported
+)
+
+// waitMode names the GET mode for the report.
+func (l *load) waitMode() string {
+	switch l.wait.Load() {
+	case waitSupported:
+		return "wait"
+	case waitUnsupported:
+		return "poll"
+	}
+	return "unknown"
 }
 
 func newLoad(cfg loadConfig) *load {
@@ -157,7 +185,7 @@ func (l *load) run(ctx context.Context, phase string, duration time.Duration, or
 					started.Add(1)
 				}
 				n := l.seq.Add(1)
-				r := l.one(ctx, n, start)
+				r := l.one(ctx, n, start, time.Time{})
 				polls.Add(int64(r.Polls))
 				waits.Add(int64(r.Waits))
 				done.Add(1)
@@ -222,7 +250,11 @@ type orderReply struct {
 	} `json:"state"`
 }
 
-func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResult {
+// one runs order n: POST, then waits for its outcome. Latencies are taken
+// from scheduled, the time the order was due to start (the open loop's
+// timeline), or from the POST when scheduled is zero (the closed loop,
+// where a start is never due before the worker is free).
+func (l *load) one(ctx context.Context, n int64, phaseStart, scheduled time.Time) orderResult {
 	path := l.pathOf(n)
 	api := int(n % int64(len(l.cfg.APIs)))
 	base := l.cfg.APIs[api]
@@ -236,8 +268,12 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartOK, l.cfg.IDs.MethodOK
 	}
 	b, _ := json.Marshal(body)
-	t0 := time.Now()
-	r := orderResult{Path: path, API: api, Start: t0.Sub(phaseStart)}
+	sent := time.Now()
+	t0 := scheduled
+	if t0.IsZero() {
+		t0 = sent
+	}
+	r := orderResult{Path: path, API: api, Start: t0.Sub(phaseStart), StartLag: sent.Sub(t0)}
 	code, _, rep, err := l.do(ctx, http.MethodPost, base+"/orders", b)
 	r.StartLat = time.Since(t0)
 	if err != nil {
@@ -251,7 +287,9 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 	r.Status = rep.State.Status
 	id := rep.OrderID
 	r.OrderID = id
-	limit := t0.Add(l.cfg.PollTimeout)
+	// The order's time runs from its POST: a start the generator sent
+	// late is not cut short for it.
+	limit := sent.Add(l.cfg.PollTimeout)
 	pause := false
 	for !r.terminal() {
 		left := time.Until(limit)
@@ -267,26 +305,46 @@ func (l *load) one(ctx context.Context, n int64, phaseStart time.Time) orderResu
 			case <-time.After(l.cfg.Poll):
 			}
 		}
-		wait := min(left, client.MaxWait).Milliseconds()
-		code, h, rep, err := l.do(ctx, http.MethodGet, fmt.Sprintf("%s/orders/%s?waitFor=terminal&timeoutMs=%d", base, id, wait), nil)
+		mode := l.wait.Load()
+		url := base + "/orders/" + id
+		if mode != waitUnsupported {
+			url += fmt.Sprintf("?waitFor=terminal&timeoutMs=%d", min(left, client.MaxWait).Milliseconds())
+		}
+		code, h, rep, err := l.do(ctx, http.MethodGet, url, nil)
 		if ctx.Err() != nil {
 			r.Err = ctx.Err().Error()
 			return r
 		}
-		switch w := h.Get(client.HeaderWait); {
-		case err != nil || code != http.StatusOK:
+		w := h.Get(client.HeaderWait)
+		waited := w == client.WaitReached || w == client.WaitTimeout
+		switch {
+		case mode == waitUnsupported:
+			r.Polls++
+			pause = true
+			if err != nil || code != http.StatusOK {
+				continue
+			}
+		case err == nil && waited && code == http.StatusOK:
+			l.wait.CompareAndSwap(waitUnknown, waitSupported)
+			r.Waits++
+			pause = false
+		case err == nil && !waited && (code == http.StatusOK || (code == http.StatusBadRequest && mode == waitUnknown)):
+			// An API without the wait: an older one ignores the query
+			// and answers plainly, a current one built without the
+			// waiter refuses it (400 naming waitFor). Either way it is
+			// polled from now on, and this GET counts as a poll.
+			l.wait.CompareAndSwap(waitUnknown, waitUnsupported)
+			r.Polls++
+			pause = code == http.StatusOK
+			if code != http.StatusOK {
+				continue
+			}
+		default:
 			// A transient miss is retried, after a pause, until the
 			// order's time is up.
 			r.Waits++
 			pause = true
 			continue
-		case w == client.WaitReached || w == client.WaitTimeout:
-			r.Waits++
-			pause = false
-		default:
-			// An API without the wait answered a plain GET: poll it.
-			r.Polls++
-			pause = true
 		}
 		r.Status = rep.State.Status
 	}

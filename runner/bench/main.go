@@ -7,14 +7,27 @@
 // process, and the throughput Redis alone would allow for the same
 // per-order command mix (the ceiling).
 //
+// After the closed loop, which finds the peak, an open-loop phase offers
+// orders at a fixed rate (by default half that peak) on a timeline fixed
+// in advance and takes each latency from the order's scheduled start, so
+// that a stall counts for every order due during it (coordinated
+// omission corrected); StartOrder and start→terminal p50/p99/p99.9 come
+// from HdrHistograms (openloop.go).
+//
+// With -baseline <commit> it first builds that commit's binaries and
+// measures them the same way, then the working tree, and prints both
+// side by side with ratios (baseline.go, compare.go).
+//
 // Results go to the terminal and to <run-dir>/bench-results.json, with a
-// plot in <run-dir>/bench-results.png.
+// plot in <run-dir>/bench-results.png; a baseline's in
+// <run-dir>/baseline/, the comparison in <run-dir>/bench-compare.json.
 //
 // It is a measuring tool, not a test: nothing in `make test` runs it. It
 // reads what an operator reads: client-side Redis figures from each
-// process's Prometheus /metrics, Redis' own from INFO commandstats, and
-// each process's CPU time from the OS (procfs), which needs nothing from
-// the processes, so a binary of an older commit can be measured too. It
+// process's Prometheus /metrics (or, for a binary from before /metrics,
+// its -stats-file dump), Redis' own from INFO commandstats, and each
+// process's CPU time from the OS (procfs), which needs nothing from the
+// processes, so a binary of an older commit can be measured too. It
 // talks to the cluster over HTTP and uses Redis directly only to seed, to
 // read INFO and to run the ceiling load; it must not import gin,
 // protoactor, edge, actors/node, the framework package cluster, the
@@ -31,6 +44,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,26 +67,28 @@ type options struct {
 	paymentPct      int
 	ceilingDuration time.Duration
 	replaySamples   int
+	// The open-loop phase: rate 0 is half the closed-loop throughput.
+	openLoop            bool
+	openLoopRate        float64
+	openLoopDuration    time.Duration
+	openLoopMaxInFlight int
+	// baseline is a commit whose binaries are measured first.
+	baseline string
 }
 
+// openLoopDefaultShare is the open-loop rate as a share of the measured
+// closed-loop peak when -open-loop-rate is 0: loaded, yet below the knee,
+// where latency still says something about the design rather than the
+// queue.
+const openLoopDefaultShare = 0.5
+
 func main() {
-	var o options
-	flag.StringVar(&o.runDir, "run-dir", ".run/bench", "run directory: logs, results")
-	flag.StringVar(&o.apiBin, "api-bin", "", "built commerce-api (default: go build into <run-dir>/bin)")
-	flag.StringVar(&o.workflowBin, "workflow-bin", "", "built order-workflow (default: go build into <run-dir>/bin)")
-	flag.IntVar(&o.concurrency, "concurrency", 64, "closed-loop workers, each with one order in flight")
-	flag.DurationVar(&o.duration, "duration", 20*time.Second, "measured load time (ignored when -orders > 0)")
-	flag.IntVar(&o.orders, "orders", 0, "measured orders; 0 = run for -duration")
-	flag.IntVar(&o.warmup, "warmup", 256, "orders run before measuring and left out of every figure")
-	flag.DurationVar(&o.poll, "poll", 5*time.Millisecond, "pause before asking again after a failed wait, and the GET /orders/{id} interval against an API without the wait")
-	flag.DurationVar(&o.pollTimeout, "poll-timeout", 30*time.Second, "give up on an order not terminal after this long (each wait is at most 30 s)")
-	flag.IntVar(&o.inventoryPct, "inventory-fail-pct", 5, "percent of orders whose cart holds a SKU without stock")
-	flag.IntVar(&o.paymentPct, "payment-fail-pct", 5, "percent of orders paid with a declining method")
-	flag.DurationVar(&o.ceilingDuration, "ceiling-duration", 10*time.Second, "time the Redis-only ceiling load runs")
-	flag.IntVar(&o.replaySamples, "replay-samples", 200, "terminal orders whose stream is read back to time a replay read")
-	flag.Parse()
-	if o.concurrency <= 0 || o.inventoryPct < 0 || o.paymentPct < 0 || o.inventoryPct+o.paymentPct > 100 {
-		fmt.Fprintln(os.Stderr, "bench: invalid -concurrency or mix percentages")
+	if len(os.Args) > 1 && os.Args[1] == wrapperArg {
+		os.Exit(execFiltered(os.Args[2:]))
+	}
+	o, err := parseOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -83,8 +99,73 @@ func main() {
 	}
 }
 
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.runDir, "run-dir", ".run/bench", "run directory: logs, results")
+	fs.StringVar(&o.apiBin, "api-bin", "", "built commerce-api (default: go build into <run-dir>/bin)")
+	fs.StringVar(&o.workflowBin, "workflow-bin", "", "built order-workflow (default: go build into <run-dir>/bin)")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "closed-loop workers, each with one order in flight")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured load time (ignored when -orders > 0)")
+	fs.IntVar(&o.orders, "orders", 0, "measured orders; 0 = run for -duration")
+	fs.IntVar(&o.warmup, "warmup", 256, "orders run before measuring and left out of every figure")
+	fs.DurationVar(&o.poll, "poll", 5*time.Millisecond, "pause before asking again after a failed wait, and the GET /orders/{id} interval against an API without the wait")
+	fs.DurationVar(&o.pollTimeout, "poll-timeout", 30*time.Second, "give up on an order not terminal after this long (each wait is at most 30 s)")
+	fs.IntVar(&o.inventoryPct, "inventory-fail-pct", 5, "percent of orders whose cart holds a SKU without stock")
+	fs.IntVar(&o.paymentPct, "payment-fail-pct", 5, "percent of orders paid with a declining method")
+	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 10*time.Second, "time the Redis-only ceiling load runs")
+	fs.IntVar(&o.replaySamples, "replay-samples", 200, "terminal orders whose stream is read back to time a replay read")
+	fs.BoolVar(&o.openLoop, "open-loop", true, "run the open-loop phase after the closed-loop one")
+	fs.Float64Var(&o.openLoopRate, "open-loop-rate", 0, "open-loop arrival rate, orders/s (0 = 50% of the closed-loop throughput; with -baseline, the baseline's rate for both runs)")
+	fs.DurationVar(&o.openLoopDuration, "open-loop-duration", 10*time.Second, "length of the open-loop timeline")
+	fs.IntVar(&o.openLoopMaxInFlight, "open-loop-max-inflight", 1024, "most open-loop orders in flight; beyond, orders are sent late (and measured from their due time)")
+	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	switch {
+	case o.concurrency <= 0 || o.inventoryPct < 0 || o.paymentPct < 0 || o.inventoryPct+o.paymentPct > 100:
+		return errors.New("invalid -concurrency or mix percentages")
+	case o.openLoopRate < 0:
+		return errors.New("-open-loop-rate must be >= 0")
+	case o.openLoop && o.openLoopDuration <= 0:
+		return errors.New("-open-loop-duration must be > 0")
+	case o.openLoopMaxInFlight <= 0:
+		return errors.New("-open-loop-max-inflight must be > 0")
+	case o.baseline != "" && strings.HasPrefix(o.baseline, "-"):
+		return fmt.Errorf("-baseline %q is not a revision", o.baseline)
+	case (o.apiBin == "") != (o.workflowBin == ""):
+		return errors.New("-api-bin and -workflow-bin go together")
+	}
+	return nil
+}
+
 func logf(format string, args ...any) {
 	fmt.Printf("[bench] "+format+"\n", args...)
+}
+
+// target is one set of binaries to measure, with its own cluster in dir.
+type target struct {
+	// Label names it in the output: "working tree" or "baseline <commit>".
+	Label  string
+	Commit string
+	Dir    string
+	APIBin string
+	WfBin  string
+	// Env is added to every node's environment.
+	Env []string
+	// StatsFile, when set, is the nodes' -stats-file pattern: a binary
+	// without /metrics that has it dumps its round trips on SIGUSR1.
+	StatsFile string
+	// Notes go into the target's report.
+	Notes []string
 }
 
 func run(ctx context.Context, o options) (err error) {
@@ -99,20 +180,59 @@ func run(ctx context.Context, o options) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if o.apiBin == "" || o.workflowBin == "" {
-		if o.apiBin, o.workflowBin, err = build(ctx, filepath.Join(dir, "bin")); err != nil {
+	var base *report
+	if o.baseline != "" {
+		bt, err := buildBaseline(ctx, o.baseline, filepath.Join(dir, "baseline"))
+		if err != nil {
+			return fmt.Errorf("baseline %s: %w", o.baseline, err)
+		}
+		logf("=== baseline %s: measured first ===", bt.Commit)
+		if base, err = measure(ctx, o, bt, nil); err != nil {
+			return fmt.Errorf("baseline %s: %w", o.baseline, err)
+		}
+	}
+	cur := target{Label: "working tree", Dir: dir, APIBin: o.apiBin, WfBin: o.workflowBin}
+	if cur.APIBin == "" {
+		if cur.APIBin, cur.WfBin, err = build(ctx, filepath.Join(dir, "bin")); err != nil {
 			return err
 		}
 	}
-	env := localcluster.ChildEnv(os.Environ())
-	logf("starting cluster in %s", dir)
+	if base != nil {
+		logf("=== working tree ===")
+	}
+	rep, err := measure(ctx, o, cur, base)
+	if err != nil {
+		return err
+	}
+	if base != nil {
+		cmp := compare(base, rep)
+		printComparison(os.Stdout, cmp)
+		path := filepath.Join(dir, "bench-compare.json")
+		if err := writeJSON(path, cmp); err != nil {
+			return err
+		}
+		logf("comparison: %s (baseline results in %s)", path, filepath.Join(base.RunDir, "bench-results.json"))
+	}
+	return nil
+}
+
+// measure starts a cluster of t's binaries in t.Dir and runs every phase
+// against it: warm-up, the closed loop (the figures and the ceiling mix),
+// the open loop, the ceiling. base, when set, is the baseline's report:
+// its open-loop rate is reused so both runs are offered the same load.
+func measure(ctx context.Context, o options, t target, base *report) (rep *report, err error) {
+	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	env := append(localcluster.ChildEnv(os.Environ()), t.Env...)
+	logf("starting cluster in %s", t.Dir)
 	c, err := localcluster.Start(ctx, localcluster.Config{
-		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: env,
+		RunDir: t.Dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: env,
 		StopGrace: 15 * time.Second,
 		Logf:      func(f string, a ...any) { logf(f, a...) },
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		// The figures are read by now and the cluster is throwaway: a
@@ -131,7 +251,7 @@ func run(ctx context.Context, o options) (err error) {
 	}()
 	ropt, err := redis.ParseURL(c.RedisURL())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ropt.PoolSize = o.concurrency + 8
 	rdb := redis.NewClient(ropt)
@@ -140,7 +260,7 @@ func run(ctx context.Context, o options) (err error) {
 	runID := fmt.Sprintf("b%x", time.Now().UnixNano()&0xffffffffff)
 	ids, err := seed(ctx, rdb, runID)
 	if err != nil {
-		return fmt.Errorf("seed: %w", err)
+		return nil, fmt.Errorf("seed: %w", err)
 	}
 	apis := []string{c.APIURL(localcluster.APIA), c.APIURL(localcluster.APIB)}
 	gen := newLoad(loadConfig{
@@ -152,17 +272,17 @@ func run(ctx context.Context, o options) (err error) {
 		logf("warm-up: %d orders (not measured)", o.warmup)
 		w := gen.run(ctx, "warmup", 0, o.warmup, quiet)
 		if w.errors() == len(w.Results) {
-			return fmt.Errorf("warm-up: every order failed, first error: %s", w.firstError())
+			return nil, fmt.Errorf("warm-up: every order failed, first error: %s", w.firstError())
 		}
 	}
 
 	procs := map[string]proc{}
 	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
-		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n)}
+		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n), StatsPath: statsPath(t.StatsFile, n)}
 	}
 	before, err := snapshot(ctx, rdb, procs, c.RedisPID())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mode := fmt.Sprintf("for %s", o.duration)
 	if o.orders > 0 {
@@ -173,16 +293,46 @@ func run(ctx context.Context, o options) (err error) {
 	res := gen.run(ctx, "load", o.duration, o.orders, reportProgress)
 	after, err := snapshot(ctx, rdb, procs, c.RedisPID())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 
-	rep := buildReport(o, res, before, after)
-	rep.RunDir = dir
+	rep = buildReport(o, res, before, after)
+	rep.RunDir = t.Dir
 	rep.RunID = runID
+	rep.Target.Label, rep.Target.Commit = t.Label, t.Commit
+	rep.Target.APIBin, rep.Target.WorkflowBin = t.APIBin, t.WfBin
+	rep.GetMode = gen.waitMode()
+	rep.Notes = append(rep.Notes, t.Notes...)
+	if t.Commit != "" {
+		var logs []string
+		for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
+			logs = append(logs, c.LogPath(n))
+		}
+		rep.Notes = append(rep.Notes, droppedFlags(logs)...)
+	}
+	if rep.GetMode == "poll" {
+		rep.Notes = append(rep.Notes, "the APIs have no GET ?waitFor=terminal: outcomes were polled every "+o.poll.String())
+	}
 	rep.Replay = replayRead(ctx, rdb, res, o.replaySamples)
+
+	if o.openLoop {
+		rate, source := openLoopRate(o, rep, base)
+		if rate <= 0 {
+			rep.Notes = append(rep.Notes, "open loop skipped: "+source)
+		} else {
+			cfg := openLoopConfig{Rate: rate, Duration: o.openLoopDuration, MaxInFlight: o.openLoopMaxInFlight, SendGrace: o.pollTimeout}
+			logf("open loop: %.1f orders/s (%s) for %s, at most %d in flight", rate, source, o.openLoopDuration, o.openLoopMaxInFlight)
+			ol := gen.openLoop(ctx, cfg, reportProgress)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			rep.OpenLoop = buildOpenLoop(cfg, source, rep.Throughput.OrdersPerSec, ol)
+		}
+	}
+
 	if rep.Orders.Terminal > 0 {
 		logf("ceiling: the per-order Redis command mix alone, concurrency %d, for %s", o.concurrency, o.ceilingDuration)
 		ceil, err := runCeiling(ctx, rdb, rep.Mix, o.concurrency, o.ceilingDuration)
@@ -197,19 +347,37 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	printReport(os.Stdout, rep)
-	jsonPath := filepath.Join(dir, "bench-results.json")
+	jsonPath := filepath.Join(t.Dir, "bench-results.json")
 	if err := writeJSON(jsonPath, rep); err != nil {
-		return err
+		return nil, err
 	}
-	pngPath := filepath.Join(dir, "bench-results.png")
+	pngPath := filepath.Join(t.Dir, "bench-results.png")
 	if err := plotResults(pngPath, res); err != nil {
 		logf("plot: %v", err)
 	}
 	logf("results: %s and %s", jsonPath, pngPath)
 	if rep.Orders.Terminal == 0 {
-		return errors.New("no order reached a terminal status")
+		return nil, errors.New("no order reached a terminal status")
 	}
-	return nil
+	return rep, nil
+}
+
+// openLoopRate picks the phase's rate: -open-loop-rate if set; else the
+// baseline's rate when there is one (the same offered load for both
+// runs, so their latencies compare); else half this run's closed-loop
+// throughput. 0 means the phase cannot run, and source says why.
+func openLoopRate(o options, rep, base *report) (rate float64, source string) {
+	switch {
+	case o.openLoopRate > 0:
+		return o.openLoopRate, "-open-loop-rate"
+	case base != nil && base.OpenLoop != nil && base.OpenLoop.RatePerSec > 0:
+		return base.OpenLoop.RatePerSec, fmt.Sprintf("the baseline's rate, %.0f%% of this run's closed-loop %.1f orders/s",
+			100*base.OpenLoop.RatePerSec/max(rep.Throughput.OrdersPerSec, 1e-9), rep.Throughput.OrdersPerSec)
+	case rep.Throughput.OrdersPerSec > 0:
+		return openLoopDefaultShare * rep.Throughput.OrdersPerSec,
+			fmt.Sprintf("%.0f%% of the closed-loop %.1f orders/s", 100*openLoopDefaultShare, rep.Throughput.OrdersPerSec)
+	}
+	return 0, "no closed-loop throughput to take a rate from"
 }
 
 // build compiles both mains into binDir with the go tool found in PATH.

@@ -63,7 +63,7 @@ func replayRead(ctx context.Context, rdb *redis.Client, res loadResult, n int) r
 
 func printReport(w io.Writer, r *report) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "=== ShoppingMall bench ===")
+	fmt.Fprintf(w, "=== ShoppingMall bench: %s ===\n", r.Target.Label)
 	fmt.Fprintf(w, "run %s  concurrency %d  mix %d%% success / %d%% inventory failure / %d%% payment failure  poll %.0f ms  cpus %d (everything on this machine)\n",
 		r.RunID, r.Config.Concurrency, r.Config.MixSuccessPct, r.Config.MixInventoryPct, r.Config.MixPaymentPct, r.Config.PollMs, r.Config.CPUs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -81,6 +81,7 @@ func printReport(w io.Writer, r *report) {
 			row("  "+path, "%s", p(x))
 		}
 	}
+	row("GET mode", "%s", r.GetMode)
 	row("GET polls", "%.2f per order (%d)", r.Polls.PerOrder, r.Polls.Total)
 	row("GET waits (waitFor=terminal)", "%.2f per order (%d)", r.Waits.PerOrder, r.Waits.Total)
 	cr := r.ClientRoundTrips
@@ -119,11 +120,40 @@ func printReport(w io.Writer, r *report) {
 			row("  substituted by GET", "%s", strings.Join(r.Ceiling.Substituted, ", "))
 		}
 	}
+	if ol := r.OpenLoop; ol != nil {
+		row("open loop", "%.1f orders/s (%s) for %.0f s: %d due, %d sent, %d terminal (confirmed %d, failed %d; errors %d; unexpected %d)",
+			ol.RatePerSec, ol.RateSource, ol.DurationSec, ol.Counts.Scheduled, ol.Counts.Sent, ol.Counts.Terminal,
+			ol.Counts.Confirmed, ol.Counts.Failed, ol.Counts.Errors, ol.Counts.Unexpected)
+		row("  starts", "%d missed, %d late (> %.0f ms after due), max lag %.2f ms; peak in flight %d (limit %d)",
+			ol.MissedStarts, ol.LateStarts, ol.LateThresholdMs, ol.MaxStartLagMs, ol.PeakInFlight, ol.MaxInFlight)
+		row("  StartOrder (from due)", "%s  %s", hp(ol.StartOrderMs), goal(ol.StartOrderMs, ol.Goals.StartOrderP99Ms))
+		row("  start -> terminal (from due)", "%s  %s", hp(ol.StartToTerminalMs), goal(ol.StartToTerminalMs, ol.Goals.StartToTerminalP99Ms))
+		row("  GETs", "%d waits, %d polls", ol.Waits, ol.Polls)
+		if ol.Counts.FirstError != "" {
+			row("  first error", "%s", ol.Counts.FirstError)
+		}
+	}
 	tw.Flush()
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
 	fmt.Fprintln(w)
+}
+
+func hp(x hdrPct) string {
+	return fmt.Sprintf("p50 %.2f  p99 %.2f  p99.9 %.2f  max %.2f ms (n=%d)", x.P50, x.P99, x.P999, x.Max, x.N)
+}
+
+// goal prints a p99 beside its goal; the bench asserts none.
+func goal(x hdrPct, goalMs float64) string {
+	verdict := "met"
+	switch {
+	case x.N == 0:
+		verdict = "no data"
+	case x.P99 >= goalMs:
+		verdict = "NOT met"
+	}
+	return fmt.Sprintf("[goal p99 < %.0f ms: %s]", goalMs, verdict)
 }
 
 func fmtCounts(m map[string]float64) string {

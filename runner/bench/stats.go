@@ -28,6 +28,9 @@ type cmdStat struct {
 type proc struct {
 	PID        int
 	MetricsURL string
+	// StatsPath is the process's -stats-file (binaries from before
+	// /metrics that have that flag); empty when it has none.
+	StatsPath string
 }
 
 // snap is everything read before and after the measured load, each from
@@ -42,6 +45,9 @@ type snap struct {
 	CPU      map[string]float64
 	Cmdstats map[string]cmdStat
 	Missing  []string
+	// Dumped names the processes whose Redis counters came from a
+	// -stats-file dump instead of /metrics.
+	Dumped []string
 }
 
 func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]proc, redisPID int) (snap, error) {
@@ -49,6 +55,14 @@ func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]proc, red
 	for _, name := range sortedKeys(procs) {
 		p := procs[name]
 		m, err := scrapeMetrics(ctx, p.MetricsURL)
+		if err != nil && p.StatsPath != "" {
+			// A binary from before /metrics: its own dump, on SIGUSR1.
+			var st statsDump
+			if st, err = signalDump(ctx, p.PID, p.StatsPath); err == nil {
+				m = scrapedFromDump(st.RedisRoundTrips)
+				s.Dumped = append(s.Dumped, name)
+			}
+		}
 		if err != nil {
 			s.Missing = append(s.Missing, fmt.Sprintf("%s metrics: %v", name, err))
 		} else {
@@ -158,7 +172,17 @@ const pollCommand = "hmget"
 type report struct {
 	RunID  string `json:"runId"`
 	RunDir string `json:"runDir"`
-	Config struct {
+	// Target is what was measured: the working tree or a baseline commit.
+	Target struct {
+		Label       string `json:"label"`
+		Commit      string `json:"commit,omitempty"`
+		APIBin      string `json:"apiBin"`
+		WorkflowBin string `json:"workflowBin"`
+	} `json:"target"`
+	// GetMode is how outcomes were awaited: "wait" (GET ?waitFor=terminal)
+	// or "poll" (an API without the wait).
+	GetMode string `json:"getMode"`
+	Config  struct {
 		Concurrency      int     `json:"concurrency"`
 		DurationSec      float64 `json:"durationSec,omitempty"`
 		Orders           int     `json:"orders,omitempty"`
@@ -235,7 +259,9 @@ type report struct {
 	Replay  replayStats  `json:"replayRead"`
 	Mix     ceilingMix   `json:"ceilingMix"`
 	Ceiling ceilingStats `json:"ceiling"`
-	Notes   []string     `json:"notes,omitempty"`
+	// OpenLoop is the fixed-rate phase; nil when skipped.
+	OpenLoop *openLoopStats `json:"openLoop,omitempty"`
+	Notes    []string       `json:"notes,omitempty"`
 }
 
 func buildReport(o options, res loadResult, before, after snap) *report {
@@ -308,6 +334,12 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 	// Client-side round trips from the processes' /metrics.
 	r.ClientRoundTrips.Source = "each process's /metrics (" + metricRedisRoundTrips + ", " + metricRedisCommands +
 		" by command, by store), scraped before and after the measured load"
+	if len(after.Dumped) > 0 {
+		r.ClientRoundTrips.Source += "; for " + strings.Join(after.Dumped, ", ") +
+			" (no /metrics) the process's -stats-file dump on SIGUSR1 instead (one store, \"" + dumpStore + "\")"
+		r.Notes = append(r.Notes, "Redis round trips of "+strings.Join(after.Dumped, ", ")+
+			" from their -stats-file dumps (binaries without /metrics): no split by store")
+	}
 	r.ClientRoundTrips.ByNode = map[string]map[string]float64{}
 	r.ClientRoundTrips.ByStore = map[string]float64{}
 	var clientByName map[string]int64 // summed over processes, command names only; nil without counts

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// comparison is a baseline run beside the working tree's, figure by
+// figure, with current/baseline ratios.
+type comparison struct {
+	Baseline string       `json:"baseline"`
+	Current  string       `json:"current"`
+	Rows     []compareRow `json:"rows"`
+	Notes    []string     `json:"notes,omitempty"`
+}
+
+// compareRow holds one figure of each run; a nil figure is one the run
+// could not measure (no /metrics, no open loop), and then there is no
+// ratio.
+type compareRow struct {
+	Metric   string   `json:"metric"`
+	Unit     string   `json:"unit"`
+	Baseline *float64 `json:"baseline"`
+	Current  *float64 `json:"current"`
+	// Ratio is current / baseline.
+	Ratio *float64 `json:"ratio"`
+	// LowerIsBetter says how to read the ratio.
+	LowerIsBetter bool `json:"lowerIsBetter"`
+}
+
+func some(v float64) *float64 { return &v }
+
+// cpuTotal is CPU per order summed over every process the cluster runs,
+// Redis included, the load generator excluded; with it, the API's and
+// the workflow's shares.
+func cpuTotal(r *report) (total, api, workflow float64) {
+	for n, v := range r.CPUPerOrderMs {
+		switch {
+		case n == runnerCPU:
+			continue
+		case strings.HasPrefix(n, "api"):
+			api += v
+		case strings.HasPrefix(n, "workflow"):
+			workflow += v
+		}
+		total += v
+	}
+	return total, api, workflow
+}
+
+func compare(base, cur *report) comparison {
+	c := comparison{Baseline: base.Target.Label, Current: cur.Target.Label}
+	add := func(metric, unit string, lower bool, get func(r *report) *float64) {
+		row := compareRow{Metric: metric, Unit: unit, LowerIsBetter: lower, Baseline: get(base), Current: get(cur)}
+		if row.Baseline != nil && row.Current != nil && *row.Baseline != 0 {
+			row.Ratio = some(*row.Current / *row.Baseline)
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	cpu := func(pick func(total, api, wf float64) float64) func(r *report) *float64 {
+		return func(r *report) *float64 {
+			if len(r.CPUPerOrderMs) == 0 {
+				return nil
+			}
+			t, a, w := cpuTotal(r)
+			return some(pick(t, a, w))
+		}
+	}
+	openLoop := func(get func(ol *openLoopStats) float64) func(r *report) *float64 {
+		return func(r *report) *float64 {
+			if r.OpenLoop == nil {
+				return nil
+			}
+			return some(get(r.OpenLoop))
+		}
+	}
+	add("throughput (closed loop)", "orders/s", false, func(r *report) *float64 { return some(r.Throughput.OrdersPerSec) })
+	add("CPU per order, all processes incl. Redis", "ms", true, cpu(func(t, _, _ float64) float64 { return t }))
+	add("  API processes", "ms", true, cpu(func(_, a, _ float64) float64 { return a }))
+	add("  workflow processes", "ms", true, cpu(func(_, _, w float64) float64 { return w }))
+	add("  redis-server", "ms", true, func(r *report) *float64 {
+		if v, ok := r.CPUPerOrderMs["redis-server"]; ok {
+			return some(v)
+		}
+		return nil
+	})
+	add("Redis round trips per order (client side)", "", true, func(r *report) *float64 {
+		if len(r.ClientRoundTrips.ByNode) == 0 {
+			return nil
+		}
+		return some(r.ClientRoundTrips.PerOrder)
+	})
+	add("Redis commands per order (server side)", "", true, func(r *report) *float64 { return some(r.RedisCommands.PerOrder) })
+	add("Redis time per order", "µs", true, func(r *report) *float64 { return some(r.RedisCommands.UsecPerOrder) })
+	add("GET requests per order (waits + polls)", "", true, func(r *report) *float64 { return some(r.Waits.PerOrder + r.Polls.PerOrder) })
+	add("closed loop StartOrder p99", "ms", true, func(r *report) *float64 { return some(r.StartOrderMs.P99) })
+	add("closed loop start -> terminal p99", "ms", true, func(r *report) *float64 { return some(r.StartToTerminalMs.P99) })
+	add("open loop rate", "orders/s", false, openLoop(func(ol *openLoopStats) float64 { return ol.RatePerSec }))
+	add("open loop StartOrder p99", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartOrderMs.P99 }))
+	add("open loop StartOrder p99.9", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartOrderMs.P999 }))
+	add("open loop start -> terminal p99", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P99 }))
+	add("open loop start -> terminal p99.9", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P999 }))
+	add("ceiling (Redis alone)", "orders/s", false, func(r *report) *float64 {
+		if r.Ceiling.Orders == 0 {
+			return nil
+		}
+		return some(r.Ceiling.OrdersPerSec)
+	})
+	c.Notes = append(c.Notes,
+		"both runs on this machine one after the other, each with its own cluster and Redis; ratio = current / baseline",
+		"n/a: the run could not measure it (a binary without /metrics or -stats-file has no client-side round trips)")
+	if base.GetMode != cur.GetMode {
+		c.Notes = append(c.Notes, fmt.Sprintf("outcomes awaited differently: baseline %s, current %s (GET requests and API CPU differ for that reason too)",
+			base.GetMode, cur.GetMode))
+	}
+	return c
+}
+
+func printComparison(w io.Writer, c comparison) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "=== ShoppingMall bench: %s vs %s ===\n", c.Current, c.Baseline)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\t%s\t%s\tcurrent/baseline\t\n", c.Baseline, c.Current)
+	f := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	for _, r := range c.Rows {
+		name := r.Metric
+		if r.Unit != "" {
+			name += " (" + r.Unit + ")"
+		}
+		ratio := "n/a"
+		if r.Ratio != nil {
+			ratio = fmt.Sprintf("%.3f", *r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, f(r.Baseline), f(r.Current), ratio)
+	}
+	tw.Flush()
+	for _, n := range c.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	fmt.Fprintln(w)
+}
