@@ -305,6 +305,29 @@ func (c *adminClient) do(method, path, body string) (int, []byte, error) {
 	return res.StatusCode, b, err
 }
 
+// fetch sends one request for subcommand cmd and decodes a 200 reply into
+// v, returning the reply as sent. Anything else is reported and ends the
+// subcommand: an error reply's body goes to stdout as the server sent it
+// (its code and reason are what a script reads), the status or the
+// transport error to stderr.
+func (c *adminClient) fetch(cmd, method, path string, v any, stdout, stderr io.Writer) ([]byte, bool) {
+	status, b, err := c.do(method, path, "")
+	if err != nil {
+		fmt.Fprintln(stderr, "commerce-api admin "+cmd+":", err)
+		return nil, false
+	}
+	if status != http.StatusOK {
+		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
+		fmt.Fprintln(stderr, "commerce-api admin "+cmd+":", status, http.StatusText(status))
+		return nil, false
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		fmt.Fprintln(stderr, "commerce-api admin "+cmd+": decode reply:", err)
+		return nil, false
+	}
+	return b, true
+}
+
 // adminOrderOp runs relocate or close and prints the JSON reply.
 func adminOrderOp(op string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("commerce-api admin "+op, flag.ContinueOnError)
@@ -405,19 +428,9 @@ func adminStuck(args []string, stdout, stderr io.Writer) int {
 		method, path = http.MethodPost, "/admin/orders/stuck/resume"
 		q.Set("takeover", fmt.Sprint(*takeover))
 	}
-	status, b, err := c.do(method, path+"?"+q.Encode(), "")
-	if err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin stuck:", err)
-		return 1
-	}
-	if status != http.StatusOK {
-		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
-		fmt.Fprintln(stderr, "commerce-api admin stuck:", status, http.StatusText(status))
-		return 1
-	}
 	var rep stuckReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin stuck: decode reply:", err)
+	b, ok := c.fetch("stuck", method, path+"?"+q.Encode(), &rep, stdout, stderr)
+	if !ok {
 		return 1
 	}
 	if *asJSON {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -82,19 +81,9 @@ func adminTakeover(args []string, stdout, stderr io.Writer) int {
 	if *member != "" {
 		path = "/admin/members/" + url.PathEscape(*member) + "/takeover"
 	}
-	status, b, err := c.do(http.MethodPost, path+"?"+q.Encode(), "")
-	if err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin takeover:", err)
-		return 1
-	}
-	if status != http.StatusOK {
-		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
-		fmt.Fprintln(stderr, "commerce-api admin takeover:", status, http.StatusText(status))
-		return 1
-	}
 	var rep takeoverReply
-	if err := json.Unmarshal(b, &rep); err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin takeover: decode reply:", err)
+	b, ok := c.fetch("takeover", http.MethodPost, path+"?"+q.Encode(), &rep, stdout, stderr)
+	if !ok {
 		return 1
 	}
 	if *asJSON {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -80,19 +79,9 @@ func adminTimeline(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "commerce-api admin timeline:", err)
 		return 2
 	}
-	status, b, err := c.do(http.MethodGet, "/admin/orders/"+url.PathEscape(*orderID)+"/timeline", "")
-	if err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin timeline:", err)
-		return 1
-	}
-	if status != http.StatusOK {
-		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
-		fmt.Fprintln(stderr, "commerce-api admin timeline:", status, http.StatusText(status))
-		return 1
-	}
 	var rep timelineReply
-	if err := json.Unmarshal(b, &rep); err != nil {
-		fmt.Fprintln(stderr, "commerce-api admin timeline: decode reply:", err)
+	b, ok := c.fetch("timeline", http.MethodGet, "/admin/orders/"+url.PathEscape(*orderID)+"/timeline", &rep, stdout, stderr)
+	if !ok {
 		return 1
 	}
 	if *asJSON {
