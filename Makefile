@@ -6,15 +6,20 @@ GO ?= go
 # member start (a race inside the library, not ours).
 MULTI_MEMBER := ./cluster/clustertest/... ./edge/edgetest/...
 RUN_DIR ?= $(CURDIR)/.run
+# REDIS_CLUSTER=1 runs `make smoke`, `make bench` and `make cluster-up` on a
+# local 3-master Redis Cluster instead of one redis-server (their
+# -redis-cluster flag).
+REDIS_CLUSTER ?=
+REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster)
 # The linter version `make lint` installs and runs (.golangci.yml holds the
 # rules). Pinned: a new release brings new findings, so upgrading is a
 # change of its own.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile store-evidence unit fault-test admin-test metrics-test pause-test takeover-test multi-member redis proto build cluster-up cluster-down seed smoke bench soak
+.PHONY: test fmt-check vet lint k8s-compile store-evidence unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile unit fault-test admin-test metrics-test pause-test takeover-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -44,7 +49,7 @@ k8s-compile:
 	$(GO) vet -tags k8s ./cluster/
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -85,6 +90,34 @@ takeover-test:
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
+# Real-process proof of placement spread (runner/localcluster/scaletest):
+# six workflow and three API processes, 1,000 orders through the APIs,
+# every workflow member owns some and none more than twice its fair share;
+# prints the orders per member (the whole output when it fails).
+scale-test:
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/scaletest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+
+# Real-process proof of Redis Cluster (runner/localcluster/redisclustertest):
+# the local cluster on a 3-master Redis Cluster, orders through the APIs
+# while slots holding live order keys move to another master; ASK/MOVED
+# redirects counted on the masters, every order completed, 0 CROSSSLOT,
+# keys on all three masters. Prints the figures (the whole output when it
+# fails).
+redis-cluster-test:
+	@out=$$($(GO) test -race -count=1 -timeout 3m -v ./runner/localcluster/redisclustertest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+
+# The deployable (scripts/deploy): runs the Dockerfile's build line and checks
+# the executables are static, and decodes every manifest strictly into the
+# typed Kubernetes objects and checks they fit together. Its own target with
+# a long timeout: the CGO-off, k8s-tagged build recompiles client-go on a
+# cold cache.
+deploy-test:
+	$(GO) test -count=1 -timeout 20m ./scripts/deploy/...
+
 multi-member:
 	$(GO) test -count=1 $(MULTI_MEMBER)
 
@@ -114,12 +147,16 @@ build:
 	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
 
 # Local cluster in the background under $(RUN_DIR) (state in cluster.json).
-# CLUSTER_FLAGS may add -self-check, -fixtures. Admin is always on, on
-# loopback, with the generated token in $(RUN_DIR)/admin.token.
+# WORKFLOWS and APIS set how many order-workflow and commerce-api processes
+# run (workflow-a.., api-a..; default 2 and 2). CLUSTER_FLAGS may add
+# -self-check, -fixtures. Admin is always on, on loopback, with the
+# generated token in $(RUN_DIR)/admin.token.
 CLUSTERCTL = $(GO) run ./runner/localcluster/cmd/clusterctl
+WORKFLOWS ?= 2
+APIS ?= 2
 
 cluster-up: redis
-	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) $(CLUSTER_FLAGS)
+	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) -workflows $(WORKFLOWS) -apis $(APIS) $(REDIS_CLUSTER_FLAG) $(CLUSTER_FLAGS)
 
 cluster-down:
 	@$(CLUSTERCTL) down -run-dir $(RUN_DIR)
@@ -133,7 +170,7 @@ seed:
 # Spec §10 end to end: prints shoppingmall=completed and
 # shoppingmall-placement=completed, or fails.
 smoke: redis
-	GO=$(GO) bash scripts/smoke.sh -run-dir $(RUN_DIR)/smoke
+	GO=$(GO) bash scripts/smoke.sh -run-dir $(RUN_DIR)/smoke $(REDIS_CLUSTER_FLAG)
 
 # Benchmarks, never part of `make test`. First the warm grain call through
 # our Location Store lookup next to protoactor's disthash (ratio printed),
@@ -149,7 +186,22 @@ bench: redis
 	@mkdir -p $(RUN_DIR)
 	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
 	@awk '/WarmCall\/location/ {l+=$$3; nl++} /WarmCall\/disthash/ {d+=$$3; nd++} END { if (nl && nd) printf "warm call (mean of %d runs): location %d ns/op, disthash %d ns/op, location/disthash = %.2f\n", nl, l/nl, d/nd, (l/nl)/(d/nd); else { print "warm call: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
-	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(BENCH_FLAGS)
+	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(REDIS_CLUSTER_FLAG) $(BENCH_FLAGS)
+
+# Restate side by side (never part of `make test`): installs restate-server
+# @restatedev/restate-server 1.7.12 from npm under $(RUN_DIR)/peers (and
+# fails, saying so, when npm or its registry cannot be reached), builds the
+# Restate peer (runner/peers/restate, a Go module of its own) and runs, back
+# to back with the same seed, mix, load generator and phases: ours with
+# Redis AOF appendfsync everysec, ours with appendfsync always, then the
+# same workflow as a Restate virtual object. Table, ratios, durability and
+# goals on the terminal and in $(RUN_DIR)/bench-peers/bench-peers.json.
+# BENCH_PEERS_FLAGS may add -duration, -concurrency, -open-loop-duration,
+# -ceiling-duration; -smoke runs a handful of orders through Restate and
+# checks their statuses and effects instead.
+bench-peers: redis
+	@restate=$$(bash scripts/install-restate.sh $(RUN_DIR)/peers) || exit 1; \
+	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench-peers -peers -restate-server "$$restate" $(BENCH_PEERS_FLAGS)
 
 # Seeded chaos soak (runner/soak): its own cluster, a mixed load through the
 # public API, a fault schedule drawn from the seed, the operator's quiet

@@ -1,7 +1,55 @@
 // Package commerce owns the CommerceStateStore that CommerceApi and
-// OrderWorkflow share: the idempotency mapping, cart snapshots, and the
+// OrderWorkflow share: the idempotency mapping, cart snapshots, the
 // seeded inventory and payment modules whose results are keyed by
-// deterministic ids.
+// deterministic ids, and the inventory's per-SKU stock ledger.
+//
+// # Stock spread over slots
+//
+// Stock, its ledger and each reservation's line on a SKU live under the
+// SKU's hash tag; a reservation's progress record under its own id's tag
+// (keys). No script spans two tags, so a multi-SKU Reserve is a sequence
+// of single-slot steps, each atomic and idempotent:
+//
+//  1. begin (reservation record): count the call; a decided reservation
+//     answers its first result; otherwise record the first call's lines
+//     and order once. Every later call works on those lines, sorted by SKU.
+//  2. hold, per line in SKU order (SKU slot): the line's first step decides
+//     it, held (stock taken, a reserve movement) or refused (too little; a
+//     refuse movement), and writes a hold record; every later step of the
+//     line answers the record.
+//  3. all lines held: finish accepted (reservation record).
+//     A line refused (or found returned): mark the reservation
+//     compensating with that line's reason (first reason wins), give every
+//     held line back (a compensate movement, the hold record returned),
+//     then finish refused.
+//
+// Why it holds. A line's outcome is written once, so every caller sees
+// the same outcome per line; callers walk the same lines in the same
+// order and stop at the first refused one, so no caller ever holds a line
+// after it, and every line before it is held. Hence "every line held" and
+// "some line refused" exclude each other for all callers: the decision is
+// a function of the records, and a retry, a concurrent repeat or the
+// caller after a crash derives the same one. Compensation starts only
+// once the record says compensating, which finish-accepted refuses, and
+// it runs to the end on every call until the refusal is recorded, so a
+// refused reservation holds nothing once Reserve answers. A caller that
+// stops between steps (crash, timeout) leaves an undecided reservation:
+// Reservation reads ErrNotFound and Release answers unknown, as before
+// any reservation, and the next Reserve with the id (the workflow retries
+// until it records a result) resumes at the step that was cut. Stock is
+// taken and returned only by scripts that check it, so it never goes
+// below zero; a reservation refused only because another order
+// transiently held units it then gave back is the price of going SKU by
+// SKU, counted by TransientRefusals.
+//
+// Release runs the same way: begin (count; an undecided reservation is
+// unknown and records nothing; a refused one records its answer; an
+// accepted one is marked releasing), give each line back once (a release
+// movement), finish released.
+//
+// Every stock change appends its movement to the SKU's ledger in the same
+// script, seeding included, so initial stock + the sum of movements =
+// available stock at every instant (StockLedger).
 //
 // It must not import actors/workflow, actors/grain, cluster or edge.
 package commerce

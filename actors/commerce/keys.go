@@ -12,18 +12,19 @@ const DefaultKeyPrefix = "sm:cs:"
 //
 //	P idem:{<key>}                  hash orderId, status, fingerprint
 //	P cart:{<cartId>}               string, JSON of the snapshot
-//	P stock:{inventory}:<sku>       string, available quantity
-//	P reservation:{inventory}:<id>  hash, first reserve and release results and call counters
-//	P paymethod:{payment}:<id>      hash approve, reason
-//	P payment:{payment}:<id>        hash, first authorization result and call counter
+//	P stock:{<sku>}                 string, available quantity
+//	P stockledger:{<sku>}           stream, one entry per stock movement of the SKU
+//	P hold:{<sku>}:<reservationId>  hash, one reservation line on the SKU: qty, state, ledger entry
+//	P reservation:{<reservationId>} hash, the reservation's progress, first reserve and release results, call counters
+//	P paymethod:{<methodId>}        hash approve, reason (seed data, read before authorizing)
+//	P payment:{<paymentId>}         hash, first authorization result and call counter
 //
-// A multi-SKU reservation is all or nothing, so it is one Lua script over
-// every SKU's stock key and the reservation record; Redis Cluster only
-// runs a script whose keys share a slot, hence the one shared tag
-// {inventory}. Authorize reads the method's seed and records the result in
-// one script for the same reason, hence the shared tag {payment}. Both pin
-// their module to one slot, which suits a sample's load; a sharded
-// inventory would need a reservation protocol across slots instead.
+// Every key carries the tag of the one thing it belongs to, so Redis
+// Cluster spreads SKUs, reservations and payments over all slots. Every
+// script touches the keys of one tag only: a SKU's stock, ledger and hold
+// records move together; a reservation's record alone; a payment's record
+// alone. What spans several SKUs is the reservation protocol in
+// redis_inventory.go, a sequence of such scripts.
 type keys struct{ prefix string }
 
 // newKeys refuses a prefix with braces: the first braces of a key choose
@@ -38,9 +39,22 @@ func newKeys(prefix string) (keys, error) {
 	return keys{prefix: prefix}, nil
 }
 
-func (k keys) idem(key string) string         { return k.prefix + "idem:{" + key + "}" }
-func (k keys) cart(cartID string) string      { return k.prefix + "cart:{" + cartID + "}" }
-func (k keys) stock(sku string) string        { return k.prefix + "stock:{inventory}:" + sku }
-func (k keys) reservation(id string) string   { return k.prefix + "reservation:{inventory}:" + id }
-func (k keys) paymentMethod(id string) string { return k.prefix + "paymethod:{payment}:" + id }
-func (k keys) paymentRecord(id string) string { return k.prefix + "payment:{payment}:" + id }
+func (k keys) idem(key string) string       { return k.prefix + "idem:{" + key + "}" }
+func (k keys) cart(cartID string) string    { return k.prefix + "cart:{" + cartID + "}" }
+func (k keys) stock(sku string) string      { return k.prefix + "stock:{" + sku + "}" }
+func (k keys) ledger(sku string) string     { return k.prefix + "stockledger:{" + sku + "}" }
+func (k keys) reservation(id string) string { return k.prefix + "reservation:{" + id + "}" }
+
+// hold is the line of reservation id on sku, under the SKU's tag so that
+// the line moves with the SKU's stock and ledger in one script.
+func (k keys) hold(sku, reservationID string) string {
+	return k.prefix + "hold:{" + sku + "}:" + reservationID
+}
+
+// sku is what one line step touches, in the order its scripts take them.
+func (k keys) sku(sku, reservationID string) []string {
+	return []string{k.hold(sku, reservationID), k.stock(sku), k.ledger(sku)}
+}
+
+func (k keys) paymentMethod(id string) string { return k.prefix + "paymethod:{" + id + "}" }
+func (k keys) paymentRecord(id string) string { return k.prefix + "payment:{" + id + "}" }

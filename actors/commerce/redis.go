@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,6 +16,10 @@ type Config struct {
 	// Client is required. A cluster client works: every multi-key script
 	// touches keys of a single hash slot (see keys).
 	Client redis.UniversalClient
+	// Now is the clock of the stock ledger's movements; optional, default
+	// time.Now. Scripts take the time as an argument and never read the
+	// server's clock.
+	Now func() time.Time
 	// KeyPrefix namespaces every key; default DefaultKeyPrefix. It must not
 	// contain '{' or '}', since the first braces of a key choose its
 	// Redis Cluster slot and the layout relies on choosing them itself.
@@ -30,6 +35,11 @@ type Config struct {
 type Redis struct {
 	client redis.UniversalClient
 	keys   keys
+	now    func() time.Time
+	// step, nil outside tests (export_test.go), is called after every
+	// step of the reservation protocol; an error stops the call there as
+	// a crash would.
+	step func(step string) error
 }
 
 // The views embed *Redis for its client and keys.
@@ -44,6 +54,7 @@ var (
 	_ Idempotency = idempotencyStore{}
 	_ Carts       = cartStore{}
 	_ Inventory   = inventoryStore{}
+	_ StockLedger = inventoryStore{}
 	_ Payment     = paymentStore{}
 )
 
@@ -59,6 +70,9 @@ func (r *Redis) Inventory() Inventory { return inventoryStore{r} }
 // Payment returns the seeded payment module.
 func (r *Redis) Payment() Payment { return paymentStore{r} }
 
+// Ledger returns the inventory's stock ledger.
+func (r *Redis) Ledger() StockLedger { return inventoryStore{r} }
+
 // NewRedis returns the store on cfg.Client, or an error wrapping ErrConfig
 // when cfg has no client or a prefix with braces.
 func NewRedis(cfg Config) (*Redis, error) {
@@ -69,7 +83,11 @@ func NewRedis(cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Redis{client: cfg.Client, keys: k}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Redis{client: cfg.Client, keys: k, now: now}, nil
 }
 
 // translate turns a go-redis error into this package's sentinels, so no

@@ -13,75 +13,179 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
 
-// The Inventory module on Redis: stock per SKU and one record per
-// reservation, all under the {inventory} hash tag.
+// The Inventory module on Redis: stock, ledger and hold records per SKU
+// under the SKU's tag, one progress record per reservation under its own
+// tag. A multi-SKU reservation is the protocol the package doc argues
+// for, one script per step; no script spans two tags.
 
-// reserveInventoryScript: KEYS[1] reservation record, KEYS[2..] stock keys;
-// ARGV[1] orderId, ARGV[2] reserved lines (JSON), ARGV[3..] one quantity
-// per stock key, then one SKU per stock key. The counter moves first so
-// repeats are counted; a stored result is returned untouched.
-var reserveInventoryScript = redis.NewScript(`
+// Reservation states, in the record's state field. The record's accepted
+// field, once set, is the decision; state says how far the steps got.
+const (
+	stateHolding      = "holding"
+	stateCompensating = "compensating"
+	stateReleasing    = "releasing"
+)
+
+// Hold states, in a hold record's state field. The first hold step of a
+// line writes held or refused; compensation writes returned, release
+// released.
+const (
+	holdHeld     = "held"
+	holdRefused  = "refused"
+	holdReturned = "returned"
+	holdReleased = "released"
+)
+
+// beginReserveScript: KEYS[1] reservation record; ARGV[1] orderId,
+// ARGV[2] lines (JSON). It counts the call, answers a decided reservation
+// with its result ({'done', accepted, reason}), and otherwise records the
+// first call's lines and order once and answers where the protocol
+// stands ({state, lines, shortReason}): a repeat works on the first
+// call's lines whatever it carries.
+var beginReserveScript = redis.NewScript(`
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'reserveCalls', 1)
-local prev = redis.call('HMGET', rec, 'accepted', 'reason')
-if prev[1] then
-  return {prev[1], prev[2] or ''}
+local v = redis.call('HMGET', rec, 'accepted', 'reason', 'lines', 'state', 'short')
+if v[1] then
+  return {'done', v[1], v[2] or ''}
 end
-local n = #KEYS - 1
-for i = 1, n do
-  local raw = redis.call('GET', KEYS[i + 1])
-  local have = 0
-  if raw then
-    have = tonumber(raw)
-    if not have then
-      return redis.error_reply('CORRUPT stock of ' .. ARGV[2 + n + i] .. ' is not a number')
-    end
-  end
-  local want = tonumber(ARGV[2 + i])
-  if have < want then
-    local reason = 'insufficient stock for ' .. ARGV[2 + n + i] .. ': requested ' .. ARGV[2 + i] .. ', available ' .. tostring(have)
-    redis.call('HSET', rec, 'accepted', '0', 'reason', reason, 'orderId', ARGV[1])
-    return {'0', reason}
-  end
+if not v[3] then
+  redis.call('HSET', rec, 'orderId', ARGV[1], 'lines', ARGV[2], 'state', 'holding')
+  return {'holding', ARGV[2], ''}
 end
-for i = 1, n do
-  redis.call('DECRBY', KEYS[i + 1], ARGV[2 + i])
-end
-redis.call('HSET', rec, 'accepted', '1', 'reason', '', 'orderId', ARGV[1], 'lines', ARGV[2])
-return {'1', ''}
+return {v[4] or 'holding', v[3], v[5] or ''}
 `)
 
-// releaseInventoryScript: KEYS[1] reservation record, KEYS[2..] stock keys
-// of the lines the caller read from the record; ARGV[1] those lines as
-// read, ARGV[2] the release reason, ARGV[3..] quantities. Stock keys must
-// be declared to the script, so the caller reads the lines first; the
-// lines are written once and never change, and if the caller's read
-// predates them the script answers 'retry' without counting the call.
-var releaseInventoryScript = redis.NewScript(`
-local rec = KEYS[1]
-local v = redis.call('HMGET', rec, 'accepted', 'lines', 'released', 'releaseReason')
-local accepted, lines, released, releaseReason = v[1], v[2] or '', v[3], v[4] or ''
-if released then
-  redis.call('HINCRBY', rec, 'releaseCalls', 1)
-  return {released, releaseReason}
+// holdLineScript: KEYS hold record, stock, ledger of one SKU; ARGV[1]
+// reservationId, ARGV[2] orderId, ARGV[3] quantity, ARGV[4] time (unix
+// ms), ARGV[5] sku. The first step for the line decides it: it takes the
+// quantity (held) or finds too little (refused, with the reason); every
+// later step answers what the record says ({state, reason}). A refusal
+// of a stocked SKU is written to the ledger with delta 0.
+var holdLineScript = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'state', 'reason')
+if st[1] then
+  return {st[1], st[2] or ''}
 end
-if not accepted then
-  redis.call('HINCRBY', rec, 'releaseCalls', 1)
-  return {'0', ARGV[3 + #KEYS - 1]}
-end
-if lines ~= ARGV[1] then
-  return {'retry', ''}
-end
-redis.call('HINCRBY', rec, 'releaseCalls', 1)
-if accepted == '1' then
-  for i = 2, #KEYS do
-    redis.call('INCRBY', KEYS[i], ARGV[1 + i])
+local raw = redis.call('GET', KEYS[2])
+local have = 0
+if raw then
+  have = tonumber(raw)
+  if not have then
+    return redis.error_reply('CORRUPT stock of ' .. ARGV[5] .. ' is not a number')
   end
-  redis.call('HSET', rec, 'released', '1', 'releaseReason', '', 'releaseRequestReason', ARGV[2])
+end
+local want = tonumber(ARGV[3])
+if have < want then
+  local reason = 'insufficient stock for ' .. ARGV[5] .. ': requested ' .. ARGV[3] .. ', available ' .. tostring(have)
+  local entry = ''
+  if raw then
+    entry = redis.call('XADD', KEYS[3], '*', 'kind', 'refuse', 'delta', '0', 'available', raw,
+      'requested', ARGV[3], 'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[4])
+  end
+  redis.call('HSET', KEYS[1], 'state', 'refused', 'qty', ARGV[3], 'reason', reason, 'entry', entry)
+  return {'refused', reason}
+end
+local left = redis.call('DECRBY', KEYS[2], want)
+local entry = redis.call('XADD', KEYS[3], '*', 'kind', 'reserve', 'delta', tostring(-want), 'available', tostring(left),
+  'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[4])
+redis.call('HSET', KEYS[1], 'state', 'held', 'qty', ARGV[3], 'entry', entry)
+return {'held', ''}
+`)
+
+// compensateScript: KEYS[1] reservation record; ARGV[1] the reason of
+// the short line. It commits the reservation to refusal before any line
+// goes back, first reason wins, and answers {'compensating', reason,
+// empty} or a decided reservation's {'done', accepted, reason}.
+var compensateScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'accepted', 'reason', 'state', 'short')
+if v[1] then
+  return {'done', v[1], v[2] or ''}
+end
+if v[3] == 'compensating' then
+  return {'compensating', v[4] or '', ''}
+end
+redis.call('HSET', KEYS[1], 'state', 'compensating', 'short', ARGV[1])
+return {'compensating', ARGV[1], ''}
+`)
+
+// returnLineScript: KEYS hold record, stock, ledger of one SKU; ARGV[1]
+// reservationId, ARGV[2] orderId, ARGV[3] time, ARGV[4] kind
+// ('compensate' or 'release'), ARGV[5] the state a returned line gets. It
+// gives a held line's quantity back with its ledger entry once and
+// answers the line's state, 'none' for a line never held (lines after
+// the short one of a refused reservation).
+var returnLineScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'state', 'qty')
+if not v[1] then
+  return 'none'
+end
+if v[1] ~= 'held' then
+  return v[1]
+end
+local left = redis.call('INCRBY', KEYS[2], v[2])
+redis.call('XADD', KEYS[3], '*', 'kind', ARGV[4], 'delta', v[2], 'available', tostring(left),
+  'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[3])
+redis.call('HSET', KEYS[1], 'state', ARGV[5])
+return ARGV[5]
+`)
+
+// finishReserveScript: KEYS[1] reservation record; ARGV[1] the outcome
+// ('1' accepted, '0' refused), ARGV[2] a refusal's reason. It records the
+// decision once; a reservation committed to refusal cannot be accepted.
+var finishReserveScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'accepted', 'reason', 'state', 'short')
+if v[1] then
+  return {v[1], v[2] or ''}
+end
+if ARGV[1] == '1' then
+  if v[3] == 'compensating' then
+    return redis.error_reply('CORRUPT reservation is compensating, it cannot be accepted')
+  end
+  redis.call('HSET', KEYS[1], 'accepted', '1', 'reason', '', 'state', 'accepted')
   return {'1', ''}
 end
-redis.call('HSET', rec, 'released', '0', 'releaseReason', ARGV[4 + #KEYS - 1], 'releaseRequestReason', ARGV[2])
-return {'0', ARGV[4 + #KEYS - 1]}
+local reason = v[4] or ARGV[2]
+redis.call('HSET', KEYS[1], 'accepted', '0', 'reason', reason, 'state', 'refused')
+return {'0', reason}
+`)
+
+// beginReleaseScript: KEYS[1] reservation record; ARGV[1] the release
+// request's reason, ARGV[2] the unknown-reservation reason, ARGV[3] the
+// not-accepted reason. It counts the call and answers a decided release
+// ({'done', released, reason}): an unknown (undecided) reservation is
+// answered and nothing but the counter is recorded; a refused one records
+// its answer. An accepted one is committed to release and its lines are
+// answered with its order ({'releasing', lines, orderId}).
+var beginReleaseScript = redis.NewScript(`
+local rec = KEYS[1]
+redis.call('HINCRBY', rec, 'releaseCalls', 1)
+local v = redis.call('HMGET', rec, 'accepted', 'lines', 'released', 'releaseReason', 'state', 'orderId')
+if v[3] then
+  return {'done', v[3], v[4] or ''}
+end
+if not v[1] then
+  return {'done', '0', ARGV[2]}
+end
+if v[1] == '0' then
+  redis.call('HSET', rec, 'released', '0', 'releaseReason', ARGV[3], 'releaseRequestReason', ARGV[1])
+  return {'done', '0', ARGV[3]}
+end
+if v[5] ~= 'releasing' then
+  redis.call('HSET', rec, 'state', 'releasing', 'releaseRequestReason', ARGV[1])
+end
+return {'releasing', v[2] or '', v[6] or ''}
+`)
+
+// finishReleaseScript: KEYS[1] reservation record. Every line is back;
+// the release result is recorded once.
+var finishReleaseScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'released', 'releaseReason')
+if v[1] then
+  return {v[1], v[2] or ''}
+end
+redis.call('HSET', KEYS[1], 'released', '1', 'releaseReason', '', 'state', 'released')
+return {'1', ''}
 `)
 
 // reservedLine is one SKU of a reservation as stored in its record.
@@ -91,7 +195,8 @@ type reservedLine struct {
 }
 
 // mergeLines sums quantities per SKU and sorts by SKU, so a request naming
-// a SKU twice checks the total and the script sees a deterministic order.
+// a SKU twice checks the total and every caller walks the lines in one
+// order.
 func mergeLines(lines []*contracts.OrderLine) ([]reservedLine, error) {
 	if len(lines) == 0 {
 		return nil, errors.New("no lines")
@@ -117,95 +222,206 @@ func mergeLines(lines []*contracts.OrderLine) ([]reservedLine, error) {
 	return out, nil
 }
 
-// Reserve implements Inventory. A repeat with the same ReservationId
-// returns the first result whatever lines it carries.
+func decodeLines(id, raw string) ([]reservedLine, error) {
+	var lines []reservedLine
+	if err := json.Unmarshal([]byte(raw), &lines); err != nil || len(lines) == 0 {
+		return nil, fmt.Errorf("%w: reservation %q lines %q", ErrCorrupt, id, raw)
+	}
+	return lines, nil
+}
+
+// after runs the test hook (Redis.step) after a protocol step.
+func (r inventoryStore) after(step string) error {
+	if r.step == nil {
+		return nil
+	}
+	return r.step(step)
+}
+
+func (r inventoryStore) nowMs() int64 { return r.now().UnixMilli() }
+
+// run runs a script that answers a list of strings of a known length.
+func (r inventoryStore) run(ctx context.Context, op string, s *redis.Script, n int, keys []string, args ...any) ([]string, error) {
+	res, err := s.Run(ctx, r.client, keys, args...).StringSlice()
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	if len(res) != n {
+		return nil, fmt.Errorf("%w: %s: unexpected reply %q", ErrCorrupt, op, res)
+	}
+	return res, nil
+}
+
+func reserveResult(accepted, reason string) *contracts.ReserveInventoryRes {
+	out := &contracts.ReserveInventoryRes{Accepted: accepted == "1"}
+	if !out.Accepted {
+		out.Reason = &reason
+	}
+	return out
+}
+
+// Reserve implements Inventory with the protocol of the package doc. A
+// repeat with the same ReservationId returns the first result whatever
+// lines it carries; a call that failed halfway is finished by the next.
 func (r inventoryStore) Reserve(ctx context.Context, req *contracts.ReserveInventoryReq) (*contracts.ReserveInventoryRes, error) {
 	if req == nil || req.GetReservationId() == "" {
 		return nil, invalid("reservationId is empty")
 	}
-	lines, err := mergeLines(req.GetLines())
+	id, orderID := req.GetReservationId(), req.GetOrderId()
+	merged, err := mergeLines(req.GetLines())
 	if err != nil {
-		return nil, invalid("reservation %q: %v", req.GetReservationId(), err)
+		return nil, invalid("reservation %q: %v", id, err)
 	}
-	enc, err := json.Marshal(lines)
+	enc, err := json.Marshal(merged)
 	if err != nil {
 		return nil, fmt.Errorf("commerce: encode reservation lines: %w", err)
 	}
-	keys := make([]string, 0, len(lines)+1)
-	keys = append(keys, r.keys.reservation(req.GetReservationId()))
-	args := make([]any, 0, 2+2*len(lines))
-	args = append(args, req.GetOrderId(), string(enc))
-	for _, l := range lines {
-		keys = append(keys, r.keys.stock(l.SKU))
-		args = append(args, l.Quantity)
-	}
-	for _, l := range lines {
-		args = append(args, l.SKU)
-	}
-	res, err := reserveInventoryScript.Run(ctx, r.client, keys, args...).StringSlice()
+	rec := []string{r.keys.reservation(id)}
+	v, err := r.run(ctx, "reserve inventory", beginReserveScript, 3, rec, orderID, string(enc))
 	if err != nil {
-		return nil, translate("reserve inventory", err)
+		return nil, err
 	}
-	if len(res) != 2 {
-		return nil, fmt.Errorf("%w: reserve inventory: unexpected reply %q", ErrCorrupt, res)
+	if v[0] == "done" {
+		return reserveResult(v[1], v[2]), nil
 	}
-	out := &contracts.ReserveInventoryRes{Accepted: res[0] == "1"}
-	if !out.Accepted {
-		out.Reason = &res[1]
+	if err := r.after("begin"); err != nil {
+		return nil, err
 	}
-	return out, nil
+	state, short := v[0], v[2]
+	lines, err := decodeLines(id, v[1])
+	if err != nil {
+		return nil, err
+	}
+	if state == stateHolding {
+		all := true
+		for _, l := range lines {
+			h, err := r.run(ctx, "hold stock", holdLineScript, 2, r.keys.sku(l.SKU, id),
+				id, orderID, l.Quantity, r.nowMs(), l.SKU)
+			if err != nil {
+				return nil, err
+			}
+			if err := r.after("hold " + l.SKU); err != nil {
+				return nil, err
+			}
+			if h[0] == holdHeld {
+				continue
+			}
+			// refused: this line decides the refusal; returned: another
+			// call already committed the reservation to it.
+			all, short = false, h[1]
+			break
+		}
+		if all {
+			return r.finish(ctx, id, "1", "")
+		}
+		c, err := r.run(ctx, "reserve inventory", compensateScript, 3, rec, short)
+		if err != nil {
+			return nil, err
+		}
+		if c[0] == "done" {
+			// Decided by another call while this one walked the lines: a
+			// line this call saw released belongs to an accepted one.
+			return reserveResult(c[1], c[2]), nil
+		}
+		short = c[1]
+		if err := r.after("compensating"); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range lines {
+		if _, err := r.returnLine(ctx, id, orderID, l.SKU, MovementCompensate, holdReturned); err != nil {
+			return nil, err
+		}
+		if err := r.after("compensate " + l.SKU); err != nil {
+			return nil, err
+		}
+	}
+	return r.finish(ctx, id, "0", short)
 }
 
-// releaseAttempts bounds the read-then-script loop of Release. The lines
-// it reads are written once, so one retry always suffices.
-const releaseAttempts = 3
+func (r inventoryStore) finish(ctx context.Context, id, accepted, reason string) (*contracts.ReserveInventoryRes, error) {
+	v, err := r.run(ctx, "reserve inventory", finishReserveScript, 2, []string{r.keys.reservation(id)}, accepted, reason)
+	if err != nil {
+		return nil, err
+	}
+	return reserveResult(v[0], v[1]), nil
+}
 
-// Release implements Inventory. An unknown reservation is answered but
-// not recorded, so a release that races ahead of its reservation cannot
-// block the later one from being released.
+func (r inventoryStore) returnLine(ctx context.Context, id, orderID, sku, kind, state string) (string, error) {
+	res, err := returnLineScript.Run(ctx, r.client, r.keys.sku(sku, id),
+		id, orderID, r.nowMs(), kind, state).Text()
+	if err != nil {
+		return "", translate("return stock", err)
+	}
+	return res, nil
+}
+
+// Release implements Inventory. An unknown reservation (none decided yet)
+// is answered but not recorded, so a release that races ahead of its
+// reservation cannot block the later one from being released.
 func (r inventoryStore) Release(ctx context.Context, req *contracts.ReleaseInventoryReq) (*contracts.ReleaseInventoryRes, error) {
 	if req == nil || req.GetReservationId() == "" {
 		return nil, invalid("reservationId is empty")
 	}
-	rec := r.keys.reservation(req.GetReservationId())
-	for range releaseAttempts {
-		raw, err := r.client.HGet(ctx, rec, "lines").Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, translate("release inventory", err)
+	id := req.GetReservationId()
+	rec := []string{r.keys.reservation(id)}
+	v, err := r.run(ctx, "release inventory", beginReleaseScript, 3, rec,
+		req.GetReason(), ReasonUnknownReservation, ReasonReservationNotAccepted)
+	if err != nil {
+		return nil, err
+	}
+	if v[0] != "done" {
+		if err := r.after("begin release"); err != nil {
+			return nil, err
 		}
-		var lines []reservedLine
-		if raw != "" {
-			if err := json.Unmarshal([]byte(raw), &lines); err != nil {
-				return nil, fmt.Errorf("%w: reservation %q lines: %v", ErrCorrupt, req.GetReservationId(), err)
+		lines, err := decodeLines(id, v[1])
+		if err != nil {
+			return nil, err
+		}
+		orderID := v[2]
+		for _, l := range lines {
+			st, err := r.returnLine(ctx, id, orderID, l.SKU, MovementRelease, holdReleased)
+			if err != nil {
+				return nil, err
+			}
+			if st != holdReleased {
+				return nil, fmt.Errorf("%w: accepted reservation %q holds %s as %q", ErrCorrupt, id, l.SKU, st)
+			}
+			if err := r.after("release " + l.SKU); err != nil {
+				return nil, err
 			}
 		}
-		keys := make([]string, 0, len(lines)+1)
-		keys = append(keys, rec)
-		args := make([]any, 0, 4+len(lines))
-		args = append(args, raw, req.GetReason())
-		for _, l := range lines {
-			keys = append(keys, r.keys.stock(l.SKU))
-			args = append(args, l.Quantity)
+		if v, err = r.run(ctx, "release inventory", finishReleaseScript, 2, rec); err != nil {
+			return nil, err
 		}
-		args = append(args, ReasonUnknownReservation, ReasonReservationNotAccepted)
-		res, err := releaseInventoryScript.Run(ctx, r.client, keys, args...).StringSlice()
-		if err != nil {
-			return nil, translate("release inventory", err)
-		}
-		if len(res) != 2 {
-			return nil, fmt.Errorf("%w: release inventory: unexpected reply %q", ErrCorrupt, res)
-		}
-		if res[0] == "retry" {
-			continue
-		}
-		out := &contracts.ReleaseInventoryRes{Released: res[0] == "1"}
-		if !out.Released {
-			out.Reason = &res[1]
-		}
-		return out, nil
+		v = append([]string{"done"}, v...)
 	}
-	return nil, fmt.Errorf("commerce: release inventory %q: reservation kept changing", req.GetReservationId())
+	out := &contracts.ReleaseInventoryRes{Released: v[1] == "1"}
+	if !out.Released {
+		out.Reason = &v[2]
+	}
+	return out, nil
 }
+
+// setStockScript: KEYS stock, ledger; ARGV[1] quantity, ARGV[2] time. It
+// sets the stock and records the change as a seed movement (the first
+// one of a SKU even when it is 0, none for a change of 0 later).
+var setStockScript = redis.NewScript(`
+local raw = redis.call('GET', KEYS[1])
+local old = 0
+if raw then
+  old = tonumber(raw)
+  if not old then
+    return redis.error_reply('CORRUPT stock is not a number')
+  end
+end
+local want = tonumber(ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1])
+if (not raw) or want ~= old then
+  redis.call('XADD', KEYS[2], '*', 'kind', 'seed', 'delta', tostring(want - old), 'available', ARGV[1], 'at', ARGV[2])
+end
+return 1
+`)
 
 // SetStock implements Inventory.
 func (r inventoryStore) SetStock(ctx context.Context, sku string, quantity int64) error {
@@ -215,7 +431,8 @@ func (r inventoryStore) SetStock(ctx context.Context, sku string, quantity int64
 	if quantity < 0 {
 		return invalid("stock of %q is %d, want >= 0", sku, quantity)
 	}
-	return translate("set stock", r.client.Set(ctx, r.keys.stock(sku), quantity, 0).Err())
+	return translate("set stock", setStockScript.Run(ctx, r.client,
+		[]string{r.keys.stock(sku), r.keys.ledger(sku)}, quantity, r.nowMs()).Err())
 }
 
 // Stock implements Inventory.

@@ -2,6 +2,7 @@ package commerce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -10,14 +11,14 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
 
-// The Payment module on Redis: method seeds and one record per payment,
-// all under the {payment} hash tag.
+// The Payment module on Redis: method seeds and payment records, each
+// under its own id's tag.
 
-// authorizeScript: KEYS[1] payment record, KEYS[2] method seed; ARGV
-// orderId, methodId, amount, currency, unknown-method reason, default
-// decline reason. The method is read inside the script, so the decision
-// and its record are one step and a later change of the seed cannot
-// change a recorded result.
+// authorizeScript: KEYS[1] payment record; ARGV orderId, methodId,
+// amount, currency, the decision ('1' or '0') and a decline's reason. The
+// caller decides from the method's seed, read before; the script records
+// that decision only if none is recorded, so the first result wins and a
+// later change of the seed cannot change a recorded result.
 var authorizeScript = redis.NewScript(`
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'calls', 1)
@@ -25,22 +26,31 @@ local prev = redis.call('HMGET', rec, 'accepted', 'reason')
 if prev[1] then
   return {prev[1], prev[2] or ''}
 end
-local m = redis.call('HMGET', KEYS[2], 'approve', 'reason')
-local accepted, reason = '0', ''
-if not m[1] then
-  reason = ARGV[5]
-elseif m[1] == '1' then
-  accepted = '1'
-else
-  reason = m[2] or ''
-  if reason == '' then reason = ARGV[6] end
-end
-redis.call('HSET', rec, 'accepted', accepted, 'reason', reason, 'orderId', ARGV[1],
+redis.call('HSET', rec, 'accepted', ARGV[5], 'reason', ARGV[6], 'orderId', ARGV[1],
   'methodId', ARGV[2], 'amount', ARGV[3], 'currency', ARGV[4])
-return {accepted, reason}
+return {ARGV[5], ARGV[6]}
 `)
 
-// Authorize implements Payment.
+// decide is what the method's seed says of an authorization.
+func decide(m PaymentMethod, err error) (accepted bool, reason string, _ error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, ReasonUnknownPaymentMethod, nil
+	case err != nil:
+		return false, "", err
+	case m.Approve:
+		return true, "", nil
+	case m.Reason == "":
+		return false, ReasonPaymentDeclined, nil
+	default:
+		return false, m.Reason, nil
+	}
+}
+
+// Authorize implements Payment. The method's seed lives under its own
+// tag, so it is read first and the decision passed to the record's
+// script: a seed changed in between decides a PaymentId that has no
+// result yet, which is what a seed changed just before would do.
 func (r paymentStore) Authorize(ctx context.Context, req *contracts.AuthorizePaymentReq) (*contracts.AuthorizePaymentRes, error) {
 	switch {
 	case req == nil || req.GetPaymentId() == "":
@@ -50,10 +60,14 @@ func (r paymentStore) Authorize(ctx context.Context, req *contracts.AuthorizePay
 	case req.GetAmount() < 0:
 		return nil, invalid("payment %q: amount %d is negative", req.GetPaymentId(), req.GetAmount())
 	}
+	accepted, reason, err := decide(r.GetMethod(ctx, req.GetPaymentMethodId()))
+	if err != nil {
+		return nil, fmt.Errorf("authorize payment %q: %w", req.GetPaymentId(), err)
+	}
 	res, err := authorizeScript.Run(ctx, r.client,
-		[]string{r.keys.paymentRecord(req.GetPaymentId()), r.keys.paymentMethod(req.GetPaymentMethodId())},
+		[]string{r.keys.paymentRecord(req.GetPaymentId())},
 		req.GetOrderId(), req.GetPaymentMethodId(), req.GetAmount(), req.GetCurrency(),
-		ReasonUnknownPaymentMethod, ReasonPaymentDeclined).StringSlice()
+		boolField(accepted), reason).StringSlice()
 	if err != nil {
 		return nil, translate("authorize payment", err)
 	}

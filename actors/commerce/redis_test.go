@@ -60,9 +60,21 @@ func TestRedisContracts(t *testing.T) {
 	t.Run("Inventory", func(t *testing.T) {
 		commercetest.RunInventoryContract(t, func(t *testing.T) commerce.Inventory { return store(t).Inventory() })
 	})
+	t.Run("StockLedger", func(t *testing.T) {
+		commercetest.RunStockLedgerContract(t, func(t *testing.T) commercetest.LedgeredInventory { return ledgered(store(t)) })
+	})
 	t.Run("Payment", func(t *testing.T) {
 		commercetest.RunPaymentContract(t, func(t *testing.T) commerce.Payment { return store(t).Payment() })
 	})
+}
+
+// ledgered is the store's inventory with its ledger, for the ledger
+// contract.
+func ledgered(s *commerce.Redis) commercetest.LedgeredInventory {
+	return struct {
+		commerce.Inventory
+		commerce.StockLedger
+	}{s.Inventory(), s.Ledger()}
 }
 
 func TestFingerprint(t *testing.T) {
@@ -144,7 +156,7 @@ func hashTag(key string) string {
 	return key
 }
 
-func TestKeyLayout_ScriptKeysShareOneSlot(t *testing.T) {
+func TestKeyLayout_EachKeyTaggedByItsOwnID(t *testing.T) {
 	store, raw := newStore(t)
 	ctx := t.Context()
 	require.NoError(t, store.ApplySeed(ctx, commerce.DemoSeed()))
@@ -157,28 +169,113 @@ func TestKeyLayout_ScriptKeysShareOneSlot(t *testing.T) {
 	_, _, err = store.Idempotency().Reserve(ctx, "key-1", commerce.Mapping{OrderID: "o"})
 	require.NoError(t, err)
 
+	skus := map[string]bool{commerce.DemoSKUShirt: true, commerce.DemoSKUMug: true, commerce.DemoSKUSoldOut: true}
 	keys, err := raw.Keys(ctx, "*").Result()
 	require.NoError(t, err)
 	byKind := map[string]int{}
 	for _, k := range keys {
 		require.True(t, strings.HasPrefix(k, commerce.DefaultKeyPrefix), k)
-		switch rest := strings.TrimPrefix(k, commerce.DefaultKeyPrefix); {
-		case strings.HasPrefix(rest, "stock:"), strings.HasPrefix(rest, "reservation:"):
-			require.Equal(t, "inventory", hashTag(k), k)
-			byKind["inventory"]++
-		case strings.HasPrefix(rest, "paymethod:"), strings.HasPrefix(rest, "payment:"):
-			require.Equal(t, "payment", hashTag(k), k)
-			byKind["payment"]++
-		case strings.HasPrefix(rest, "idem:"):
+		rest := strings.TrimPrefix(k, commerce.DefaultKeyPrefix)
+		kind, _, _ := strings.Cut(rest, ":")
+		byKind[kind]++
+		switch kind {
+		case "stock", "stockledger", "hold":
+			require.True(t, skus[hashTag(k)], "%s is tagged by its SKU", k)
+		case "reservation":
+			require.Equal(t, "res-1", hashTag(k), k)
+		case "payment":
+			require.Equal(t, "pay-1", hashTag(k), k)
+		case "paymethod":
+			require.Contains(t, []string{commerce.DemoMethodOK, commerce.DemoMethodDeclined}, hashTag(k), k)
+		case "idem":
 			require.Equal(t, "key-1", hashTag(k), k)
-			byKind["idem"]++
-		case strings.HasPrefix(rest, "cart:"):
-			byKind["cart"]++
+		case "cart":
+			require.Contains(t, []string{commerce.DemoCartOK, commerce.DemoCartNoStock}, hashTag(k), k)
 		default:
 			t.Errorf("unexpected key %q", k)
 		}
 	}
-	require.Equal(t, map[string]int{"inventory": 4, "payment": 3, "idem": 1, "cart": 2}, byKind)
+	require.Equal(t, map[string]int{"stock": 3, "stockledger": 3, "hold": 2, "reservation": 1,
+		"paymethod": 2, "payment": 1, "idem": 1, "cart": 2}, byKind)
+}
+
+// Every script the store runs names keys of one hash tag only, so Redis
+// Cluster can run it: a hook on the client checks each EVAL and EVALSHA
+// while the contract suites run.
+func TestScripts_KeysOfOneTagOnly(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	var scripts, multiKey atomic.Int64
+	c.AddHook(sameTagHook{t: t, scripts: &scripts, multiKey: &multiKey})
+	var n atomic.Int64
+	store := func(t *testing.T) *commerce.Redis {
+		return newRedis(t, commerce.Config{Client: c, KeyPrefix: fmt.Sprintf("t%d:cs:", n.Add(1))})
+	}
+	t.Run("Idempotency", func(t *testing.T) {
+		commercetest.RunIdempotencyContract(t, func(t *testing.T) commerce.Idempotency { return store(t).Idempotency() })
+	})
+	t.Run("Inventory", func(t *testing.T) {
+		commercetest.RunInventoryContract(t, func(t *testing.T) commerce.Inventory { return store(t).Inventory() })
+	})
+	t.Run("StockLedger", func(t *testing.T) {
+		commercetest.RunStockLedgerContract(t, func(t *testing.T) commercetest.LedgeredInventory { return ledgered(store(t)) })
+	})
+	t.Run("Payment", func(t *testing.T) {
+		commercetest.RunPaymentContract(t, func(t *testing.T) commerce.Payment { return store(t).Payment() })
+	})
+	t.Run("Seed", func(t *testing.T) {
+		require.NoError(t, store(t).ApplySeed(t.Context(), commerce.DemoSeed()))
+	})
+	require.Positive(t, multiKey.Load(), "multi-key scripts ran")
+	t.Logf("%d scripts, %d of them over several keys, each of one tag", scripts.Load(), multiKey.Load())
+}
+
+type sameTagHook struct {
+	t                 *testing.T
+	scripts, multiKey *atomic.Int64
+}
+
+func (sameTagHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sameTagHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.check(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h sameTagHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.check(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h sameTagHook) check(cmd redis.Cmder) {
+	name := strings.ToLower(cmd.Name())
+	if name != "eval" && name != "evalsha" {
+		return
+	}
+	args := cmd.Args()
+	numKeys, ok := args[2].(int)
+	if !ok {
+		h.t.Errorf("%s: numkeys is %T", name, args[2])
+		return
+	}
+	h.scripts.Add(1)
+	if numKeys > 1 {
+		h.multiKey.Add(1)
+	}
+	tags := map[string]bool{}
+	for _, k := range args[3 : 3+numKeys] {
+		tags[hashTag(k.(string))] = true
+	}
+	if len(tags) > 1 {
+		h.t.Errorf("a script spans hash tags %v: %v", tags, args[3:3+numKeys])
+	}
 }
 
 func TestRedis_KeyPrefix(t *testing.T) {
@@ -192,7 +289,7 @@ func TestRedis_KeyPrefix(t *testing.T) {
 	n, err := two.Inventory().Stock(ctx, "a")
 	require.NoError(t, err)
 	require.Zero(t, n, "prefixes separate stores on one server")
-	exists, err := raw.Exists(ctx, "one:stock:{inventory}:a").Result()
+	exists, err := raw.Exists(ctx, "one:stock:{a}").Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, exists)
 }

@@ -147,8 +147,10 @@ func (s Seed) Validate() error {
 }
 
 // ApplySeed validates the seed and writes it, replacing carts, stock and
-// methods of the same ids. It is not one atomic step (the keys live in
-// different slots); applying the same seed again converges.
+// methods of the same ids. Every SKU's stock change is a seed movement of
+// its ledger (none when the stock already is the seed's). It is not one
+// atomic step (the keys live in different slots); applying the same seed
+// again converges.
 func (r *Redis) ApplySeed(ctx context.Context, s Seed) error {
 	if err := s.Validate(); err != nil {
 		return err
@@ -169,8 +171,12 @@ func (r *Redis) ApplySeed(ctx context.Context, s Seed) error {
 		for _, c := range carts {
 			p.Set(ctx, c.key, c.val, 0)
 		}
+		// Each SKU's stock is set with its seed movement, so the ledger
+		// starts at the initial stock. Eval, not EvalSha: a pipeline
+		// cannot fall back on NOSCRIPT.
+		now := r.now().UnixMilli()
 		for sku, n := range s.Stock {
-			p.Set(ctx, r.keys.stock(sku), n, 0)
+			setStockScript.Eval(ctx, p, []string{r.keys.stock(sku), r.keys.ledger(sku)}, n, now)
 		}
 		for _, m := range s.Methods {
 			p.HSet(ctx, r.keys.paymentMethod(m.MethodID), "approve", boolField(m.Approve), "reason", m.Reason)

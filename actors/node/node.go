@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,18 @@ import (
 
 // RedisURLs names each store's Redis. Empty ones default to Default, so
 // one Redis serves everything unless the stores are split.
+//
+// A URL is either one server, in the forms of go-redis' ParseURL
+// (redis://host:port/db, rediss://..., unix:///path?db=N), or a Redis
+// Cluster given by its seeds:
+//
+//	redis+cluster://[user:password@]host:port[?addr=host:port&addr=...]
+//
+// (rediss+cluster over TLS): every seed after the first is an addr
+// parameter, and the other query parameters are go-redis'
+// ParseClusterURL options. A cluster URL gets go-redis' cluster client,
+// which routes each command to its slot's master and follows MOVED and
+// ASK redirects; every store keeps each script's keys in one slot.
 type RedisURLs struct {
 	Default    string
 	Events     string
@@ -65,7 +78,7 @@ type Stores struct {
 	clients         []storeClient
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
-	own []*redis.Client
+	own []redis.UniversalClient
 }
 
 // The store labels of StoreOptions.StoreHook: one client per store, so a
@@ -82,7 +95,7 @@ const (
 // fit for logs and probe replies.
 type storeClient struct {
 	name   string
-	client *redis.Client
+	client redis.UniversalClient
 }
 
 // StoreOptions tune store clients.
@@ -103,22 +116,18 @@ type StoreOptions struct {
 // WaitStores; only a malformed URL fails here.
 func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	s := &Stores{}
-	byURL := map[string]*redis.Client{}
-	get := func(u string) (*redis.Client, error) {
+	byURL := map[string]redis.UniversalClient{}
+	get := func(u string) (redis.UniversalClient, error) {
 		if u == "" {
 			u = urls.Default
 		}
 		if c, ok := byURL[u]; ok {
 			return c, nil
 		}
-		o, err := redis.ParseURL(u)
+		c, err := NewRedisClient(u, opt.PoolSize)
 		if err != nil {
-			return nil, fmt.Errorf("redis url %q: %w", redactURL(u), err)
+			return nil, err
 		}
-		if opt.PoolSize > 0 {
-			o.PoolSize = opt.PoolSize
-		}
-		c := redis.NewClient(o)
 		if opt.Hook != nil {
 			c.AddHook(opt.Hook)
 		}
@@ -127,7 +136,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return c, nil
 	}
 	var errs []error
-	must := func(u, store string) *redis.Client {
+	must := func(u, store string) redis.UniversalClient {
 		c, err := get(u)
 		errs = append(errs, err)
 		if err != nil {
@@ -197,7 +206,7 @@ func (s *Stores) Ping(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.client.Ping(ctx).Err(); err != nil {
+			if err := ping(ctx, c.client); err != nil {
 				errs[i] = fmt.Errorf("redis %s: %w", c.name, err)
 			}
 		}()
@@ -207,6 +216,15 @@ func (s *Stores) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrStoresUnavailable, err)
 	}
 	return nil
+}
+
+// ping asks one server, or every master of a cluster: a cluster with a
+// master down serves only part of the keyspace.
+func ping(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+	return c.Ping(ctx).Err()
 }
 
 // Close closes every client.
@@ -224,8 +242,8 @@ func (s *Stores) Close() {
 // WithTimeout clone (same connection pool, hooks of its own) carrying
 // opt.Hook and the store's hook. WithTimeout sets one timeout for reads
 // and writes, so a URL that sets them apart gets a client with a pool of
-// its own instead.
-func (s *Stores) storeClientFor(shared *redis.Client, store string, opt StoreOptions) *redis.Client {
+// its own instead, and so does a cluster client, which has no such clone.
+func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt StoreOptions) redis.UniversalClient {
 	if opt.StoreHook == nil {
 		return shared
 	}
@@ -233,20 +251,63 @@ func (s *Stores) storeClientFor(shared *redis.Client, store string, opt StoreOpt
 	if h == nil {
 		return shared
 	}
-	o := shared.Options()
-	var c *redis.Client
-	if o.ReadTimeout == o.WriteTimeout {
-		c = shared.WithTimeout(o.ReadTimeout)
-	} else {
-		own := *o
-		c = redis.NewClient(&own)
+	var c redis.UniversalClient
+	switch sc := shared.(type) {
+	case *redis.Client:
+		if o := sc.Options(); o.ReadTimeout == o.WriteTimeout {
+			c = sc.WithTimeout(o.ReadTimeout)
+		} else {
+			own := *o
+			c = redis.NewClient(&own)
+			s.own = append(s.own, c)
+		}
+	case *redis.ClusterClient:
+		own := *sc.Options()
+		c = redis.NewClusterClient(&own)
 		s.own = append(s.own, c)
+	default:
+		return shared
 	}
 	if opt.Hook != nil {
 		c.AddHook(opt.Hook)
 	}
 	c.AddHook(h)
 	return c
+}
+
+// ClusterScheme is the URL scheme of a Redis Cluster (see RedisURLs);
+// rediss+cluster is its TLS form.
+const ClusterScheme = "redis+cluster"
+
+// IsClusterURL reports whether u names a Redis Cluster.
+func IsClusterURL(u string) bool {
+	return strings.HasPrefix(u, ClusterScheme+"://") || strings.HasPrefix(u, "rediss+cluster://")
+}
+
+// NewRedisClient returns a client for a Redis URL (see RedisURLs): a
+// *redis.ClusterClient for a cluster URL, a *redis.Client otherwise,
+// with poolSize connections per server unless it is 0. It does not
+// contact Redis; only a malformed URL fails.
+func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
+	if IsClusterURL(u) {
+		scheme, rest, _ := strings.Cut(u, "://")
+		o, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster url %q: %w", redactURL(u), err)
+		}
+		if poolSize > 0 {
+			o.PoolSize = poolSize
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("redis url %q: %w", redactURL(u), err)
+	}
+	if poolSize > 0 {
+		o.PoolSize = poolSize
+	}
+	return redis.NewClient(o), nil
 }
 
 // redactURL drops a password from a Redis URL: store names end up in logs

@@ -92,7 +92,13 @@ func (s *Redis) Unindex(ctx context.Context, memberID, kind, id string) error {
 // record may change while the scan runs; fn sees each as it was read.
 func (s *Redis) ScanRecords(ctx context.Context, kind string, fn func(id string, rec Record) error) error {
 	pattern := s.keys.recordPattern(kind)
-	var mu sync.Mutex // ForEachMaster scans masters at once; fn runs under mu
+	// ForEachMaster scans masters at once; fn runs under mu, and once it
+	// returned an error (stopped) no master calls it again: the scans of
+	// the other masters end at their next record.
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
@@ -113,7 +119,12 @@ func (s *Redis) ScanRecords(ctx context.Context, kind string, fn func(id string,
 					continue
 				}
 				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return nil
+				}
 				err = fn(id, recordFrom(m))
+				stopped = err != nil
 				mu.Unlock()
 				if err != nil {
 					return err

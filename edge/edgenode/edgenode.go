@@ -226,6 +226,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	if cfg.Admin {
 		ecfg.Timeline = &edge.Timeline{Events: st.Events, Ownership: st.Location, Operations: st.Relocation,
 			Inventory: st.Commerce.Inventory(), Payment: st.Commerce.Payment()}
+		ecfg.Mounts = append(ecfg.Mounts, edge.StockAdmin{Ledger: st.Commerce.Ledger()})
 	}
 	if cfg.SelfCheck {
 		// The runner's hooks are test machinery: mounted on the admin

@@ -229,7 +229,7 @@ func writesFirst(names []string) []string {
 // runCeiling replays the per-order command mix against the same Redis with
 // the same concurrency, each worker one virtual order at a time, and
 // reports how many orders per second Redis alone allows.
-func runCeiling(ctx context.Context, rdb *redis.Client, m ceilingMix, concurrency int, d time.Duration) (ceilingStats, error) {
+func runCeiling(ctx context.Context, rdb redis.UniversalClient, m ceilingMix, concurrency int, d time.Duration) (ceilingStats, error) {
 	st := ceilingStats{Concurrency: concurrency}
 	var subst []string
 	for _, names := range []map[string]float64{m.TopLevel, m.Inner} {

@@ -102,6 +102,9 @@ type load struct {
 	// (waitUnknown until then): an API without the wait (an older binary)
 	// is detected once and then polled with plain GETs.
 	wait atomic.Int32
+	// peer, when set, runs each order against a peer system instead of
+	// the APIs (peers.go): the same mix, phases and latency method.
+	peer func(ctx context.Context, l *load, n int64, phaseStart, scheduled time.Time) orderResult
 }
 
 // What the load knows of the APIs' bounded wait.
@@ -255,18 +258,12 @@ type orderReply struct {
 // timeline), or from the POST when scheduled is zero (the closed loop,
 // where a start is never due before the worker is free).
 func (l *load) one(ctx context.Context, n int64, phaseStart, scheduled time.Time) orderResult {
-	path := l.pathOf(n)
+	if l.peer != nil {
+		return l.peer(ctx, l, n, phaseStart, scheduled)
+	}
+	path, body := l.startRequest(n)
 	api := int(n % int64(len(l.cfg.APIs)))
 	base := l.cfg.APIs[api]
-	body := startBody{ShippingAddressID: "addr-bench", IdempotencyKey: fmt.Sprintf("bench-%s-%d", l.cfg.RunID, n)}
-	switch path {
-	case pathInventory:
-		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartNoStock, l.cfg.IDs.MethodOK
-	case pathPayment:
-		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartOK, l.cfg.IDs.MethodDeclined
-	default:
-		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartOK, l.cfg.IDs.MethodOK
-	}
 	b, _ := json.Marshal(body)
 	sent := time.Now()
 	t0 := scheduled
@@ -350,6 +347,21 @@ func (l *load) one(ctx context.Context, n int64, phaseStart, scheduled time.Time
 	}
 	r.E2E = time.Since(t0)
 	return r
+}
+
+// startRequest is order n's path of the mix and its StartOrder body.
+func (l *load) startRequest(n int64) (string, startBody) {
+	path := l.pathOf(n)
+	body := startBody{ShippingAddressID: "addr-bench", IdempotencyKey: fmt.Sprintf("bench-%s-%d", l.cfg.RunID, n)}
+	switch path {
+	case pathInventory:
+		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartNoStock, l.cfg.IDs.MethodOK
+	case pathPayment:
+		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartOK, l.cfg.IDs.MethodDeclined
+	default:
+		body.CartID, body.PaymentMethodID = l.cfg.IDs.CartOK, l.cfg.IDs.MethodOK
+	}
+	return path, body
 }
 
 func (l *load) do(ctx context.Context, method, url string, body []byte) (int, http.Header, orderReply, error) {

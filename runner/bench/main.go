@@ -48,9 +48,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 type options struct {
@@ -74,6 +73,12 @@ type options struct {
 	openLoopMaxInFlight int
 	// baseline is a commit whose binaries are measured first.
 	baseline string
+	// redisCluster runs the cluster's stores on a 3-master Redis Cluster.
+	redisCluster bool
+	// peer holds the Restate comparison's flags (peers.go).
+	peer peerOptions
+	// profileDir, when set, receives each node's CPU profile of the closed loop (profile.go).
+	profileDir string
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -119,14 +124,20 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.openLoopRate, "open-loop-rate", 0, "open-loop arrival rate, orders/s (0 = 50% of the closed-loop throughput; with -baseline, the baseline's rate for both runs)")
 	fs.DurationVar(&o.openLoopDuration, "open-loop-duration", 10*time.Second, "length of the open-loop timeline")
 	fs.IntVar(&o.openLoopMaxInFlight, "open-loop-max-inflight", 1024, "most open-loop orders in flight; beyond, orders are sent late (and measured from their due time)")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "fetch a CPU profile from every node during the closed loop into this directory (<node>.pprof, <node>.top.txt; a baseline's under DIR/baseline)")
+	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run the stores on a local 3-master Redis Cluster (Redis CPU and commandstats summed over the masters; fails on any CROSSSLOT reply)")
 	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
+	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	return o, o.validate()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	return o, o.peer.validate()
 }
 
 func (o options) validate() error {
@@ -166,6 +177,10 @@ type target struct {
 	StatsFile string
 	// Notes go into the target's report.
 	Notes []string
+	// RedisPersist and RedisAppendFsync are localcluster's: Redis with an
+	// append-only file and its fsync policy.
+	RedisPersist     bool
+	RedisAppendFsync string
 }
 
 func run(ctx context.Context, o options) (err error) {
@@ -180,18 +195,23 @@ func run(ctx context.Context, o options) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if o.peer.active() {
+		return runPeers(ctx, o, dir)
+	}
 	var base *report
 	if o.baseline != "" {
 		bt, err := buildBaseline(ctx, o.baseline, filepath.Join(dir, "baseline"))
 		if err != nil {
 			return fmt.Errorf("baseline %s: %w", o.baseline, err)
 		}
+		bt.RedisPersist, bt.RedisAppendFsync = redisDurability(o.peer.redisDurability)
 		logf("=== baseline %s: measured first ===", bt.Commit)
 		if base, err = measure(ctx, o, bt, nil); err != nil {
 			return fmt.Errorf("baseline %s: %w", o.baseline, err)
 		}
 	}
 	cur := target{Label: "working tree", Dir: dir, APIBin: o.apiBin, WfBin: o.workflowBin}
+	cur.RedisPersist, cur.RedisAppendFsync = redisDurability(o.peer.redisDurability)
 	if cur.APIBin == "" {
 		if cur.APIBin, cur.WfBin, err = build(ctx, filepath.Join(dir, "bin")); err != nil {
 			return err
@@ -228,8 +248,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	logf("starting cluster in %s", t.Dir)
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.Dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: env,
-		StopGrace: 15 * time.Second,
-		Logf:      func(f string, a ...any) { logf(f, a...) },
+		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync,
+		RedisCluster: o.redisCluster,
+		StopGrace:    15 * time.Second,
+		Logf:         func(f string, a ...any) { logf(f, a...) },
 	})
 	if err != nil {
 		return nil, err
@@ -249,12 +271,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			logf("stop: %v", serr)
 		}
 	}()
-	ropt, err := redis.ParseURL(c.RedisURL())
+	rdb, err := redisserver.NewClientPool(c.RedisURL(), o.concurrency+8)
 	if err != nil {
 		return nil, err
 	}
-	ropt.PoolSize = o.concurrency + 8
-	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 
 	runID := fmt.Sprintf("b%x", time.Now().UnixNano()&0xffffffffff)
@@ -280,7 +300,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n), StatsPath: statsPath(t.StatsFile, n)}
 	}
-	before, err := snapshot(ctx, rdb, procs, c.RedisPID())
+	before, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,8 +310,14 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	}
 	logf("measuring: %s, concurrency %d, mix %d%% success / %d%% inventory failure / %d%% payment failure, poll %s",
 		mode, o.concurrency, 100-o.inventoryPct-o.paymentPct, o.inventoryPct, o.paymentPct, o.poll)
+	profileDir := o.profileDir
+	if t.Commit != "" && profileDir != "" {
+		profileDir = filepath.Join(profileDir, "baseline")
+	}
+	waitProfiles := startProfiles(ctx, profileDir, c, o.duration)
 	res := gen.run(ctx, "load", o.duration, o.orders, reportProgress)
-	after, err := snapshot(ctx, rdb, procs, c.RedisPID())
+	waitProfiles()
+	after, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -346,6 +372,11 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			}
 		}
 	}
+	notes, err := redisClusterNotes(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("redis cluster: %w", err)
+	}
+	rep.Notes = append(rep.Notes, notes...)
 	printReport(os.Stdout, rep)
 	jsonPath := filepath.Join(t.Dir, "bench-results.json")
 	if err := writeJSON(jsonPath, rep); err != nil {

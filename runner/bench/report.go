@@ -29,7 +29,7 @@ type replayStats struct {
 // decoded). It is the Redis and decode part of a warm replay only; it
 // does not open the fence and runs from this process, not a workflow
 // member.
-func replayRead(ctx context.Context, rdb *redis.Client, res loadResult, n int) replayStats {
+func replayRead(ctx context.Context, rdb redis.UniversalClient, res loadResult, n int) replayStats {
 	st := replayStats{Method: "eventstore Load (XRANGE + decode) of terminal orders' streams from the runner, sequential; " +
 		"read part of a replay only, fence not raised"}
 	es, err := eventstore.NewRedis(eventstore.Config{Client: rdb})

@@ -20,7 +20,7 @@ type seedIDs struct {
 // ampleStock outlasts any run: a success takes 3 units.
 const ampleStock = 1_000_000_000
 
-func seed(ctx context.Context, rdb *redis.Client, run string) (seedIDs, error) {
+func seed(ctx context.Context, rdb redis.UniversalClient, run string) (seedIDs, error) {
 	ids := seedIDs{
 		CartOK: "cart-" + run + "-ok", CartNoStock: "cart-" + run + "-nostock",
 		MethodOK: "pm-" + run + "-ok", MethodDeclined: "pm-" + run + "-declined",

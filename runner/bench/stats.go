@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,7 +51,10 @@ type snap struct {
 	Dumped []string
 }
 
-func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]proc, redisPID int) (snap, error) {
+// snapshot reads the figures; redisPIDs are every redis-server (the
+// masters of a Redis Cluster), whose CPU is summed under "redis-server",
+// and a cluster's commandstats are summed over its masters.
+func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]proc, redisPIDs ...int) (snap, error) {
 	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}}
 	for _, name := range sortedKeys(procs) {
 		p := procs[name]
@@ -75,19 +79,42 @@ func snapshot(ctx context.Context, rdb *redis.Client, procs map[string]proc, red
 			s.CPU[name] = cpu
 		}
 	}
-	if cpu, err := cpuSeconds(redisPID); err == nil {
-		s.CPU["redis-server"] = cpu
+	for _, pid := range redisPIDs {
+		if cpu, err := cpuSeconds(pid); err == nil {
+			s.CPU["redis-server"] += cpu
+		}
 	}
 	// The load generator shares the machine: its cost is shown, apart.
 	if cpu, err := cpuSeconds(0); err == nil {
 		s.CPU[runnerCPU] = cpu
 	}
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return s, fmt.Errorf("INFO commandstats: %w", err)
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return s, fmt.Errorf("INFO commandstats: %w", err)
+		}
+		s.Cmdstats = parseCommandstats(info)
+		return s, nil
 	}
-	s.Cmdstats = parseCommandstats(info)
-	return s, nil
+	var mu sync.Mutex
+	s.Cmdstats = map[string]cmdStat{}
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return fmt.Errorf("INFO commandstats %s: %w", m.Options().Addr, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for name, st := range parseCommandstats(info) {
+			sum := s.Cmdstats[name]
+			sum.Calls += st.Calls
+			sum.Usec += st.Usec
+			s.Cmdstats[name] = sum
+		}
+		return nil
+	})
+	return s, err
 }
 
 // parseCommandstats reads lines like
@@ -152,6 +179,10 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 var notOrderCommands = map[string]bool{
 	"info": true, "hello": true, "client|setinfo": true, "client|setname": true, "auth": true, "select": true,
 	"config|get": true, "config|set": true, "script|load": true, "ping": true,
+	// A Redis Cluster client's own: the slot map it loads, and the
+	// ASKING that precedes a command it was redirected with ASK.
+	"cluster|slots": true, "cluster|shards": true, "cluster|nodes": true, "command": true, "command|docs": true,
+	"command|info": true, "asking": true, "readonly": true,
 }
 
 var scriptCommands = map[string]bool{"evalsha": true, "eval": true, "evalsha_ro": true, "eval_ro": true, "fcall": true}

@@ -1,7 +1,8 @@
 // Package localcluster starts and stops a local ShoppingMall cluster as
 // operating-system processes: a private redis-server, the CommerceApi
 // processes api-a and api-b and the OrderWorkflow processes workflow-a and
-// workflow-b (Config.Workflows adds workflow-c and on). Each node's stdout and stderr are appended to
+// workflow-b (Config.APIs adds api-c and on, Config.Workflows workflow-c
+// and on; NodeNames names them). Each node's stdout and stderr are appended to
 // <RunDir>/<node>.log and its PID is kept in <RunDir>/pids/<node>.pid.
 //
 // Readiness is judged only by the sample's own lines of spec §10.1, read
@@ -102,6 +103,15 @@ type Config struct {
 	RedisBin string
 	// RedisPersist keeps the Redis data on disk under RunDir/redis.
 	RedisPersist bool
+	// RedisAppendFsync is the append-only file's fsync policy with
+	// RedisPersist ("always", "everysec", "no"); empty is Redis' default,
+	// everysec.
+	RedisAppendFsync string
+	// RedisCluster runs a local 3-master Redis Cluster (RedisMasters)
+	// instead of one redis-server, its data under RunDir/redis-cluster;
+	// every node gets its redis+cluster URL (RedisURL). KillRedis and
+	// RestartRedis refuse it.
+	RedisCluster bool
 	// SelfCheck and Admin start the API processes with -self-check and
 	// -admin; Fixtures starts the workflow processes with -fixtures. Every
 	// API gets an admin listener on a free loopback port (AdminURL; its
@@ -136,6 +146,9 @@ type Config struct {
 	// workflow-c, ...); zero means len(WorkflowNodes). A soak runs three so
 	// that a killed member's orders always have two places to go.
 	Workflows int
+	// APIs is how many API nodes run (api-a, api-b, api-c, ...); zero
+	// means len(APINodes). At most MaxNodesPerRole of each.
+	APIs int
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// BeforeNodes, if set, runs once Redis answers and before any node
@@ -177,8 +190,12 @@ type Cluster struct {
 	cfg   Config
 	redis *redisserver.Server
 	port  int // Redis TCP port
+	// redisCluster is the Redis Cluster with Config.RedisCluster (redis
+	// is nil then).
+	redisCluster *redisserver.Cluster
 
-	// workflows names the workflow nodes, in start order.
+	// apis and workflows name the API and workflow nodes, in start order.
+	apis      []string
 	workflows []string
 
 	mu    sync.Mutex
@@ -200,7 +217,8 @@ type Cluster struct {
 	restarting sync.WaitGroup
 }
 
-// Start starts Redis and the four nodes, then waits until every API log
+// Start starts Redis and the nodes (two APIs and two workflows unless
+// Config says otherwise), then waits until every API log
 // holds its readiness lines (kind=http, and kind=object-route for each
 // workflow node). On any failure everything started is stopped again.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
@@ -235,51 +253,54 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: run dir: %w", err)
 	}
 
-	workflows := append([]string(nil), WorkflowNodes...)
-	if cfg.Workflows > 26 || cfg.Workflows < 0 {
-		return nil, fmt.Errorf("%w: %d workflows", ErrConfig, cfg.Workflows)
-	}
-	if cfg.Workflows > 0 {
-		workflows = workflows[:0]
-		for i := range cfg.Workflows {
-			workflows = append(workflows, "workflow-"+string(rune('a'+i)))
-		}
-	}
-	w := len(workflows)
-	// Redis, two API HTTP ports, one automanaged port per node, one
-	// operations port per workflow, two API admin ports, then one metrics
-	// port per node.
-	ports, err := freePorts(9 + 3*w)
+	apis, err := nodeNames(RoleAPI, cfg.APIs, APINodes)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
-	amPorts := ports[3 : 5+w]
-	seeds := make([]string, len(amPorts))
-	for i, p := range amPorts {
-		seeds[i] = "127.0.0.1:" + strconv.Itoa(p)
+	workflows, err := nodeNames(RoleWorkflow, cfg.Workflows, WorkflowNodes)
+	if err != nil {
+		return nil, err
+	}
+	a, w := len(apis), len(workflows)
+	// Redis, then per API its HTTP, admin, automanaged and metrics ports,
+	// then per workflow its automanaged, operations and metrics ports.
+	ports, err := freePorts(1 + 4*a + 3*w)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	next := ports[1:]
+	take := func() int { p := next[0]; next = next[1:]; return p }
+	for _, name := range apis {
+		c.add(&node{name: name, role: RoleAPI, httpPort: take(), adminPort: take(), automanagedPort: take(), metricsPort: take()})
+	}
+	for _, name := range workflows {
+		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: take(), opsPort: take(), metricsPort: take()})
+	}
+	seeds := make([]string, 0, len(c.order))
+	for _, name := range c.order {
+		seeds = append(seeds, "127.0.0.1:"+strconv.Itoa(c.nodes[name].automanagedPort))
 	}
 	c.seeds = strings.Join(seeds, ",")
-	metricsPorts := ports[7+2*w:]
-	for i, name := range APINodes {
-		c.add(&node{name: name, role: RoleAPI, httpPort: ports[1+i], automanagedPort: amPorts[i], adminPort: ports[5+2*w+i], metricsPort: metricsPorts[i]})
-	}
-	for i, name := range workflows {
-		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: amPorts[2+i], opsPort: ports[5+w+i], metricsPort: metricsPorts[2+i]})
-	}
 
 	if c.adminToken, err = writeAdminToken(dir); err != nil {
 		return nil, err
 	}
-	c.redis, err = redisserver.Start(ctx, c.redisConfig())
-	if err != nil {
-		return nil, fmt.Errorf("cluster: redis: %w", err)
+	if cfg.RedisCluster {
+		if err := c.startRedisCluster(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		c.redis, err = redisserver.Start(ctx, c.redisConfig())
+		if err != nil {
+			return nil, fmt.Errorf("cluster: redis: %w", err)
+		}
+		if err := os.WriteFile(c.redisPIDPath(), []byte(strconv.Itoa(c.redis.PID())+"\n"), 0o644); err != nil {
+			_ = c.redis.Stop()
+			return nil, fmt.Errorf("cluster: redis pid file: %w", err)
+		}
+		cfg.Logf("redis-server pid=%d url=%s", c.redis.PID(), c.redis.URL())
 	}
-	if err := os.WriteFile(c.redisPIDPath(), []byte(strconv.Itoa(c.redis.PID())+"\n"), 0o644); err != nil {
-		_ = c.redis.Stop()
-		return nil, fmt.Errorf("cluster: redis pid file: %w", err)
-	}
-	cfg.Logf("redis-server pid=%d url=%s", c.redis.PID(), c.redis.URL())
 	if cfg.BeforeNodes != nil {
 		if err := cfg.BeforeNodes(ctx, c.RedisURL()); err != nil {
 			_ = c.Stop()
@@ -288,7 +309,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 
 	// Workflows first: the APIs announce object routes as members join.
-	for _, name := range append(append([]string(nil), c.workflows...), APINodes...) {
+	for _, name := range append(append([]string(nil), c.workflows...), c.apis...) {
 		if err := c.startNode(c.nodes[name]); err != nil {
 			_ = c.Stop()
 			return nil, err
@@ -419,7 +440,7 @@ func (c *Cluster) startNode(n *node) error {
 // own, failing early if any node exits.
 func (c *Cluster) waitAllReady(ctx context.Context) error {
 	var waits []logWait
-	for _, api := range APINodes {
+	for _, api := range c.apis {
 		n := c.nodes[api]
 		want := []Matcher{Exact(ReadyHTTPLine(api))}
 		for _, wf := range c.workflows {
@@ -597,7 +618,7 @@ func (c *Cluster) Stop() error {
 		}
 		wg.Wait()
 	}
-	stop(APINodes)
+	stop(c.apis)
 	for i := len(c.workflows) - 1; i >= 0; i-- {
 		stop(c.workflows[i : i+1])
 	}
@@ -607,17 +628,63 @@ func (c *Cluster) Stop() error {
 		}
 		os.Remove(c.redisPIDPath())
 	}
+	if err := c.stopRedisCluster(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
 // Workflows names this cluster's workflow nodes, in start order.
 func (c *Cluster) Workflows() []string { return append([]string(nil), c.workflows...) }
 
-// RedisURL is the URL of the cluster's Redis (every store shares it).
-func (c *Cluster) RedisURL() string { return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0" }
+// APIs names this cluster's API nodes, in start order.
+func (c *Cluster) APIs() []string { return append([]string(nil), c.apis...) }
 
-// RedisPID is the redis-server's PID.
-func (c *Cluster) RedisPID() int { return c.redisServer().PID() }
+// MaxNodesPerRole bounds Config.APIs and Config.Workflows: node names run
+// from -a to -z.
+const MaxNodesPerRole = 26
+
+// NodeNames is the node names of a role for a member count, in start
+// order: <role>-a, <role>-b, ...; n zero means the default two of spec
+// §10.1 (APINodes, WorkflowNodes).
+func NodeNames(role Role, n int) ([]string, error) {
+	def := APINodes
+	if role == RoleWorkflow {
+		def = WorkflowNodes
+	}
+	return nodeNames(role, n, def)
+}
+
+func nodeNames(role Role, n int, def []string) ([]string, error) {
+	if n < 0 || n > MaxNodesPerRole {
+		return nil, fmt.Errorf("%w: %d %s nodes (at most %d)", ErrConfig, n, role, MaxNodesPerRole)
+	}
+	if n == 0 {
+		return append([]string(nil), def...), nil
+	}
+	names := make([]string, 0, n)
+	for i := range n {
+		names = append(names, string(role)+"-"+string(rune('a'+i)))
+	}
+	return names, nil
+}
+
+// RedisURL is the URL of the cluster's Redis (every store shares it).
+func (c *Cluster) RedisURL() string {
+	if c.redisCluster != nil {
+		return c.redisCluster.URL()
+	}
+	return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0"
+}
+
+// RedisPID is the redis-server's PID (the first master's with
+// Config.RedisCluster; RedisMasters has them all).
+func (c *Cluster) RedisPID() int {
+	if c.redisCluster != nil {
+		return c.redisCluster.PIDs()[0]
+	}
+	return c.redisServer().PID()
+}
 
 // redisServer is the current redis-server; RestartRedis replaces it.
 func (c *Cluster) redisServer() *redisserver.Server {
@@ -701,6 +768,7 @@ func (c *Cluster) State() State {
 		st.Redis = ProcessState{Name: "redis", PID: r.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
 		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
 	}
+	c.redisClusterState(&st)
 	for _, name := range c.order {
 		n := c.nodes[name]
 		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort, MetricsURL: c.MetricsURL(name)}

@@ -24,6 +24,9 @@ var ErrRedisRunning = errors.New("cluster: redis-server still running")
 // kill (appendfsync everysec only matters for a machine crash). Calling it
 // again after the server is gone is a no-op.
 func (c *Cluster) KillRedis() error {
+	if c.cfg.RedisCluster {
+		return fmt.Errorf("%w: KillRedis of a Redis Cluster", ErrConfig)
+	}
 	c.mu.Lock()
 	s := c.redis
 	c.mu.Unlock()
@@ -56,6 +59,9 @@ func (c *Cluster) KillRedis() error {
 // (after loading its data), and records its PID. Without
 // Config.RedisPersist the restarted server is empty.
 func (c *Cluster) RestartRedis(ctx context.Context) error {
+	if c.cfg.RedisCluster {
+		return fmt.Errorf("%w: RestartRedis of a Redis Cluster", ErrConfig)
+	}
 	c.mu.Lock()
 	old := c.redis
 	c.mu.Unlock()
@@ -85,10 +91,11 @@ func (c *Cluster) RestartRedis(ctx context.Context) error {
 // and RestartRedis both use it.
 func (c *Cluster) redisConfig() redisserver.Config {
 	return redisserver.Config{
-		Bin:     c.cfg.RedisBin,
-		Dir:     filepath.Join(c.cfg.RunDir, "redis"),
-		Port:    c.port,
-		Persist: c.cfg.RedisPersist,
-		LogFile: filepath.Join(c.cfg.RunDir, "redis.log"),
+		Bin:         c.cfg.RedisBin,
+		Dir:         filepath.Join(c.cfg.RunDir, "redis"),
+		Port:        c.port,
+		Persist:     c.cfg.RedisPersist,
+		AppendFsync: c.cfg.RedisAppendFsync,
+		LogFile:     filepath.Join(c.cfg.RunDir, "redis.log"),
 	}
 }

@@ -40,17 +40,23 @@ type State struct {
 	RunDir string `json:"runDir"`
 	// AdminTokenFile holds the APIs' admin bearer token (mode 0600); the
 	// token itself is never in the state file.
-	AdminTokenFile string         `json:"adminTokenFile,omitempty"`
-	Supervisor     ProcessState   `json:"supervisor"`
-	Redis          ProcessState   `json:"redis"`
-	Nodes          []ProcessState `json:"nodes"`
+	AdminTokenFile string       `json:"adminTokenFile,omitempty"`
+	Supervisor     ProcessState `json:"supervisor"`
+	Redis          ProcessState `json:"redis"`
+	// RedisMasters are the masters of a Redis Cluster (Config.RedisCluster),
+	// each stopped by its PID; Redis is then the first of them, with the
+	// cluster's URL.
+	RedisMasters []ProcessState `json:"redisMasters,omitempty"`
+	Nodes        []ProcessState `json:"nodes"`
 }
 
 // Processes lists every process of the state, nodes first, then Redis,
 // then the supervisor: the order a stop walks.
 func (s State) Processes() []ProcessState {
 	out := append([]ProcessState(nil), s.Nodes...)
-	if s.Redis.PID != 0 {
+	if len(s.RedisMasters) > 0 {
+		out = append(out, s.RedisMasters...)
+	} else if s.Redis.PID != 0 {
 		out = append(out, s.Redis)
 	}
 	if s.Supervisor.PID != 0 {

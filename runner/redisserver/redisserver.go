@@ -60,8 +60,16 @@ type Config struct {
 	// Persist keeps data across restarts in the same Dir (RDB snapshots
 	// plus an append-only file). false writes nothing to disk.
 	Persist bool
+	// AppendFsync is the append-only file's fsync policy with Persist:
+	// "always", "everysec" or "no"; empty is Redis' default, everysec.
+	AppendFsync string
 	// LogFile is the server's log; default Dir/redis.log.
 	LogFile string
+	// ClusterBusPort, when not 0, starts the server in Redis Cluster mode
+	// (its node table in Dir/nodes.conf) with this port for the cluster
+	// bus; it needs a TCP Port. The server answers PING at once but serves
+	// no slot until it is given some: StartCluster forms a cluster.
+	ClusterBusPort int
 }
 
 // Server is a running redis-server child process.
@@ -127,8 +135,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.addr = "127.0.0.1:" + strconv.Itoa(cfg.Port)
 		args = append(args, "--port", strconv.Itoa(cfg.Port), "--bind", "127.0.0.1")
 	}
+	if cfg.ClusterBusPort != 0 {
+		if cfg.Port == 0 {
+			return nil, errors.Join(errors.New("redisserver: cluster mode needs a TCP port"), s.removeDir())
+		}
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(cfg.ClusterBusPort), "--cluster-node-timeout", strconv.Itoa(clusterNodeTimeoutMs))
+	}
+	switch cfg.AppendFsync {
+	case "", "always", "everysec", "no":
+	default:
+		return nil, errors.Join(fmt.Errorf("redisserver: appendfsync %q is not always, everysec or no", cfg.AppendFsync), s.removeDir())
+	}
 	if cfg.Persist {
 		args = append(args, "--appendonly", "yes")
+		if cfg.AppendFsync != "" {
+			args = append(args, "--appendfsync", cfg.AppendFsync)
+		}
 	} else {
 		args = append(args, "--save", "", "--appendonly", "no")
 	}

@@ -2,7 +2,8 @@
 // for steps 1–7:
 //
 //  1. build commerce-api, order-workflow and the client;
-//  2. start a private Redis (every store) and seed run-specific data: a
+//  2. start a private Redis (every store; with -redis-cluster a local
+//     3-master Redis Cluster) and seed run-specific data: a
 //     cart with ample stock, a cart whose stock cannot cover it and a
 //     declining payment method, apart from the success path's own;
 //  3. start api-a, api-b (-self-check -admin, each with an admin listener
@@ -44,12 +45,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 const (
@@ -60,11 +60,12 @@ const (
 func main() {
 	runDir := flag.String("run-dir", ".run/smoke", "directory for binaries, logs and fixtures of the runs")
 	goBin := flag.String("go", "go", "go command used to build")
+	redisCluster := flag.Bool("redis-cluster", false, "run the stores on a local 3-master Redis Cluster; the run then also fails on any CROSSSLOT reply")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r := &runner{out: os.Stdout, goBin: *goBin, poll: localcluster.DefaultPoll,
-		hc: &http.Client{Timeout: 30 * time.Second}}
+		hc: &http.Client{Timeout: 30 * time.Second}, redisCluster: *redisCluster}
 	err := r.run(ctx, *runDir)
 	if err != nil {
 		r.logf("FAILED: %v", err)
@@ -86,6 +87,8 @@ type runner struct {
 	goBin string
 	hc    *http.Client
 	poll  localcluster.Poll
+	// redisCluster runs the stores on a 3-master Redis Cluster.
+	redisCluster bool
 
 	dir    string // this run's directory
 	binDir string
@@ -146,16 +149,17 @@ func (r *runner) run(ctx context.Context, base string) error {
 	// 2–4. Redis and seed, four processes, bounded readiness.
 	r.prepareSeed()
 	r.cl, err = localcluster.Start(ctx, localcluster.Config{
-		RunDir:      r.dir,
-		APIBin:      filepath.Join(r.binDir, "commerce-api"),
-		WorkflowBin: filepath.Join(r.binDir, "order-workflow"),
-		SelfCheck:   true,
-		Admin:       true,
-		Fixtures:    true,
-		Env:         localcluster.ChildEnv(os.Environ()),
-		Poll:        r.poll,
-		Logf:        func(f string, a ...any) { r.logf(f, a...) },
-		BeforeNodes: r.applySeed,
+		RunDir:       r.dir,
+		APIBin:       filepath.Join(r.binDir, "commerce-api"),
+		WorkflowBin:  filepath.Join(r.binDir, "order-workflow"),
+		SelfCheck:    true,
+		Admin:        true,
+		Fixtures:     true,
+		RedisCluster: r.redisCluster,
+		Env:          localcluster.ChildEnv(os.Environ()),
+		Poll:         r.poll,
+		Logf:         func(f string, a ...any) { r.logf(f, a...) },
+		BeforeNodes:  r.applySeed,
 	})
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
@@ -196,6 +200,9 @@ func (r *runner) run(ctx context.Context, base string) error {
 	// 5c. Server evidence.
 	if err := r.checkEvidence(ctx); err != nil {
 		return fmt.Errorf("evidence: %w", err)
+	}
+	if err := r.checkRedisCluster(ctx); err != nil {
+		return fmt.Errorf("redis cluster: %w", err)
 	}
 	return nil
 }
@@ -249,11 +256,10 @@ func (r *runner) prepareSeed() {
 }
 
 func (r *runner) applySeed(ctx context.Context, url string) error {
-	opt, err := redis.ParseURL(url)
+	rc, err := redisserver.NewClient(url)
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opt)
 	defer rc.Close()
 	cs, err := commerce.NewRedis(commerce.Config{Client: rc})
 	if err != nil {

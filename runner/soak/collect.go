@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,14 +20,27 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/soak/check"
 )
 
-// scan lists the keys matching pattern.
-func scan(ctx context.Context, rdb *redis.Client, pattern string) ([]string, error) {
-	var out []string
-	it := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for it.Next(ctx) {
-		out = append(out, it.Val())
+// scan lists the keys matching pattern: on a Redis Cluster, of every
+// master (a SCAN reaches one node only).
+func scan(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	one := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			out = append(out, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
 	}
-	return out, it.Err()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return one(ctx, m) })
+		return out, err
+	}
+	return out, one(ctx, rdb)
 }
 
 // tagged is the hash tag of a key: prefix{id}suffix → id.
@@ -51,7 +65,7 @@ var ownershipKinds = map[location.OwnershipKind]string{
 
 // collect reads the history from Redis through the stores' read paths,
 // plus the client log and the faults.
-func collect(ctx context.Context, rdb *redis.Client, ids seedIDs, log *clientLog, faults []Fault, seed uint64) (*check.History, []string, error) {
+func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *clientLog, faults []Fault, seed uint64) (*check.History, []string, error) {
 	var missing []string
 	h := &check.History{
 		Seed: int64(seed), Orders: map[string]*check.OrderRecord{}, Idempotency: map[string]*check.IdempotencyRecord{},
@@ -178,9 +192,9 @@ func collect(ctx context.Context, rdb *redis.Client, ids seedIDs, log *clientLog
 }
 
 // moduleRecord reads an order's reservation and payment records.
-func moduleRecord(ctx context.Context, rdb *redis.Client, id string) (*check.ModuleRecord, error) {
+func moduleRecord(ctx context.Context, rdb redis.UniversalClient, id string) (*check.ModuleRecord, error) {
 	m := &check.ModuleRecord{}
-	rsv, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"reservation:{inventory}:rsv-"+id).Result()
+	rsv, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"reservation:{rsv-"+id+"}").Result()
 	if err != nil {
 		return nil, fmt.Errorf("reservation of %s: %w", id, err)
 	}
@@ -197,7 +211,7 @@ func moduleRecord(ctx context.Context, rdb *redis.Client, id string) (*check.Mod
 			return nil, fmt.Errorf("reservation lines of %s: %w", id, err)
 		}
 	}
-	pay, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"payment:{payment}:pay-"+id).Result()
+	pay, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"payment:{pay-"+id+"}").Result()
 	if err != nil {
 		return nil, fmt.Errorf("payment of %s: %w", id, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/soak/check"
 )
 
@@ -32,7 +33,7 @@ type seedIDs struct {
 // limitedStock runs out within a short soak: each limited order holds 2.
 const limitedStock = 200
 
-func seedCatalogue(ctx context.Context, rdb *redis.Client, run string) (seedIDs, error) {
+func seedCatalogue(ctx context.Context, rdb redis.UniversalClient, run string) (seedIDs, error) {
 	limited, ample, mug, none := "sku-"+run+"-limited", "sku-"+run+"-ample", "sku-"+run+"-mug", "sku-"+run+"-soldout"
 	ids := seedIDs{
 		CartLimited: "cart-" + run + "-limited", CartAmple: "cart-" + run + "-ample", CartNoStock: "cart-" + run + "-nostock",
@@ -121,11 +122,10 @@ func run(ctx context.Context, o options) (bool, error) {
 			logf("stop: %v", err)
 		}
 	}()
-	ropt, err := redis.ParseURL(c.RedisURL())
+	rdb, err := redisserver.NewClient(c.RedisURL())
 	if err != nil {
 		return false, err
 	}
-	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	runID := fmt.Sprintf("s%d", o.seed)
 	ids, err := seedCatalogue(ctx, rdb, runID)

@@ -8,6 +8,7 @@
 //	commerce-api admin stuck -api http://127.0.0.1:9081 [-older-than 1m] [-resume [-takeover]]
 //	commerce-api admin takeover -api http://127.0.0.1:9081 -order <id> | -member <node-or-member-id> [-dry-run] [-force]
 //	commerce-api admin timeline -api http://127.0.0.1:9081 -order <id> [-json]
+//	commerce-api admin stock -api http://127.0.0.1:9081 -sku <sku> [-limit N] [-json]
 //
 // A dead Ready owner's orders answer 503 UNAVAILABLE (OWNER_GONE) until an
 // operator takes them over (admin takeover). -takeover-after DURATION
@@ -214,12 +215,13 @@ func run(args []string) error {
 	return nil
 }
 
-const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline [flags]
+const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline|stock [flags]
   relocate -order ID [-target NODE] [-operation ID]
   close    -order ID
   stuck    [-older-than 1m] [-limit N] [-resume [-takeover]] [-rebuild-index] [-json]
   takeover -order ID | -member NODE-OR-MEMBER-ID [-dry-run] [-force] [-scan] [-operation ID] [-json]
   timeline -order ID [-json]
+  stock    -sku SKU [-limit N] [-json]
 every subcommand: -api ADMIN_URL (the API's -admin-http) -token TOKEN (default $SHOPPINGMALL_ADMIN_TOKEN)`
 
 // admin runs `commerce-api admin <subcommand>`: it calls the API's admin
@@ -239,6 +241,8 @@ func admin(args []string, stdout, stderr io.Writer) int {
 		return adminTakeover(args[1:], stdout, stderr)
 	case "timeline":
 		return adminTimeline(args[1:], stdout, stderr)
+	case "stock":
+		return adminStock(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return 2

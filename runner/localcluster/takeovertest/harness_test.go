@@ -116,15 +116,15 @@ func (e *env) checkHeld(h heldOrder) {
 	require.Len(t, evs, h.c.recordedWhenHeld, "order %s held at %s: the step is not recorded", h.orderID, h.c.step)
 	switch h.c.effect {
 	case "reservation":
-		rsv, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{inventory}:"+order.ReservationID(h.orderID), "accepted").Result()
+		rsv, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{"+order.ReservationID(h.orderID)+"}", "accepted").Result()
 		require.NoError(t, err, "order %s: the reservation is made", h.orderID)
 		require.Equal(t, "1", rsv)
 	case "payment":
-		pay, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"payment:{payment}:"+order.PaymentID(h.orderID), "accepted").Result()
+		pay, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"payment:{"+order.PaymentID(h.orderID)+"}", "accepted").Result()
 		require.NoError(t, err, "order %s: the authorization is made", h.orderID)
 		require.Equal(t, "1", pay)
 	case "release":
-		rel, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{inventory}:"+order.ReservationID(h.orderID), "released").Result()
+		rel, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{"+order.ReservationID(h.orderID)+"}", "released").Result()
 		require.NoError(t, err, "order %s: the release is made", h.orderID)
 		require.Equal(t, "1", rel)
 	}
@@ -427,7 +427,7 @@ func (e *env) checkEffects(orders []heldOrder) {
 	var keptA, keptB int64
 	reservations, payments := 0, 0
 	for _, h := range orders {
-		rsv, err := e.rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"reservation:{inventory}:"+order.ReservationID(h.orderID)).Result()
+		rsv, err := e.rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"reservation:{"+order.ReservationID(h.orderID)+"}").Result()
 		require.NoError(t, err)
 		require.NotEmpty(t, rsv, "order %s: a reservation record", h.orderID)
 		require.Equal(t, h.orderID, rsv["orderId"])
@@ -445,7 +445,7 @@ func (e *env) checkEffects(orders []heldOrder) {
 		if h.c.reserved && !h.c.released {
 			keptA, keptB = keptA+qtyA, keptB+qtyB
 		}
-		pay, err := e.rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"payment:{payment}:"+order.PaymentID(h.orderID)).Result()
+		pay, err := e.rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"payment:{"+order.PaymentID(h.orderID)+"}").Result()
 		require.NoError(t, err)
 		if !h.c.payCalled {
 			require.Empty(t, pay, "order %s: payment never called", h.orderID)
@@ -465,7 +465,7 @@ func (e *env) checkEffects(orders []heldOrder) {
 		}
 	}
 	// No reservation or payment record of any other id: one per order.
-	for pattern, n := range map[string]int{"reservation:{inventory}:*": reservations, "payment:{payment}:*": payments} {
+	for pattern, n := range map[string]int{"reservation:{*": reservations, "payment:{*": payments} {
 		keys, err := e.rdb.Keys(ctx, commerce.DefaultKeyPrefix+pattern).Result()
 		require.NoError(t, err)
 		require.Len(t, keys, n, "%s records", pattern)

@@ -1,13 +1,15 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-self-check] [-fixtures]
+//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
 //
 // up builds commerce-api, order-workflow and clusterctl into <run dir>/bin,
 // then starts a detached supervisor (clusterctl serve) that starts Redis and
-// the four nodes through runner/localcluster, waits for their readiness lines,
+// the nodes through runner/localcluster (-apis API processes api-a, api-b,
+// api-c, ... and -workflows workflow processes workflow-a, ...; two of each
+// by default), waits for their readiness lines,
 // applies the demo seed and records every PID in <run dir>/localcluster.json.
 // The supervisor keeps running after up returns and restarts a node that
 // exits on its own (a workflow member that fenced itself exits 3) under
@@ -20,6 +22,10 @@
 // loopback port and the generated token of <run dir>/admin.token (mode
 // 0600); localcluster.json records each admin address as adminUrl and the
 // token file as adminTokenFile, and up prints both.
+//
+// With -redis-cluster Redis is a local 3-master Redis Cluster (each master
+// recorded by PID under redisMasters) and every node gets its
+// redis+cluster URL.
 //
 // It must not import edge or the framework package cluster; it writes to a
 // store only to seed actors/commerce.
@@ -37,15 +43,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 const usage = `usage: clusterctl up|down|seed|status [flags]
@@ -60,10 +66,17 @@ const (
 	// process start and seeding.
 	upPollInterval = 100 * time.Millisecond
 	upPollAttempts = 900
-	// downGrace bounds the supervisor's own orderly stop: two APIs in
-	// parallel, then two draining workflows, then Redis.
-	downGrace = 150 * time.Second
+	// stopGrace is the local cluster's bound per node from SIGTERM to
+	// SIGKILL (localcluster.Config.StopGrace's default).
+	stopGrace = 40 * time.Second
 )
+
+// downGrace bounds the supervisor's own orderly stop: the APIs in
+// parallel, then each workflow draining in turn, then Redis; 150 s for
+// the default two workflows.
+func downGrace(workflows int) time.Duration {
+	return time.Duration(1+max(workflows, 2))*stopGrace + 30*time.Second
+}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -100,6 +113,10 @@ type options struct {
 	selfCheck bool
 	fixtures  bool
 	file      string
+	workflows int
+	apis      int
+	// redisCluster runs a 3-master Redis Cluster instead of one server.
+	redisCluster bool
 }
 
 func parse(name string, args []string) (options, error) {
@@ -111,11 +128,22 @@ func parse(name string, args []string) (options, error) {
 	fs.BoolVar(&o.selfCheck, "self-check", false, "start the APIs with -self-check (runner hooks)")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "start the workflows with -fixtures")
 	fs.StringVar(&o.file, "file", "", "seed file (commerce.LoadSeed JSON)")
+	fs.IntVar(&o.workflows, "workflows", 2, fmt.Sprintf("number of workflow processes (workflow-a, workflow-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
+	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run a local 3-master Redis Cluster instead of one redis-server")
+	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, n := range []struct {
+		flag  string
+		count int
+	}{{"-workflows", o.workflows}, {"-apis", o.apis}} {
+		if n.count < 1 || n.count > localcluster.MaxNodesPerRole {
+			return o, fmt.Errorf("%s %d: want 1 to %d", n.flag, n.count, localcluster.MaxNodesPerRole)
+		}
 	}
 	abs, err := filepath.Abs(o.runDir)
 	if err != nil {
@@ -195,7 +223,7 @@ func up(args []string) error {
 	if err != nil {
 		return err
 	}
-	sargs := []string{"serve", "-run-dir", o.runDir}
+	sargs := []string{"serve", "-run-dir", o.runDir, "-workflows", strconv.Itoa(o.workflows), "-apis", strconv.Itoa(o.apis)}
 	if o.admin {
 		sargs = append(sargs, "-admin")
 	}
@@ -204,6 +232,9 @@ func up(args []string) error {
 	}
 	if o.fixtures {
 		sargs = append(sargs, "-fixtures")
+	}
+	if o.redisCluster {
+		sargs = append(sargs, "-redis-cluster")
 	}
 	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
 	sup.Stdout, sup.Stderr = logf, logf
@@ -230,7 +261,7 @@ func up(args []string) error {
 			return nil
 		}
 	}
-	_ = localcluster.StopPID(sup.Process.Pid, 0, downGrace)
+	_ = localcluster.StopPID(sup.Process.Pid, 0, downGrace(o.workflows))
 	return fmt.Errorf("the cluster was not ready in time; %s:\n%s", logPath, localcluster.Tail(logPath, 30))
 }
 
@@ -284,6 +315,9 @@ func serve(args []string) error {
 		SelfCheck:    o.selfCheck,
 		Admin:        true,
 		Fixtures:     o.fixtures,
+		Workflows:    o.workflows,
+		APIs:         o.apis,
+		RedisCluster: o.redisCluster,
 		Env:          localcluster.ChildEnv(os.Environ()),
 		Logf:         logf,
 		OnRestart: func(name string, pid int) {
@@ -321,11 +355,10 @@ func serve(args []string) error {
 // must not end the supervisor. ApplySeed sets absolute values, so a
 // repeat is harmless.
 func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(string, ...any)) error {
-	opt, err := redis.ParseURL(url)
+	rc, err := redisserver.NewClient(url)
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opt)
 	defer rc.Close()
 	store, err := commerce.NewRedis(commerce.Config{Client: rc})
 	if err != nil {
@@ -367,7 +400,7 @@ func down(args []string) error {
 	}
 	if localcluster.Alive(st.Supervisor.PID, st.Supervisor.StartTime) {
 		fmt.Printf("stopping the supervisor pid %d (it stops the processes it started)\n", st.Supervisor.PID)
-		if err := localcluster.StopPID(st.Supervisor.PID, st.Supervisor.StartTime, downGrace); err != nil {
+		if err := localcluster.StopPID(st.Supervisor.PID, st.Supervisor.StartTime, downGrace(workflowCount(st))); err != nil {
 			fmt.Fprintf(os.Stderr, "supervisor: %v\n", err)
 		}
 	}
@@ -466,7 +499,14 @@ func printSummary(w io.Writer, st localcluster.State) {
 			fmt.Fprintf(w, "  %-11s %s\n", "", "metrics "+n.MetricsURL+"/metrics")
 		}
 	}
-	fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	if len(st.RedisMasters) > 0 {
+		fmt.Fprintf(w, "  %-11s %s\n", "redis", st.Redis.URL)
+		for _, m := range st.RedisMasters {
+			fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", m.Name, m.URL, m.PID, m.Log)
+		}
+	} else {
+		fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	}
 	fmt.Fprintf(w, "\nProbes: GET /healthz and /readyz on each API and on each workflow's ops address.\n")
 	fmt.Fprintf(w, "Metrics: GET /metrics on each node's metrics address; profiles: /debug/pprof/ on each API's admin and each workflow's ops address, with the bearer token.\n")
 	fmt.Fprintf(w, "\nDemo data (commerce.DemoSeed):\n")
@@ -493,6 +533,17 @@ func randomHex(n int) string {
 		return fmt.Sprintf("%x", time.Now().UnixNano())
 	}
 	return hex.EncodeToString(b)
+}
+
+// workflowCount is how many workflow nodes the state records.
+func workflowCount(st localcluster.State) int {
+	n := 0
+	for _, p := range st.Nodes {
+		if p.Role == localcluster.RoleWorkflow {
+			n++
+		}
+	}
+	return n
 }
 
 // firstAdmin is the first API's admin address in the state.

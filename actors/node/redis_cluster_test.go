@@ -1,0 +1,93 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
+)
+
+// A redis+cluster URL opens every store on go-redis' cluster client:
+// one client for the URL, a pool of its own per hooked store, each
+// store's calls counted under its label; orders written through the
+// stores land on all three masters, and the projected append (event and
+// projection in one script) runs on the order's slot. StartCluster fails
+// the test on any CROSSSLOT reply.
+func TestStoresOnARedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reg := telemetry.NewRegistry()
+	st, err := OpenStores(ctx, RedisURLs{Default: rc.URL()}, StoreOptions{StoreHook: reg.RedisHook, PoolSize: 4})
+	require.NoError(t, err)
+	defer st.Close()
+	require.Len(t, st.clients, 1)
+	require.IsType(t, &redis.ClusterClient{}, st.clients[0].client)
+	require.Len(t, st.own, 5, "a hooked store on a cluster has a client of its own")
+	require.NotNil(t, st.ProjectedAppend)
+
+	for i := range 30 {
+		id := fmt.Sprintf("ord-%d", i)
+		fence, _, err := st.Events.Open(ctx, id, 1)
+		require.NoError(t, err)
+		_, err = st.ProjectedAppend.AppendProjected(ctx, id, 0, fence,
+			[]eventstore.Envelope{{EventID: id + "-e1", OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
+			&contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5})
+		require.NoError(t, err)
+		_, v, err := st.ReadModel.Get(ctx, id)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, v)
+		acquired, _, _, err := st.Location.BeginCreate(ctx, "order", id, "tok-"+id, time.Minute)
+		require.NoError(t, err)
+		require.True(t, acquired)
+	}
+	spread, err := rc.KeysPerMaster(ctx)
+	require.NoError(t, err)
+	t.Logf("keys per master: %v", spread)
+	for addr, n := range spread {
+		require.NotZero(t, n, "master %s holds no key", addr)
+	}
+	n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: StoreLocation, "command": "evalsha"})
+	require.NoError(t, err)
+	require.Equal(t, 30.0, n, "the Location Store's scripts, counted under its label")
+}
+
+// The processes' URL parser and the runners' (runner/redisserver) read
+// the same cluster URL into the same options.
+func TestClusterURLParsesAsTheRunnersDo(t *testing.T) {
+	for _, u := range []string{
+		"redis+cluster://127.0.0.1:7000",
+		"redis+cluster://u:p@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002&pool_size=3&dial_timeout=2s",
+	} {
+		c, err := NewRedisClient(u, 0)
+		require.NoError(t, err)
+		cc, ok := c.(*redis.ClusterClient)
+		require.True(t, ok, "%s gives %T", u, c)
+		wantOpt, err := redisserver.ParseClusterURL(u)
+		require.NoError(t, err)
+		wc := redis.NewClusterClient(wantOpt)
+		want, got := wc.Options(), cc.Options()
+		require.NoError(t, wc.Close())
+		require.Equal(t, want.Addrs, got.Addrs, u)
+		require.Equal(t, want.Username, got.Username, u)
+		require.Equal(t, want.Password, got.Password, u)
+		require.Equal(t, want.PoolSize, got.PoolSize, u)
+		require.Equal(t, want.DialTimeout, got.DialTimeout, u)
+		require.NoError(t, c.Close())
+	}
+	_, err := NewRedisClient("redis+cluster://127.0.0.1:7000?nonsense=1", 0)
+	require.Error(t, err)
+	c, err := NewRedisClient("redis://127.0.0.1:7000/0", 0)
+	require.NoError(t, err)
+	require.IsType(t, &redis.Client{}, c)
+	require.NoError(t, c.Close())
+}

@@ -1,0 +1,88 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+// startRedisCluster starts the 3-master Redis Cluster of
+// Config.RedisCluster under RunDir/redis-cluster and records each
+// master's PID in RunDir/pids/redis-N.pid.
+func (c *Cluster) startRedisCluster(ctx context.Context) error {
+	rc, err := redisserver.StartCluster(ctx, redisserver.ClusterConfig{
+		Bin:         c.cfg.RedisBin,
+		Dir:         filepath.Join(c.cfg.RunDir, "redis-cluster"),
+		Persist:     c.cfg.RedisPersist,
+		AppendFsync: c.cfg.RedisAppendFsync,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: redis cluster: %w", err)
+	}
+	for i, pid := range rc.PIDs() {
+		if err := os.WriteFile(c.redisMasterPIDPath(i), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+			return errors.Join(fmt.Errorf("cluster: redis pid file: %w", err), rc.Stop())
+		}
+	}
+	c.mu.Lock()
+	c.redisCluster = rc
+	c.mu.Unlock()
+	c.cfg.Logf("redis cluster pids=%v url=%s", rc.PIDs(), rc.URL())
+	return nil
+}
+
+func (c *Cluster) redisMasterPIDPath(i int) string {
+	return filepath.Join(c.cfg.RunDir, "pids", "redis-"+strconv.Itoa(i+1)+".pid")
+}
+
+// stopRedisCluster stops every master by its PID; nil without a cluster.
+func (c *Cluster) stopRedisCluster() error {
+	rc := c.RedisCluster()
+	if rc == nil {
+		return nil
+	}
+	err := rc.Stop()
+	for i := range rc.Nodes() {
+		os.Remove(c.redisMasterPIDPath(i))
+	}
+	return err
+}
+
+// RedisCluster is the Redis Cluster of Config.RedisCluster, nil
+// otherwise: tests read its masters' errorstats and key counts and move
+// its slots.
+func (c *Cluster) RedisCluster() *redisserver.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redisCluster
+}
+
+// RedisPIDs are the PIDs of every redis-server of the cluster: the
+// masters of a Redis Cluster, or the one server.
+func (c *Cluster) RedisPIDs() []int {
+	if rc := c.RedisCluster(); rc != nil {
+		return rc.PIDs()
+	}
+	return []int{c.RedisPID()}
+}
+
+// redisClusterState records the masters in st: State.Redis is the first
+// (with the cluster's URL), State.RedisMasters every one.
+func (c *Cluster) redisClusterState(st *State) {
+	rc := c.RedisCluster()
+	if rc == nil {
+		return
+	}
+	for i, s := range rc.Nodes() {
+		ps := ProcessState{Name: "redis-" + strconv.Itoa(i+1), PID: s.PID(), URL: "redis://" + s.Addr() + "/0", Log: filepath.Join(s.Dir(), "redis.log")}
+		ps.StartTime, _ = processStartTime(ps.PID)
+		st.RedisMasters = append(st.RedisMasters, ps)
+	}
+	st.Redis = st.RedisMasters[0]
+	st.Redis.Name, st.Redis.URL = "redis", rc.URL()
+}

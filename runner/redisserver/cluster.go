@@ -1,0 +1,454 @@
+package redisserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// Slots is the number of Redis Cluster hash slots.
+	Slots = 16384
+	// DefaultMasters is how many masters StartCluster starts when
+	// ClusterConfig leaves it zero: the smallest cluster a slot move needs
+	// a third master for to still be a spread.
+	DefaultMasters = 3
+	// clusterNodeTimeoutMs is each node's cluster-node-timeout: short, as
+	// the nodes share one machine, but long enough that a busy test host
+	// does not make them suspect each other.
+	clusterNodeTimeoutMs = 5000
+	// ClusterScheme is the URL scheme of a Redis Cluster: ParseURL (and
+	// the processes' -redis flags) take
+	// redis+cluster://[user:password@]host:port[?addr=host:port&addr=...]
+	// with every seed after the first as an addr parameter, and the
+	// query options of go-redis' ParseClusterURL; rediss+cluster is the
+	// same over TLS.
+	ClusterScheme = "redis+cluster"
+)
+
+// ErrCluster: the cluster could not be formed or reshaped.
+var ErrCluster = errors.New("redisserver: redis cluster")
+
+// ClusterConfig describes a local Redis Cluster of masters only (no
+// replicas: nothing here fails over).
+type ClusterConfig struct {
+	// Bin is the redis-server executable; default from PATH.
+	Bin string
+	// Dir holds one directory per node (node-1, node-2, ...); default a
+	// fresh temporary directory that Stop removes. A given Dir is kept.
+	Dir string
+	// Masters is the number of masters; default DefaultMasters. The slots
+	// are split between them in equal ranges, in order.
+	Masters int
+	// Ports are the masters' client ports on 127.0.0.1 and BusPorts their
+	// cluster bus ports, one each per master; default free ports (each
+	// picked by binding it) below the kernel's ephemeral range.
+	Ports    []int
+	BusPorts []int
+	// Persist keeps every node's data (RDB and AOF) in its directory.
+	Persist bool
+	// AppendFsync is every node's Config.AppendFsync.
+	AppendFsync string
+}
+
+// Cluster is a running local Redis Cluster: one redis-server child
+// process per master, each stopped by its PID.
+type Cluster struct {
+	nodes   []*Server
+	ids     []string // node ids, as nodes
+	dir     string
+	ownsDir bool
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartCluster starts the masters, gives each its range of slots
+// (CLUSTER ADDSLOTSRANGE), introduces them to each other (CLUSTER MEET)
+// and waits, bounded by ctx (or 30s), until every node reports
+// cluster_state:ok and knows every slot's owner. On failure everything
+// started is stopped again.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*startTimeout)
+		defer cancel()
+	}
+	n := cfg.Masters
+	if n == 0 {
+		n = DefaultMasters
+	}
+	if n < 1 || n > Slots {
+		return nil, fmt.Errorf("%w: %d masters", ErrCluster, n)
+	}
+	ports, busPorts := cfg.Ports, cfg.BusPorts
+	if len(ports) == 0 && len(busPorts) == 0 {
+		free, err := FreePorts(2 * n)
+		if err != nil {
+			return nil, err
+		}
+		ports, busPorts = free[:n], free[n:]
+	}
+	if len(ports) != n || len(busPorts) != n {
+		return nil, fmt.Errorf("%w: %d masters need %d ports and %d bus ports (got %d and %d)", ErrCluster, n, n, n, len(ports), len(busPorts))
+	}
+	c := &Cluster{dir: cfg.Dir}
+	if c.dir == "" {
+		d, err := os.MkdirTemp("", "rdc")
+		if err != nil {
+			return nil, fmt.Errorf("redisserver: create dir: %w", err)
+		}
+		c.dir, c.ownsDir = d, true
+	}
+	fail := func(err error) (*Cluster, error) {
+		return nil, errors.Join(err, c.Stop())
+	}
+	for i := range n {
+		s, err := Start(ctx, Config{
+			Bin:            cfg.Bin,
+			Dir:            filepath.Join(c.dir, "node-"+strconv.Itoa(i+1)),
+			Port:           ports[i],
+			ClusterBusPort: busPorts[i],
+			Persist:        cfg.Persist,
+			AppendFsync:    cfg.AppendFsync,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		c.nodes = append(c.nodes, s)
+	}
+	if err := c.form(ctx, busPorts); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// form assigns the slots and joins the nodes, then waits for agreement.
+func (c *Cluster) form(ctx context.Context, busPorts []int) error {
+	n := len(c.nodes)
+	for i, s := range c.nodes {
+		err := withClient(s, func(rc *redis.Client) error {
+			id, err := rc.ClusterMyID(ctx).Result()
+			if err != nil {
+				return err
+			}
+			c.ids = append(c.ids, id)
+			lo, hi := i*Slots/n, (i+1)*Slots/n-1
+			return rc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("%w: node %s: %w", ErrCluster, s.Addr(), err)
+		}
+	}
+	err := withClient(c.nodes[0], func(rc *redis.Client) error {
+		for i, s := range c.nodes[1:] {
+			host, port, _ := net.SplitHostPort(s.Addr())
+			if err := rc.Do(ctx, "CLUSTER", "MEET", host, port, busPorts[i+1]).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: meet: %w", ErrCluster, err)
+	}
+	return c.waitAgreed(ctx)
+}
+
+// waitAgreed polls until every node says cluster_state:ok, knows every
+// node, and maps every slot to the same owner as the others do.
+func (c *Cluster) waitAgreed(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		if last = c.agreed(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: not formed: %w (last: %v)", ErrCluster, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Cluster) agreed(ctx context.Context) error {
+	var want string
+	for _, s := range c.nodes {
+		err := withClient(s, func(rc *redis.Client) error {
+			info, err := rc.ClusterInfo(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes))+"\r\n") {
+				return fmt.Errorf("%s: not ok yet", s.Addr())
+			}
+			ranges, err := slotRanges(ctx, rc)
+			if err != nil {
+				return err
+			}
+			got := slotMap(ranges)
+			if want == "" {
+				want = got
+			} else if got != want {
+				return fmt.Errorf("%s sees slots %s, another node %s", s.Addr(), got, want)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// slotRange is a range of slots and the address of the master serving it.
+type slotRange struct {
+	start, end int
+	addr       string
+}
+
+// slotRanges reads CLUSTER SHARDS as rc's node sees it.
+func slotRanges(ctx context.Context, rc *redis.Client) ([]slotRange, error) {
+	shards, err := rc.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []slotRange
+	for _, sh := range shards {
+		addr := ""
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				addr = net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		for _, r := range sh.Slots {
+			out = append(out, slotRange{start: int(r.Start), end: int(r.End), addr: addr})
+		}
+	}
+	return out, nil
+}
+
+// slotMap renders slot ranges in a canonical order, for comparison.
+func slotMap(ranges []slotRange) string {
+	parts := make([]string, 0, len(ranges))
+	for _, r := range ranges {
+		parts = append(parts, fmt.Sprintf("%05d-%05d@%s", r.start, r.end, r.addr))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func withClient(s *Server, fn func(*redis.Client) error) error {
+	rc := s.Client()
+	defer rc.Close()
+	return fn(rc)
+}
+
+// Nodes are the masters, in slot order: Nodes()[i] started with the i-th
+// range of slots.
+func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) }
+
+// NodeID is the cluster node id of Nodes()[i].
+func (c *Cluster) NodeID(i int) string { return c.ids[i] }
+
+// Seeds are the masters' addresses, host:port.
+func (c *Cluster) Seeds() []string {
+	seeds := make([]string, len(c.nodes))
+	for i, s := range c.nodes {
+		seeds[i] = s.Addr()
+	}
+	return seeds
+}
+
+// URL names the cluster in the form ParseURL takes: every master as a
+// seed (see ClusterScheme).
+func (c *Cluster) URL() string { return ClusterURL(c.Seeds()) }
+
+// ClusterURL is the redis+cluster URL of the seeds (host:port each).
+func ClusterURL(seeds []string) string {
+	if len(seeds) == 0 {
+		return ""
+	}
+	u := ClusterScheme + "://" + seeds[0]
+	for i, s := range seeds[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		// host:port needs no escaping in a query value.
+		u += sep + "addr=" + s
+	}
+	return u
+}
+
+// Client returns a new cluster client seeded with every master; the
+// caller closes it.
+func (c *Cluster) Client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Seeds()})
+}
+
+// Dir is the cluster's directory (one node-N directory per master).
+func (c *Cluster) Dir() string { return c.dir }
+
+// PIDs are the masters' process ids, as Nodes.
+func (c *Cluster) PIDs() []int {
+	pids := make([]int, len(c.nodes))
+	for i, s := range c.nodes {
+		pids[i] = s.PID()
+	}
+	return pids
+}
+
+// Stop stops every master by its PID (as Server.Stop, concurrently) and
+// removes the directory StartCluster created. Safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		errs := make([]error, len(c.nodes))
+		var wg sync.WaitGroup
+		for i, s := range c.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.Stop()
+			}()
+		}
+		wg.Wait()
+		if c.ownsDir {
+			if err := os.RemoveAll(c.dir); err != nil {
+				errs = append(errs, fmt.Errorf("redisserver: remove %s: %w", c.dir, err))
+			}
+		}
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+// ErrorStats sums INFO errorstats over the masters: error kind (the
+// reply's first word, e.g. CROSSSLOT, MOVED, ASK, TRYAGAIN) -> how many
+// error replies the servers sent since they started.
+func (c *Cluster) ErrorStats(ctx context.Context) (map[string]int64, error) {
+	total := map[string]int64{}
+	for _, s := range c.nodes {
+		m, err := s.ErrorStats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			total[k] += v
+		}
+	}
+	return total, nil
+}
+
+// KeysPerMaster is DBSIZE of each master, by address: the slot spread.
+func (c *Cluster) KeysPerMaster(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, s := range c.nodes {
+		err := withClient(s, func(rc *redis.Client) error {
+			n, err := rc.DBSize(ctx).Result()
+			out[s.Addr()] = n
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redisserver: DBSIZE %s: %w", s.Addr(), err)
+		}
+	}
+	return out, nil
+}
+
+// ErrorStats reads INFO errorstats: error kind -> count of error replies
+// the server sent (e.g. CROSSSLOT, MOVED, ASK).
+func (s *Server) ErrorStats(ctx context.Context) (map[string]int64, error) {
+	var info string
+	err := withClient(s, func(rc *redis.Client) error {
+		var err error
+		info, err = rc.Info(ctx, "errorstats").Result()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisserver: INFO errorstats %s: %w", s.addr, err)
+	}
+	return parseErrorStats(info), nil
+}
+
+// parseErrorStats reads lines errorstat_<KIND>:count=<n>.
+func parseErrorStats(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, "errorstat_")
+		if !ok {
+			continue
+		}
+		kind, val, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(val, ",") {
+			if c, ok := strings.CutPrefix(f, "count="); ok {
+				if n, err := strconv.ParseInt(c, 10, 64); err == nil {
+					out[kind] += n
+				}
+			}
+		}
+	}
+	return out
+}
+
+// FreePorts reserves n distinct free TCP ports on 127.0.0.1, from below
+// the kernel's ephemeral range (where no outgoing connection or port-0
+// listener takes one meanwhile), each checked by binding it, then
+// released for the caller's processes to bind.
+func FreePorts(n int) ([]int, error) {
+	lo, hi := explicitPortRange()
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 200*n {
+			return nil, fmt.Errorf("redisserver: no %d free ports in %d-%d", n, lo, hi)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo+1))))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// explicitPortRange is from 10000 up to just below the kernel's ephemeral
+// ports (32768 when it cannot be read).
+func explicitPortRange() (lo, hi int) {
+	lo, hi = 10000, 32767
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return lo, hi
+	}
+	if first, err := strconv.Atoi(f[0]); err == nil && first-1 > lo+1000 {
+		hi = first - 1
+	}
+	return lo, hi
+}

@@ -1,0 +1,58 @@
+package redisserver
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// IsClusterURL reports whether u names a Redis Cluster (ClusterScheme,
+// or its TLS form rediss+cluster).
+func IsClusterURL(u string) bool {
+	return strings.HasPrefix(u, ClusterScheme+"://") || strings.HasPrefix(u, "rediss+cluster://")
+}
+
+// NewClient opens a client for a Redis URL in the form the processes'
+// -redis flags take (actors/node): a redis+cluster URL gives a
+// *redis.ClusterClient seeded with its host and every addr parameter,
+// anything else a *redis.Client (redis.ParseURL: redis://, rediss://,
+// unix://). It does not contact Redis. The caller closes the client.
+func NewClient(u string) (redis.UniversalClient, error) { return NewClientPool(u, 0) }
+
+// NewClientPool is NewClient with poolSize connections per server
+// (go-redis' default when 0).
+func NewClientPool(u string, poolSize int) (redis.UniversalClient, error) {
+	if IsClusterURL(u) {
+		o, err := ParseClusterURL(u)
+		if err != nil {
+			return nil, err
+		}
+		if poolSize > 0 {
+			o.PoolSize = poolSize
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("redisserver: redis url: %w", err)
+	}
+	if poolSize > 0 {
+		o.PoolSize = poolSize
+	}
+	return redis.NewClient(o), nil
+}
+
+// ParseClusterURL is go-redis' ParseClusterURL for a redis+cluster URL
+// (the scheme without "+cluster" is what go-redis expects).
+func ParseClusterURL(u string) (*redis.ClusterOptions, error) {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || (scheme != ClusterScheme && scheme != "rediss+cluster") {
+		return nil, fmt.Errorf("redisserver: %q is not a %s URL", scheme, ClusterScheme)
+	}
+	o, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
+	if err != nil {
+		return nil, fmt.Errorf("redisserver: redis cluster url: %w", err)
+	}
+	return o, nil
+}

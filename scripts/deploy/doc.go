@@ -1,0 +1,13 @@
+// Package deploy holds the deployment of ShoppingMall and the tests that
+// keep it honest where no container runtime or Kubernetes runs: the
+// Dockerfile and build.sh (static commerce-api, order-workflow and prestop
+// executables, CGO off, -tags k8s, on an empty base), the manifests under
+// k8s/, and prestop/ (the preStop delay). Its tests run build.sh and read
+// the executables' ELF headers, and decode every manifest strictly into
+// the typed Kubernetes API objects and check their cross-references and
+// that every flag they set exists in the binary that reads it.
+//
+// It holds no production code. Its tests must not import any package of
+// this module: they look at the deployment from outside, through the
+// built executables.
+package deploy
