@@ -17,9 +17,9 @@ REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster)
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile store-evidence unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile k8s-test unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -42,11 +42,17 @@ lint:
 	  GOBIN="$(dir $(GOLANGCI_LINT))" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) || exit 1; \
 	fi
 	"$(GOLANGCI_LINT)" run ./...
+	"$(GOLANGCI_LINT)" run --build-tags k8s ./cluster/ ./cluster/k8smembers/...
 
 # The k8s membership provider sits behind a build tag (no Kubernetes runs
 # here); this keeps it compiling.
 k8s-compile:
 	$(GO) vet -tags k8s ./cluster/
+
+# The k8s membership provider (cluster/k8smembers) against client-go's fake
+# API, with real protoactor members in one process: no -race.
+k8s-test:
+	$(GO) test -tags k8s -count=1 ./cluster/k8smembers/...
 
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
@@ -103,8 +109,11 @@ scale-test:
 # the local cluster on a 3-master Redis Cluster, orders through the APIs
 # while slots holding live order keys move to another master; ASK/MOVED
 # redirects counted on the masters, every order completed, 0 CROSSSLOT,
-# keys on all three masters. Prints the figures (the whole output when it
-# fails).
+# keys on all three masters. Then orders held by their owner between a
+# step's effect and its append (-fixtures) while their slot moves, all the
+# way or half-way: the owner's own writes meet MOVED and ASK, every held
+# order ends right, gapless, each effect once. Prints the figures (the
+# whole output when it fails).
 redis-cluster-test:
 	@out=$$($(GO) test -race -count=1 -timeout 3m -v ./runner/localcluster/redisclustertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \

@@ -3,6 +3,7 @@ package edge
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,20 @@ type httpMetrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	unavailable *prometheus.CounterVec
+	// series caches each (route, method, code)'s children: observe runs on
+	// every request, and a label lookup hashes the labels each time. The
+	// keys are bounded as the labels are.
+	series sync.Map // seriesKey → *httpSeries
+}
+
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+type httpSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
@@ -87,8 +102,17 @@ func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
 // observe records one answered request.
 func (m *httpMetrics) observe(route, method string, status int, d time.Duration) {
 	method = methodLabel(method)
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+	key := seriesKey{route: route, method: method, status: status}
+	v, ok := m.series.Load(key)
+	if !ok {
+		v, _ = m.series.LoadOrStore(key, &httpSeries{
+			requests: m.requests.WithLabelValues(route, method, strconv.Itoa(status)),
+			duration: m.duration.WithLabelValues(route, method),
+		})
+	}
+	s := v.(*httpSeries)
+	s.requests.Inc()
+	s.duration.Observe(d.Seconds())
 }
 
 // methodLabel bounds the method label: an unmatched request's method is

@@ -20,6 +20,13 @@ const tracerScope = "github.com/shoppingmall-go/shoppingmall/edge"
 // from the id a client reports.
 const AttrRequestID = "http.request_id"
 
+// The canonical header names of W3C trace context and baggage, as
+// net/http stores them.
+const (
+	headerTraceparent = "Traceparent"
+	headerBaggage     = "Baggage"
+)
+
 // tracing is the middleware that makes each request's server span, named
 // "<method> <route template>" (POST /orders/:orderId/continue), as the
 // child of the caller's span when the request carries a W3C traceparent.
@@ -29,7 +36,12 @@ const AttrRequestID = "http.request_id"
 // logged with that context carry the trace's ids (telemetry.TraceLogHandler).
 func (s *Server) tracing(c *gin.Context) {
 	r := c.Request
-	ctx := telemetry.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := r.Context()
+	// Both formats the propagator speaks leave the context as it is when
+	// their header is absent, which is the common case: skip the work.
+	if len(r.Header[headerTraceparent]) > 0 || len(r.Header[headerBaggage]) > 0 {
+		ctx = telemetry.Propagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
 	route := c.FullPath()
 	if route == "" {
 		route = RouteUnmatched

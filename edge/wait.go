@@ -31,7 +31,9 @@ import (
 // Like the plain GET it reads the read model only and has no side effect:
 // no grain call, no write. It holds no store connection while it waits: it
 // registers with the process's TerminalWatcher (one Redis subscription for
-// the whole process), reads once, and reads again only when woken.
+// the whole process), reads once, and reads again only when woken by a
+// notice that does not carry the terminal record itself
+// (readmodel.TerminalRecordWatcher): the usual wait reads once.
 const (
 	QueryWaitFor    = "waitFor"
 	QueryTimeoutMs  = "timeoutMs"
@@ -109,7 +111,16 @@ func (s *Server) waitOrder(w http.ResponseWriter, r *http.Request, id string, ti
 		s.fail(w, r, invalidField(QueryWaitFor, "waiting is not enabled on this server"))
 		return
 	}
-	wake, stop := s.cfg.Terminal.Watch(id)
+	var (
+		wake   <-chan struct{}
+		stop   func()
+		record func() (*contracts.OrderState, bool)
+	)
+	if rw, ok := s.cfg.Terminal.(readmodel.TerminalRecordWatcher); ok {
+		wake, record, stop = rw.WatchRecord(id)
+	} else {
+		wake, stop = s.cfg.Terminal.Watch(id)
+	}
 	defer stop()
 	st, err := s.readOrder(r, id)
 	if err != nil {
@@ -121,6 +132,14 @@ func (s *Server) waitOrder(w http.ResponseWriter, r *http.Request, id string, ti
 	for !readmodel.Terminal(st.GetStatus()) {
 		select {
 		case <-wake:
+			if record != nil {
+				// The notice carried the terminal record: that is the
+				// answer, with no second read.
+				if next, ok := record(); ok {
+					st = next
+					continue
+				}
+			}
 			next, err := s.readOrder(r, id)
 			if err != nil {
 				s.log.DebugContext(r.Context(), "re-read of a waited order failed; waiting on", slog.String("order", id), slog.Any("error", err))

@@ -266,6 +266,7 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 		require.Contains(t, []string{"hmget", "hello", "client", "ping"}, name, "the API process sent %q (all: %v)", name, sent)
 	}
 	require.LessOrEqual(t, sent["hmget"], 3*waits, "a wait reads at its start and once per wake: %v", sent)
+	require.Equal(t, waits, sent["hmget"], "the terminal notice carries the record: no wait reads it again: %v", sent)
 	require.Zero(t, w.orders.calls())
 	require.Zero(t, w.feed.Waiters())
 	t.Logf("API commands for %d waits: %v", waits, sent)

@@ -25,6 +25,14 @@ import (
 // of its own write, which a subscriber can only hear once the record is
 // readable. PUBLISH names no key, so the step stays on the order's slot;
 // what the notice means is the owner's business.
+//
+// Index, when set, is a sorted-set entry of the owner's that the same
+// step updates once the append passed its checks, whether or not the
+// guard let the record be written: IndexAdd adds Member with Score
+// unless a greater score is stored (ZADD GT), IndexRemove drops it. Its
+// key need not carry the order's hash tag, so only an owner whose client
+// talks to one server (not a Redis Cluster, not a ring) may set it:
+// AppendProjected refuses it otherwise.
 type Projection struct {
 	Key           string
 	VersionField  string
@@ -33,17 +41,51 @@ type Projection struct {
 	State         []byte
 	Notify        string
 	NotifyMessage string
+	Index         IndexEntry
+}
+
+// IndexEntry is Projection.Index; the zero value updates nothing.
+type IndexEntry struct {
+	Op     IndexOp
+	Key    string
+	Member string
+	Score  int64
+}
+
+// IndexOp is what IndexEntry does to its sorted set.
+type IndexOp uint8
+
+const (
+	// IndexNone leaves every sorted set alone.
+	IndexNone IndexOp = iota
+	// IndexAdd adds the member, keeping the greater of both scores.
+	IndexAdd
+	// IndexRemove drops the member.
+	IndexRemove
+)
+
+// luaOp is the op as appendProjectedScript reads it.
+func (o IndexOp) luaOp() string {
+	switch o {
+	case IndexAdd:
+		return "add"
+	case IndexRemove:
+		return "rem"
+	}
+	return ""
 }
 
 // projectedArgs is how many ARGV precede the events in
 // appendProjectedScript: appendScript's, then versionField, stateField,
-// version, state, notify channel (empty: none), notify message.
-const projectedArgs = appendArgs + 6
+// version, state, notify channel (empty: none), notify message, index op
+// ("", add, rem), index member, index score.
+const projectedArgs = appendArgs + 9
 
 // appendProjectedScript is appendLua, then the caller's projection under
-// the Projection guard. Nothing is written when a check fails.
+// the Projection guard, then its index entry. Nothing is written when a
+// check fails.
 //
-// KEYS: stream, fence, cmds, projection.
+// KEYS: stream, fence, cmds, projection[, index].
 // Reply: {0, newVersion} or appendLua's.
 var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) + appendLua + `
 local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
@@ -52,6 +94,11 @@ if not cur or cur <= tonumber(ARGV[7]) then
   if ARGV[9] ~= '' then
     redis.call('PUBLISH', ARGV[9], ARGV[10])
   end
+end
+if ARGV[11] == 'add' then
+  redis.call('ZADD', KEYS[5], 'GT', ARGV[13], ARGV[12])
+elseif ARGV[11] == 'rem' then
+  redis.call('ZREM', KEYS[5], ARGV[12])
 end
 return {0, version}
 `)
@@ -79,12 +126,35 @@ func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVer
 	if proj.VersionField == "" || proj.StateField == "" || proj.VersionField == proj.StateField {
 		return 0, errors.New("eventstore: append " + orderID + ": projection needs two distinct field names")
 	}
+	keys := []string{k.stream, k.fence, k.cmds, proj.Key}
+	ix := proj.Index
+	if ix.Op != IndexNone {
+		if !singleServer(r.client) {
+			return 0, fmt.Errorf("%w: append %s: an index entry in the append needs a single-server client, not %T", ErrConfig, orderID, r.client)
+		}
+		if ix.Key == "" || ix.Member == "" || ix.Op.luaOp() == "" {
+			return 0, fmt.Errorf("eventstore: append %s: index entry needs an op, a key and a member", orderID)
+		}
+		keys = append(keys, ix.Key)
+	}
 	args := make([]any, 0, projectedArgs+5*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID,
-		proj.VersionField, proj.StateField, proj.Version, proj.State, proj.Notify, proj.NotifyMessage)
+		proj.VersionField, proj.StateField, proj.Version, proj.State, proj.Notify, proj.NotifyMessage,
+		ix.Op.luaOp(), ix.Member, ix.Score)
 	if args, err = appendEvents(args, orderID, events); err != nil {
 		return 0, err
 	}
-	keys := []string{k.stream, k.fence, k.cmds, proj.Key}
 	return r.runAppend(ctx, appendProjectedScript, keys, args, orderID, expectedVersion, fence)
 }
+
+// singleServer reports whether every key the client names lives on one
+// server, so that a script may touch keys of different hash slots.
+func singleServer(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.Client)
+	return ok
+}
+
+// SingleServer reports whether the store's client talks to one server (a
+// plain client, not a Redis Cluster or a ring): only then may a
+// Projection carry an Index entry.
+func (r *Redis) SingleServer() bool { return singleServer(r.client) }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
 // ActiveShards is how many sorted sets hold the index of non-terminal
@@ -89,6 +90,23 @@ func (r *Redis) IndexActive(ctx context.Context, orderID string, state *contract
 		return translate("index "+orderID, err)
 	}
 	return nil
+}
+
+// indexEntry is IndexActive's write of state as the projected append's
+// script makes it.
+func (r *Redis) indexEntry(orderID string, state *contracts.OrderState) eventstore.IndexEntry {
+	e := eventstore.IndexEntry{Op: eventstore.IndexAdd, Key: r.keys.active(shardOf(orderID)), Member: orderID, Score: state.GetUpdatedAtUnixMs()}
+	if Terminal(state.GetStatus()) {
+		e.Op = eventstore.IndexRemove
+	}
+	return e
+}
+
+// singleServer reports whether the client talks to one server, where a
+// script may write the index beside an order's keys.
+func (r *Redis) singleServer() bool {
+	_, ok := r.client.(*redis.Client)
+	return ok
 }
 
 // indexBestEffort writes the index after a projection write and only logs

@@ -24,10 +24,12 @@ import (
 //     written unless a record of a newer version is stored; that refusal
 //     is not an error (the append stands). A written terminal record is
 //     announced as Put announces it (TerminalWatcher), in the same step.
-//   - The ActiveIndex (Redis only): updated best-effort after the write
-//     landed, for the Created and terminal states only (Put updates it on
-//     every applied write); Stuck reads each candidate's record, so the
-//     steps in between need no index write.
+//   - The ActiveIndex (Redis only): updated for the Created and terminal
+//     states only (Put updates it on every applied write); Stuck reads
+//     each candidate's record, so the steps in between need no index
+//     write. On a single server it is written in the same atomic step as
+//     the append, once its checks passed; on a Redis Cluster (the index
+//     shard is another slot) best-effort right after the write landed.
 type ProjectedAppender interface {
 	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
 }
@@ -57,6 +59,9 @@ type ProjectedAppendConfig struct {
 type ProjectedAppend struct {
 	events  *eventstore.Redis
 	records *Redis
+	// inScript: both stores' clients talk to one server, so the index
+	// entry is written in the append's script.
+	inScript bool
 }
 
 var _ ProjectedAppender = (*ProjectedAppend)(nil)
@@ -68,7 +73,10 @@ func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 	if cfg.Events == nil || cfg.ReadModel == nil {
 		return nil, fmt.Errorf("%w: ProjectedAppendConfig needs both Events and ReadModel", ErrConfig)
 	}
-	return &ProjectedAppend{events: cfg.Events, records: cfg.ReadModel}, nil
+	return &ProjectedAppend{
+		events: cfg.Events, records: cfg.ReadModel,
+		inScript: cfg.Events.SingleServer() && cfg.ReadModel.singleServer(),
+	}, nil
 }
 
 // AppendProjected implements ProjectedAppender.
@@ -77,6 +85,20 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 	if err != nil {
 		return 0, err
 	}
+	// Only the first and the last projection touch the index: two index
+	// commands per order instead of one per event. In between the entry
+	// keeps its Created score, which only bounds the order's last change
+	// from below; Stuck reads each candidate's record for its real age.
+	st := state.GetStatus()
+	indexed := st == contracts.OrderStatus_Created || Terminal(st)
+	// On one server the index entry rides in the append's script: no round
+	// trip of its own. On a Redis Cluster its shard is another slot than
+	// the order's keys, so it stays a command of its own after the append.
+	var entry eventstore.IndexEntry
+	inScript := indexed && p.inScript
+	if inScript {
+		entry = p.records.indexEntry(orderID, state)
+	}
 	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
 		Key:           key,
 		VersionField:  fieldVersion,
@@ -84,17 +106,11 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 		Version:       expectedVersion + int64(len(events)),
 		State:         encoded,
 		Notify:        p.records.noticeChannel(state),
-		NotifyMessage: orderID,
+		NotifyMessage: p.records.notice(orderID, state, encoded),
+		Index:         entry,
 	})
-	if err != nil {
+	if err != nil || !indexed || inScript {
 		return v, err
-	}
-	// Only the first and the last projection touch the index: two index
-	// commands per order instead of one per event. In between the entry
-	// keeps its Created score, which only bounds the order's last change
-	// from below; Stuck reads each candidate's record for its real age.
-	if st := state.GetStatus(); st != contracts.OrderStatus_Created && !Terminal(st) {
-		return v, nil
 	}
 	if ierr := p.records.IndexActive(ctx, orderID, state); ierr != nil {
 		p.records.log.Warn("active-order index not updated; the append and its projection are",

@@ -1,6 +1,7 @@
 package readmodel_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -93,4 +94,51 @@ func TestProjectedAppendKeepsTheActiveIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, stuck)
 	require.False(t, indexed(t, c, "o-ix"), "a terminal order leaves the index")
+}
+
+// countingHook counts the commands a client sends, by name.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// On one server the index entry rides in the append's own script: the
+// Created and the terminal projected appends are one round trip each, and
+// an append refused by a check touches the index no more than the record.
+func TestProjectedAppendIndexesInTheSameRoundTripOnOneServer(t *testing.T) {
+	_, c := setup(t)
+	hook := &countingHook{}
+	c.AddHook(hook)
+	p := newProjected(t, c, "", "")
+	ctx := ctxT(t)
+	env := func(id string) []eventstore.Envelope {
+		return []eventstore.Envelope{{EventID: id, OrderID: "o-rt", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+	}
+	fence, _, err := p.Events.Open(ctx, "o-rt", 1)
+	require.NoError(t, err)
+	// The script is loaded: from here each append is one EVALSHA.
+	_, err = p.Append.AppendProjected(ctx, "o-rt", 0, fence, env("e1"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5})
+	require.NoError(t, err)
+	require.True(t, indexed(t, c, "o-rt"))
+
+	_, err = p.Append.AppendProjected(ctx, "o-rt", 0, fence, env("e1x"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 6})
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+	require.True(t, indexed(t, c, "o-rt"), "a refused terminal append leaves the index entry")
+
+	before := hook.n.Load()
+	_, err = p.Append.AppendProjected(ctx, "o-rt", 1, fence, env("e2"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Failed, UpdatedAtUnixMs: 7})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, hook.n.Load()-before, "the terminal append, its projection and the index update are one round trip")
+	require.False(t, indexed(t, c, "o-rt"), "a terminal order leaves the index")
 }

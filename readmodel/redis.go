@@ -71,7 +71,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 // does not block the write. A written terminal record is announced in the
 // same step (terminal.go): the caller passes the channel only then.
 //
-// KEYS: record. ARGV: version, state, channel (empty: none), order id.
+// KEYS: record. ARGV: version, state, channel (empty: none), notice.
 // Reply: 1 applied, 0 not.
 var putScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version'))
@@ -131,7 +131,7 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 	if err != nil {
 		return false, err
 	}
-	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), orderID).Int64()
+	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), r.notice(orderID, state, raw)).Int64()
 	if err != nil {
 		return false, translate("put "+orderID, err)
 	}
@@ -148,6 +148,16 @@ func (r *Redis) noticeChannel(state *contracts.OrderState) string {
 		return ""
 	}
 	return TerminalChannel(r.keys.prefix)
+}
+
+// notice is the message a write of state announces itself with: the
+// order and its encoded record for a terminal state, "" otherwise (no
+// notice is sent then).
+func (r *Redis) notice(orderID string, state *contracts.OrderState, encoded []byte) string {
+	if !Terminal(state.GetStatus()) {
+		return ""
+	}
+	return noticeMessage(orderID, encoded)
 }
 
 // encode returns the order's record key and the state as stored.

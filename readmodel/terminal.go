@@ -1,5 +1,12 @@
 package readmodel
 
+import (
+	"strconv"
+	"strings"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
 // Terminal notices: how a process learns that an order's record turned
 // terminal without reading the store in a loop.
 //
@@ -19,8 +26,9 @@ const terminalChannelSuffix = "terminal"
 
 // TerminalChannel is the Pub/Sub channel on which the store under key
 // prefix (empty: DefaultKeyPrefix) announces terminal records; each
-// message is one order id. Channels are not keys, so it shares the
-// prefix without meeting a record.
+// message names one order and carries the record's state as written
+// (noticeMessage). Channels are not keys, so it shares the prefix without
+// meeting a record.
 func TerminalChannel(prefix string) string {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
@@ -68,4 +76,47 @@ type TerminalWatcher interface {
 	//   - No ordering between orders, and nothing is ever closed: after
 	//     stop the channel gets no more wakes.
 	Watch(orderID string) (wake <-chan struct{}, stop func())
+}
+
+// TerminalRecordWatcher is a TerminalWatcher whose notices carry the
+// record they announce, so that a waiter woken by one has its answer
+// without reading the store again.
+type TerminalRecordWatcher interface {
+	TerminalWatcher
+	// WatchRecord is Watch (same wake channel, same contract, same stop)
+	// with record besides: after a wake it returns the terminal state the
+	// latest notice of orderID carried since the watch began, and true.
+	// That state is the record a terminal write stored, and a terminal
+	// record is final, so it may be answered as read. It returns false
+	// when no notice carried one (the wake came from a resubscription, or
+	// from a writer that sends a bare order id): the waiter then reads
+	// the record, as with Watch. record never touches the store.
+	WatchRecord(orderID string) (wake <-chan struct{}, record func() (*contracts.OrderState, bool), stop func())
+}
+
+// noticeMarker starts a notice that carries the record. A bare order id
+// (the earlier form, still accepted) never starts with it.
+const noticeMarker = "\x00"
+
+// noticeMessage is the Pub/Sub message announcing orderID's terminal
+// record: the marker, the id's length, ':', the id, then the state as
+// stored (protobuf binary), so that a waiter can answer from the notice
+// instead of reading the record again.
+func noticeMessage(orderID string, state []byte) string {
+	return noticeMarker + strconv.Itoa(len(orderID)) + ":" + orderID + string(state)
+}
+
+// parseNotice splits a notice into its order id and the state it carries
+// (nil: none, a bare order id).
+func parseNotice(payload string) (orderID string, state []byte) {
+	rest, ok := strings.CutPrefix(payload, noticeMarker)
+	if !ok {
+		return payload, nil
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size < 0 || size > len(rest) {
+		return "", nil
+	}
+	return rest[:size], []byte(rest[size:])
 }

@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 )
 
 // feedBuffer is how many notices the subscription buffers between the
@@ -40,9 +43,15 @@ type TerminalFeed struct {
 	closed  bool
 }
 
-type feedWaiter struct{ wake chan struct{} }
+type feedWaiter struct {
+	wake chan struct{}
+	// noticed is the state the latest notice for the waiter's order
+	// carried, as stored (protobuf binary); decoded only if the waiter
+	// asks, since most notices reach a process with no waiter for them.
+	noticed atomic.Pointer[[]byte]
+}
 
-var _ TerminalWatcher = (*TerminalFeed)(nil)
+var _ TerminalRecordWatcher = (*TerminalFeed)(nil)
 
 // NewTerminalFeed opens the subscription on the store's client and
 // channel (TerminalChannel of its key prefix) and returns at once: the
@@ -85,7 +94,9 @@ func (f *TerminalFeed) run(in <-chan any) {
 			}
 		case *redis.Message:
 			if m.Channel == f.channel {
-				f.wakeOrder(m.Payload)
+				if id, state := parseNotice(m.Payload); id != "" {
+					f.wakeOrder(id, state)
+				}
 			}
 		}
 	}
@@ -93,6 +104,29 @@ func (f *TerminalFeed) run(in <-chan any) {
 
 // Watch implements TerminalWatcher.
 func (f *TerminalFeed) Watch(orderID string) (<-chan struct{}, func()) {
+	_, wake, stop := f.watch(orderID)
+	return wake, stop
+}
+
+// WatchRecord implements TerminalRecordWatcher.
+func (f *TerminalFeed) WatchRecord(orderID string) (<-chan struct{}, func() (*contracts.OrderState, bool), func()) {
+	w, wake, stop := f.watch(orderID)
+	record := func() (*contracts.OrderState, bool) {
+		raw := w.noticed.Load()
+		if raw == nil {
+			return nil, false
+		}
+		st := &contracts.OrderState{}
+		if err := proto.Unmarshal(*raw, st); err != nil || !Terminal(st.GetStatus()) {
+			// Not a record this store writes: the waiter reads instead.
+			return nil, false
+		}
+		return st, true
+	}
+	return wake, record, stop
+}
+
+func (f *TerminalFeed) watch(orderID string) (*feedWaiter, <-chan struct{}, func()) {
 	w := &feedWaiter{wake: make(chan struct{}, 1)}
 	f.mu.Lock()
 	if !f.closed {
@@ -105,7 +139,7 @@ func (f *TerminalFeed) Watch(orderID string) (<-chan struct{}, func()) {
 	}
 	f.mu.Unlock()
 	var once sync.Once
-	return w.wake, func() { once.Do(func() { f.remove(orderID, w) }) }
+	return w, w.wake, func() { once.Do(func() { f.remove(orderID, w) }) }
 }
 
 func (f *TerminalFeed) remove(orderID string, w *feedWaiter) {
@@ -129,10 +163,15 @@ func (f *TerminalFeed) Waiters() int {
 	return n
 }
 
-func (f *TerminalFeed) wakeOrder(orderID string) {
+// wakeOrder wakes the waiters of orderID, leaving them the state the
+// notice carried (nil: none; an earlier notice's stays).
+func (f *TerminalFeed) wakeOrder(orderID string, state []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.waiters[orderID] {
+		if state != nil {
+			w.noticed.Store(&state)
+		}
 		w.notify()
 	}
 }

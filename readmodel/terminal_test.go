@@ -110,15 +110,75 @@ func TestTerminalNoticesOnlyForTerminalWrites(t *testing.T) {
 	// The end marker: everything published before it has arrived.
 	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), "end").Err())
 	var got []string
+	var carried []contracts.OrderStatus
 	for {
 		m, err := sub.ReceiveMessage(ctx)
 		require.NoError(t, err)
 		if m.Payload == "end" {
 			break
 		}
-		got = append(got, m.Payload)
+		id, raw := readmodel.ParseNotice(m.Payload)
+		got = append(got, id)
+		// Each notice carries the record it announces, as stored.
+		st := &contracts.OrderState{}
+		require.NoError(t, proto.Unmarshal(raw, st), "notice of %s", id)
+		require.Equal(t, id, st.GetOrderId())
+		carried = append(carried, st.GetStatus())
 	}
 	require.Equal(t, []string{"p1", "p1", "a1", "b1"}, got)
+	require.Equal(t, []contracts.OrderStatus{contracts.OrderStatus_Confirmed, contracts.OrderStatus_Confirmed,
+		contracts.OrderStatus_Failed, contracts.OrderStatus_Confirmed}, carried)
+}
+
+// A notice in the earlier form, a bare order id, still wakes; one in the
+// current form names its order whatever bytes its state holds.
+func TestNoticeForms(t *testing.T) {
+	id, raw := readmodel.ParseNotice("ord-1")
+	require.Equal(t, "ord-1", id)
+	require.Nil(t, raw)
+	st, err := proto.Marshal(&contracts.OrderState{OrderId: "a:b", Status: contracts.OrderStatus_Failed})
+	require.NoError(t, err)
+	id, raw = readmodel.ParseNotice("\x003:a:b" + string(st))
+	require.Equal(t, "a:b", id)
+	require.Equal(t, st, raw)
+	id, _ = readmodel.ParseNotice("\x00" + "99:short")
+	require.Empty(t, id, "a damaged notice names no order")
+}
+
+// WatchRecord hands a waiter the terminal record its wake announced, so
+// it needs no read; a wake without one (a notice in the earlier form)
+// says so, and the waiter reads.
+func TestFeedHandsOverTheNoticedRecord(t *testing.T) {
+	_, c := setup(t)
+	p := newProjected(t, c, "", "")
+	rm := p.ReadModel.(*readmodel.Redis)
+	f := newFeed(t, rm)
+	ctx := ctxT(t)
+	require.Eventually(t, func() bool { return f.Subscriptions() > 0 }, 10*time.Second, 5*time.Millisecond)
+
+	wake, record, stop := f.WatchRecord("r1")
+	defer stop()
+	_, ok := record()
+	require.False(t, ok, "nothing noticed yet")
+	applied, err := rm.Put(ctx, "r1", 1, &contracts.OrderState{OrderId: "r1", Status: contracts.OrderStatus_Created})
+	require.NoError(t, err)
+	require.True(t, applied)
+	applied, err = rm.Put(ctx, "r1", 2, &contracts.OrderState{OrderId: "r1", Status: contracts.OrderStatus_Failed, Reason: proto.String("declined"), UpdatedAtUnixMs: 42})
+	require.NoError(t, err)
+	require.True(t, applied)
+	recv(t, wake, "the terminal put")
+	st, ok := record()
+	require.True(t, ok)
+	require.Equal(t, contracts.OrderStatus_Failed, st.GetStatus())
+	require.Equal(t, "declined", st.GetReason())
+	require.EqualValues(t, 42, st.GetUpdatedAtUnixMs())
+
+	wake2, record2, stop2 := f.WatchRecord("r2")
+	defer stop2()
+	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), "r2").Err())
+	recv(t, wake2, "a bare order id")
+	_, ok = record2()
+	require.False(t, ok, "a bare order id carries no record: the waiter reads")
 }
 
 // recv waits for one wake.

@@ -46,6 +46,9 @@ type activator struct {
 	lookup  *Lookup
 	metrics *activatorMetrics
 	grains  map[string]*hosted // kind/identity → grain
+	// keys finds a grains entry by its pid's id: a grain's reports name
+	// it by pid, and a member may host very many, so no report scans.
+	keys map[string]string
 	// serving counts the grains entries that opened: what Hosted lists
 	// and MetricGrainsHosted shows, kept as they change rather than
 	// counted per message, since a member may host very many.
@@ -73,26 +76,22 @@ func (a *activator) Receive(ctx actor.Context) {
 	case *opened:
 		a.onOpened(ctx, m)
 	case *retiring:
-		for key, h := range a.grains {
-			if h.pid.Equal(m.pid) && !h.opening {
-				delete(a.grains, key)
-				a.served(-1)
-				if a.retired == nil {
-					a.retired = map[string]retiredGrain{}
-				}
-				a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
+		if key, h, ok := a.find(m.pid); ok && !h.opening {
+			a.drop(key, h)
+			a.served(-1)
+			if a.retired == nil {
+				a.retired = map[string]retiredGrain{}
 			}
+			a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
 		}
 	case *actor.Terminated:
-		for key, h := range a.grains {
-			if h.pid.Equal(m.Who) {
-				if h.opening {
-					// System messages overtake user messages: the grain's
-					// report of its open may still be queued. Decide after
-					// it, in a message of our own queued behind it.
-					ctx.Send(ctx.Self(), &stoppedOpening{pid: h.pid})
-					continue
-				}
+		if key, h, ok := a.find(m.Who); ok {
+			if h.opening {
+				// System messages overtake user messages: the grain's
+				// report of its open may still be queued. Decide after
+				// it, in a message of our own queued behind it.
+				ctx.Send(ctx.Self(), &stoppedOpening{pid: h.pid})
+			} else {
 				a.forget(ctx, key, h, announceStop)
 			}
 		}
@@ -101,17 +100,15 @@ func (a *activator) Receive(ctx actor.Context) {
 			a.forget(ctx, r.key, &hosted{pid: r.pid}, announceStop)
 		}
 	case *stoppedOpening:
-		for key, h := range a.grains {
-			if h.pid.Equal(m.pid) && h.opening {
-				// It stopped without reporting its open (it failed past
-				// its restarts): another member may do better.
-				reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
-				for _, w := range h.waiting {
-					ctx.Send(w, reply)
-				}
-				a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
-				a.forget(ctx, key, h, keepStopQuiet)
+		if key, h, ok := a.find(m.pid); ok && h.opening {
+			// It stopped without reporting its open (it failed past
+			// its restarts): another member may do better.
+			reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+			for _, w := range h.waiting {
+				ctx.Send(w, reply)
 			}
+			a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
+			a.forget(ctx, key, h, keepStopQuiet)
 		}
 	case *hostedQuery:
 		out := make([]HostedGrain, 0, len(a.grains))
@@ -124,6 +121,28 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(out)
 	}
+}
+
+// find returns the grains entry of pid, if it has one.
+func (a *activator) find(pid *actor.PID) (key string, h *hosted, ok bool) {
+	if pid == nil {
+		return "", nil, false
+	}
+	key, ok = a.keys[pid.Id]
+	if !ok {
+		return "", nil, false
+	}
+	h, ok = a.grains[key]
+	if !ok || !h.pid.Equal(pid) {
+		return "", nil, false
+	}
+	return key, h, true
+}
+
+// drop removes h, the grains entry under key, and its pid's index entry.
+func (a *activator) drop(key string, h *hosted) {
+	delete(a.grains, key)
+	delete(a.keys, h.pid.Id)
 }
 
 // stopNotice says whether forget tells the other members of a stop.
@@ -142,7 +161,7 @@ const (
 // is still there under key), announcing the stop as notice says.
 func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stopNotice) {
 	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
-		delete(a.grains, key)
+		a.drop(key, cur)
 		if !cur.opening {
 			a.served(-1)
 		}
@@ -161,10 +180,7 @@ func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stop
 }
 
 func (a *activator) onOpened(ctx actor.Context, m *opened) {
-	for key, h := range a.grains {
-		if !h.pid.Equal(m.pid) || !h.opening {
-			continue
-		}
+	if key, h, ok := a.find(m.pid); ok && h.opening {
 		if m.err == nil {
 			h.opening = false
 			a.served(+1)
@@ -234,12 +250,16 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 		Clone(actor.WithOnInit(func(c actor.Context) {
 			c.Set(&activationExt{act: act})
 			_, opens = c.Actor().(Opener)
-		}))
+		}), actor.WithDispatcher(hostDispatcher))
 	pid := ctx.SpawnPrefix(props, m.Identity)
 	ctx.Watch(pid)
 	kind.Inc()
 	h := &hosted{pid: pid, generation: m.Generation, reason: m.Reason, opening: opens}
 	a.grains[key] = h
+	if a.keys == nil {
+		a.keys = map[string]string{}
+	}
+	a.keys[pid.Id] = key
 	a.lookup.log.Debug("activated", slog.String("identity", key), slog.Int64("generation", m.Generation), slog.String("reason", m.Reason.String()))
 	if opens {
 		if s := ctx.Sender(); s != nil {

@@ -228,7 +228,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
 			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}}
-		}), ActivatorName)
+		}, actor.WithDispatcher(hostDispatcher)), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
 		}

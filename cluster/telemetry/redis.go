@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,9 @@ type redisHook struct {
 	commands                      *prometheus.CounterVec
 	roundTrips, pipelines, errors prometheus.Counter
 	duration                      prometheus.Observer
+	// byName caches commands' child per command name: the hook runs on
+	// every command, and a label lookup hashes the labels each time.
+	byName sync.Map // string → prometheus.Counter
 }
 
 var _ redis.Hook = (*redisHook)(nil)
@@ -105,12 +109,14 @@ var setupCommands = map[string]bool{"hello": true, "auth": true, "select": true,
 
 func isSetup(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
-		if !setupCommands[strings.ToLower(c.Name())] {
+		if !isSetupName(c.Name()) {
 			return false
 		}
 	}
 	return len(cmds) > 0
 }
+
+func isSetupName(name string) bool { return setupCommands[strings.ToLower(name)] }
 
 // DialHook implements redis.Hook; a dial is a connection, not a round
 // trip.
@@ -124,7 +130,7 @@ func (h *redisHook) DialHook(next redis.DialHook) redis.DialHook {
 // whether or not it succeeds.
 func (h *redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isSetup([]redis.Cmder{cmd}) {
+		if isSetupName(cmd.Name()) {
 			return next(ctx, cmd)
 		}
 		h.command(cmd)
@@ -154,9 +160,16 @@ func (h *redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 func (h *redisHook) command(c redis.Cmder) {
+	name := c.Name()
+	if ctr, ok := h.byName.Load(name); ok {
+		ctr.(prometheus.Counter).Inc()
+		return
+	}
 	// go-redis names commands in lower case already; ToLower keeps the
 	// label stable for a command built from raw arguments.
-	h.commands.WithLabelValues(strings.ToLower(c.Name())).Inc()
+	ctr := h.commands.WithLabelValues(strings.ToLower(name))
+	h.byName.Store(name, ctr)
+	ctr.Inc()
 }
 
 func (h *redisHook) done(t0 time.Time, err error) {

@@ -32,7 +32,10 @@ const (
 	warmOrders = 30
 )
 
-func startCluster(t *testing.T) *localcluster.Cluster {
+// startCluster starts the local cluster on a 3-master Redis Cluster with
+// the demo catalogue; fixtures starts the workflows with their runner-only
+// interrupt points (-fixtures).
+func startCluster(t *testing.T, fixtures bool) *localcluster.Cluster {
 	t.Helper()
 	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -41,6 +44,7 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
 		RedisCluster:   true,
+		Fixtures:       fixtures,
 		RequestTimeout: 10 * time.Second,
 		Env:            localcluster.ChildEnv(os.Environ()),
 		StopGrace:      10 * time.Second,
@@ -162,7 +166,7 @@ func (l *load) completed() int {
 // fails for good), no master answers CROSSSLOT, and every master holds
 // keys.
 func TestSlotsWithLiveOrdersMoveUnderLoad(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, false)
 	rc := c.RedisCluster()
 	require.NotNil(t, rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
