@@ -43,5 +43,33 @@ func seed(ctx context.Context, rdb redis.UniversalClient, run string) (seedIDs, 
 	if err != nil {
 		return ids, err
 	}
-	return ids, cs.ApplySeed(ctx, s)
+	if err := cs.ApplySeed(ctx, s); err != nil {
+		return ids, err
+	}
+	return ids, seedLegacy(ctx, rdb, s)
+}
+
+// seedLegacy writes the same stock and payment methods in the layout of
+// commits before stock moved to one slot per SKU (48b0936): stock under
+// the shared {inventory} tag and methods under {payment}. A baseline built
+// from such a commit (BENCH_BASELINE) reads only these; without them every
+// one of its orders fails for want of stock and the comparison is void.
+// The current binaries never read them.
+func seedLegacy(ctx context.Context, rdb redis.UniversalClient, s commerce.Seed) error {
+	const prefix = commerce.DefaultKeyPrefix
+	for sku, n := range s.Stock {
+		if err := rdb.Set(ctx, prefix+"stock:{inventory}:"+sku, n, 0).Err(); err != nil {
+			return err
+		}
+	}
+	for _, m := range s.Methods {
+		approve := "0"
+		if m.Approve {
+			approve = "1"
+		}
+		if err := rdb.HSet(ctx, prefix+"paymethod:{payment}:"+m.MethodID, "approve", approve, "reason", m.Reason).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
