@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -430,38 +428,10 @@ func (rc *restateClient) do(ctx context.Context, method, url string, body []byte
 	return resp.StatusCode, raw, err
 }
 
-// freeLocalPorts picks n free loopback ports below the ephemeral range, as
-// runner/localcluster does, so that no outgoing connection takes one
+// freeLocalPorts picks n free loopback ports below the ephemeral range
+// (redisserver.FreePorts), so that no outgoing connection takes one
 // between the pick and the listen.
-func freeLocalPorts(n int) ([]int, error) {
-	lo, hi := 10000, 32767
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if first, err := strconv.Atoi(f[0]); err == nil && first-1 > lo+1000 {
-				hi = first - 1
-			}
-		}
-	}
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 200*n {
-			return nil, fmt.Errorf("no %d free ports in %d-%d", n, lo, hi)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo+1))))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+func freeLocalPorts(n int) ([]int, error) { return redisserver.FreePorts(n) }
 
 // tail is the last n lines of a log file, for an error message.
 func tail(path string, n int) string {

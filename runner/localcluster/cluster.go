@@ -35,8 +35,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -340,46 +338,7 @@ func (c *Cluster) redisPIDPath() string { return filepath.Join(c.cfg.RunDir, "pi
 // kernel hands out nothing below that range on its own, so only another
 // explicit pick can take such a port. Each candidate is checked by binding
 // it, then released.
-func freePorts(n int) ([]int, error) {
-	lo, hi := explicitPortRange()
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 200*n {
-			return nil, fmt.Errorf("cluster: no %d free ports in %d-%d", n, lo, hi)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo+1))))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// explicitPortRange is the range freePorts picks from: from 10000 up to
-// just below the kernel's ephemeral ports (32768 when it cannot be read).
-func explicitPortRange() (lo, hi int) {
-	lo, hi = 10000, 32767
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return lo, hi
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return lo, hi
-	}
-	if first, err := strconv.Atoi(f[0]); err == nil && first-1 > lo+1000 {
-		hi = first - 1
-	}
-	return lo, hi
-}
+func freePorts(n int) ([]int, error) { return redisserver.FreePorts(n) }
 
 func (c *Cluster) args(n *node) []string {
 	common := []string{
