@@ -190,7 +190,9 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 		require.ErrorIs(t, err, actor.ErrDeadLetter, "the grain of %s no longer exists", id)
 	}
 	// ...and nothing else changed: no release, no relocation, no event.
-	require.True(t, a.member.Lookup.IsGone(wa.Member.ID()), "api-a recorded it")
+	// api-a learns the gone record through its own lookup, a moment after
+	// the member fenced itself.
+	require.Eventually(t, func() bool { return a.member.Lookup.IsGone(wa.Member.ID()) }, 5*time.Second, 10*time.Millisecond, "api-a recorded it")
 	for _, id := range ids {
 		require.Equal(t, before[id], h.record(t, id), "record of %s", id)
 		require.Equal(t, location.Ready, before[id].Status)
