@@ -145,7 +145,14 @@ func (c *Cluster) form(ctx context.Context, busPorts []int) error {
 			}
 			c.ids = append(c.ids, id)
 			lo, hi := i*Slots/n, (i+1)*Slots/n-1
-			return rc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+			if err := rc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+				return err
+			}
+			// Distinct config epochs from the start, as redis-cli gives
+			// them: with all at 0 the nodes settle collisions by gossip
+			// later, and a slot handed over while that is going on can
+			// lose to the old owner's claim at an equal or bumped epoch.
+			return rc.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err()
 		})
 		if err != nil {
 			return fmt.Errorf("%w: node %s: %w", ErrCluster, s.Addr(), err)
@@ -167,7 +174,8 @@ func (c *Cluster) form(ctx context.Context, busPorts []int) error {
 }
 
 // waitAgreed polls until every node says cluster_state:ok, knows every
-// node, and maps every slot to the same owner as the others do.
+// node, maps every slot to the same owner as the others do, and has
+// learnt the same current epoch (so the next epoch bump is unique).
 func (c *Cluster) waitAgreed(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -185,7 +193,7 @@ func (c *Cluster) waitAgreed(ctx context.Context) error {
 }
 
 func (c *Cluster) agreed(ctx context.Context) error {
-	var want string
+	var want, wantEpoch string
 	for _, s := range c.nodes {
 		err := withClient(s, func(rc *redis.Client) error {
 			info, err := rc.ClusterInfo(ctx).Result()
@@ -194,6 +202,12 @@ func (c *Cluster) agreed(ctx context.Context) error {
 			}
 			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes))+"\r\n") {
 				return fmt.Errorf("%s: not ok yet", s.Addr())
+			}
+			epoch := infoField(info, "cluster_current_epoch")
+			if wantEpoch == "" {
+				wantEpoch = epoch
+			} else if epoch != wantEpoch {
+				return fmt.Errorf("%s is at epoch %s, another node at %s", s.Addr(), epoch, wantEpoch)
 			}
 			ranges, err := slotRanges(ctx, rc)
 			if err != nil {
@@ -451,4 +465,14 @@ func explicitPortRange() (lo, hi int) {
 		hi = first - 1
 	}
 	return lo, hi
+}
+
+// infoField is the value of field in a CLUSTER INFO reply ("" if absent).
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -267,8 +267,19 @@ func (m *SlotMove) migrateBatch(ctx context.Context, src *redis.Client, batch in
 
 // handOver gives the slot to the target: the target first, so that it
 // serves the slot before the owner starts answering MOVED to it, then the
-// owner, then the other masters.
+// owner, then the other masters. It then waits until every master agrees
+// and has learnt the target's new epoch, so that the next move starts
+// from a settled cluster.
 func (m *SlotMove) handOver(ctx context.Context, clients []*redis.Client) error {
+	if err := m.setNode(ctx, clients); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return m.c.waitAgreed(ctx)
+}
+
+func (m *SlotMove) setNode(ctx context.Context, clients []*redis.Client) error {
 	order := []int{m.to, m.from}
 	for i := range clients {
 		if i != m.to && i != m.from {
