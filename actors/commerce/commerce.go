@@ -47,6 +47,12 @@
 // accepted one is marked releasing), give each line back once (a release
 // movement), finish released.
 //
+// On a single Redis server, where no key is ever in another slot, Reserve
+// and Authorize run as one script each (redis_oneslot.go): the whole
+// protocol above without interruption, so no other caller can see a
+// partial hold. A reservation the stepped protocol began and did not
+// decide (an earlier call cut between steps) is left to that protocol.
+//
 // Every stock change appends its movement to the SKU's ledger in the same
 // script, seeding included, so initial stock + the sum of movements =
 // available stock at every instant (StockLedger).

@@ -36,6 +36,9 @@ type Redis struct {
 	client redis.UniversalClient
 	keys   keys
 	now    func() time.Time
+	// oneSlot: the client is a single server, so the one-script paths
+	// (redis_oneslot.go) apply.
+	oneSlot bool
 	// step, nil outside tests (export_test.go), is called after every
 	// step of the reservation protocol; an error stops the call there as
 	// a crash would.
@@ -87,7 +90,8 @@ func NewRedis(cfg Config) (*Redis, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Redis{client: cfg.Client, keys: k, now: now}, nil
+	_, oneSlot := cfg.Client.(*redis.Client)
+	return &Redis{client: cfg.Client, keys: k, now: now, oneSlot: oneSlot}, nil
 }
 
 // translate turns a go-redis error into this package's sentinels, so no

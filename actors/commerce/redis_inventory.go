@@ -276,6 +276,12 @@ func (r inventoryStore) Reserve(ctx context.Context, req *contracts.ReserveInven
 	if err != nil {
 		return nil, fmt.Errorf("commerce: encode reservation lines: %w", err)
 	}
+	if r.oneSlot && r.step == nil {
+		res, stepped, err := r.reserveOne(ctx, id, orderID, string(enc), merged)
+		if err != nil || !stepped {
+			return res, err
+		}
+	}
 	rec := []string{r.keys.reservation(id)}
 	v, err := r.run(ctx, "reserve inventory", beginReserveScript, 3, rec, orderID, string(enc))
 	if err != nil {

@@ -60,6 +60,26 @@ func (r paymentStore) Authorize(ctx context.Context, req *contracts.AuthorizePay
 	case req.GetAmount() < 0:
 		return nil, invalid("payment %q: amount %d is negative", req.GetPaymentId(), req.GetAmount())
 	}
+	var res []string
+	var err error
+	if r.oneSlot {
+		res, err = r.authorizeOne(ctx, req)
+	} else {
+		res, err = r.authorizeStepped(ctx, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &contracts.AuthorizePaymentRes{Accepted: res[0] == "1"}
+	if !out.Accepted {
+		out.Reason = &res[1]
+	}
+	return out, nil
+}
+
+// authorizeStepped reads the method's seed, then records the decision
+// under the payment's own tag: two round trips, no script across tags.
+func (r paymentStore) authorizeStepped(ctx context.Context, req *contracts.AuthorizePaymentReq) ([]string, error) {
 	accepted, reason, err := decide(r.GetMethod(ctx, req.GetPaymentMethodId()))
 	if err != nil {
 		return nil, fmt.Errorf("authorize payment %q: %w", req.GetPaymentId(), err)
@@ -74,11 +94,7 @@ func (r paymentStore) Authorize(ctx context.Context, req *contracts.AuthorizePay
 	if len(res) != 2 {
 		return nil, fmt.Errorf("%w: authorize payment: unexpected reply %q", ErrCorrupt, res)
 	}
-	out := &contracts.AuthorizePaymentRes{Accepted: res[0] == "1"}
-	if !out.Accepted {
-		out.Reason = &res[1]
-	}
-	return out, nil
+	return res, nil
 }
 
 // PutMethod implements Payment.
