@@ -35,10 +35,11 @@ type Interrupts interface {
 	HoldEffect(ctx context.Context, st order.State, step order.Step, generation int64) (bool, error)
 	// HoldBegan is told once when a hold of step at generation begins.
 	HoldBegan(ctx context.Context, st order.State, step order.Step, generation int64) error
-	// LeaveProjectionBehind reports whether the event of step is to be
-	// recorded without its projection (workflow.LeaveProjectionBehind). A
-	// true answer is consumed: it is given once.
-	LeaveProjectionBehind(ctx context.Context, st order.State, step order.Step) (bool, error)
+	// LeaveProjectionBehind reports whether an append is to be recorded
+	// without its projection (workflow.LeaveProjectionBehind); endsOrder
+	// says whether the append ends the order (Effect.EndsOrder). A true
+	// answer is consumed: it is given once.
+	LeaveProjectionBehind(ctx context.Context, st order.State, endsOrder bool) (bool, error)
 }
 
 // HeldEffectPoll is how often a held effect asks whether it may be
@@ -178,7 +179,7 @@ func (g *orderGrain) pollHeld(ctx actor.Context, in Interrupts) {
 // the interrupt point asks for it.
 func (g *orderGrain) record(c context.Context, in Interrupts, eff *workflow.Effect) (bool, error) {
 	p := workflow.Project
-	behind, err := in.LeaveProjectionBehind(c, g.order.State(), eff.Step())
+	behind, err := in.LeaveProjectionBehind(c, g.order.State(), eff.EndsOrder())
 	if err != nil {
 		return false, err
 	}

@@ -114,13 +114,13 @@ func (m *metrics) stepDone(step order.Step, began time.Time) {
 	m.duration.WithLabelValues(StepLabel(step)).Observe(time.Since(began).Seconds())
 }
 
-// inDoubt is an event whose append ended with an unknown outcome: the
-// next read of the stream tells whether it landed, and so whether to
-// count it.
+// inDoubt is an append whose outcome is unknown: the next read of the
+// stream tells whether it landed, and so whether to count its events. Its
+// first event stands for the batch, which lands whole or not at all.
 type inDoubt struct {
-	version   int64
-	eventID   string
-	eventType string
+	version    int64
+	eventID    string
+	eventTypes []string
 }
 
 // settleInDoubt counts the order's event in doubt if envs, the stream as
@@ -134,6 +134,8 @@ func (s *Service) settleInDoubt(o *Order, envs []eventstore.Envelope) {
 	}
 	o.inDoubt = nil
 	if d.version >= 1 && int64(len(envs)) >= d.version && envs[d.version-1].EventID == d.eventID {
-		s.metrics.recorded(d.eventType)
+		for _, t := range d.eventTypes {
+			s.metrics.recorded(t)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return nil, false, fmt.Errorf("start order %s: %w", o.id, err)
 	}
 	now := s.cfg.Now()
-	err = s.append(ctx, o, ev, req.SourceCommandId, now, Project)
+	err = s.append(ctx, o, Project, pending{ev: ev, sourceCommandID: req.SourceCommandId, at: now})
 	if errors.Is(err, errRecordedNotProjected) {
 		o.start = req
 		o.projectionBehind = true
@@ -175,32 +175,48 @@ func validCurrency(c string) bool {
 	return true
 }
 
-// append records ev as the next event under the owner's fence and, on
-// success, folds it in. With Project it also writes the projection of the
-// new fold, in the same round trip when a ProjectedAppender is wired, else
-// right after. The event is folded before it is written, so the stream
-// never holds an event the domain cannot replay. A lost race comes back as
-// the store's ErrDuplicateCommand or ErrVersionConflict; a fenced owner as
-// ErrFenced; an unknown outcome marks the fold stale. An error after the
-// event was recorded (the separate projection write) leaves the fold at the
-// new version.
-func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCommandID string, now int64, p Projection) error {
-	eventType, data, err := EncodeEvent(ev)
-	if err != nil {
-		return err
+// pending is an event to append with the command it records.
+type pending struct {
+	ev              order.Event
+	sourceCommandID string
+	at              int64
+}
+
+// append records evs as the next events, in one append, under the owner's
+// fence and, on success, folds them in. With Project it also writes the
+// projection of the new fold, in the same round trip when a
+// ProjectedAppender is wired, else right after. The events are folded
+// before they are written, so the stream never holds an event the domain
+// cannot replay. A lost race comes back as the store's
+// ErrDuplicateCommand or ErrVersionConflict; a fenced owner as ErrFenced;
+// an unknown outcome marks the fold stale. An error after the events were
+// recorded (the separate projection write) leaves the fold at the new
+// version.
+func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pending) error {
+	next := o.state
+	envs := make([]eventstore.Envelope, 0, len(evs))
+	types := make([]string, 0, len(evs))
+	for _, pe := range evs {
+		eventType, data, err := EncodeEvent(pe.ev)
+		if err != nil {
+			return err
+		}
+		if next, err = order.Apply(next, pe.ev, pe.at); err != nil {
+			// The domain produced this event from this fold; refusing it
+			// is a domain bug, caught before anything is recorded.
+			return fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, eventType, err)
+		}
+		envs = append(envs, eventstore.Envelope{
+			EventID: pe.ev.ID(), OrderID: o.id, EventType: eventType,
+			SourceCommandID: pe.sourceCommandID, CreatedAtUnixMs: pe.at, Data: data,
+		})
+		types = append(types, eventType)
 	}
-	next, err := order.Apply(o.state, ev, now)
-	if err != nil {
-		// The domain produced this event from this fold; refusing it is a
-		// domain bug, caught before anything is recorded.
-		return fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, eventType, err)
-	}
-	env := eventstore.Envelope{
-		EventID: ev.ID(), OrderID: o.id, EventType: eventType,
-		SourceCommandID: sourceCommandID, CreatedAtUnixMs: now, Data: data,
-	}
-	envs := []eventstore.Envelope{env}
+	// The first event stands for the batch in doubt: it lands with the
+	// others or not at all.
+	doubt := &inDoubt{version: o.state.Version + 1, eventID: envs[0].EventID, eventTypes: types}
 	var version int64
+	var err error
 	projected := p == Project && s.cfg.ProjectedAppend != nil
 	if projected {
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
@@ -210,26 +226,29 @@ func (s *Service) append(ctx context.Context, o *Order, ev order.Event, sourceCo
 	switch {
 	case err == nil:
 	case errors.Is(err, eventstore.ErrFenced):
-		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
+		return fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
 	case isAppendRace(err):
 		// The stream may hold this very append, landed by an earlier
 		// attempt: the reload the caller makes tells, for the metrics.
-		o.inDoubt = &inDoubt{version: next.Version, eventID: env.EventID, eventType: eventType}
+		o.inDoubt = doubt
 		return err
 	default:
 		o.stale = true
-		o.inDoubt = &inDoubt{version: next.Version, eventID: env.EventID, eventType: eventType}
-		return fmt.Errorf("append %s to order %s: %w", eventType, o.id, err)
+		o.inDoubt = doubt
+		return fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
 	}
 	if next.Version != version {
 		o.stale = true
-		// The store says it recorded the event elsewhere than the fold
+		// The store says it recorded the events elsewhere than the fold
 		// expects: the reload finds out where, if anywhere.
-		o.inDoubt = &inDoubt{version: version, eventID: env.EventID, eventType: eventType}
+		doubt.version = version - int64(len(envs)) + 1
+		o.inDoubt = doubt
 		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
 	}
 	o.state = next
-	s.metrics.recorded(eventType)
+	for _, t := range types {
+		s.metrics.recorded(t)
+	}
 	if p == Project && !projected {
 		if err := s.project(ctx, o.state); err != nil {
 			return fmt.Errorf("%w: %w", errRecordedNotProjected, err)

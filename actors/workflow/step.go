@@ -16,12 +16,18 @@ import (
 // Record appends the one resulting event at the fold's version under the
 // owner's fence, then writes the projection.
 //
-// Round trips per step:
-//   - reserve inventory: Reserve + append + projection = 3
-//   - authorize payment: Authorize + append + projection = 3, plus one
-//     LoadFirst when this activation did not record the start itself
-//   - release inventory: Release + append + projection = 3
-//   - confirm / fail: append + projection = 2
+// A step whose effect leads to a step without one (confirm after the
+// payment, fail after a refused reservation or a release) records that
+// step's event in the same append (withFollowUp).
+//
+// Round trips per step, with a ProjectedAppender wired (one round trip
+// for the append and its projection), one more for the projection
+// without:
+//   - reserve inventory: Reserve + append = 2
+//   - authorize payment: Authorize + append = 2, plus one LoadFirst when
+//     this activation did not record the start itself
+//   - release inventory: Release + append = 2
+//   - confirm / fail, when a replay ends right before them: append = 1
 //
 // It reports progressed=false with no error when there is nothing to do,
 // or when the append lost to an event already in the stream (a retried
@@ -56,7 +62,14 @@ type Effect struct {
 	version int64
 	// began is when MakeEffect started, for the step's latency.
 	began time.Time
+	// ends: recording the effect ends the order (its event, or the
+	// follow-up recorded with it, is terminal).
+	ends bool
 }
+
+// EndsOrder says whether recording the effect ends the order: its event,
+// or the effect-less step recorded with it, is terminal.
+func (e *Effect) EndsOrder() bool { return e.ends }
 
 // Step is the step whose effect this is.
 func (e *Effect) Step() order.Step { return e.step }
@@ -168,7 +181,16 @@ func (s *Service) MakeEffect(ctx context.Context, o *Order) (*Effect, error) {
 	default:
 		return nil, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
-	return &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version, began: began}, nil
+	eff := &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version, began: began}
+	if next, err := order.Apply(st, ev, now); err == nil {
+		switch order.Decide(next) {
+		case order.StepConfirm, order.StepFail:
+			eff.ends = true
+		case order.StepNone:
+			eff.ends = next.Status.Terminal()
+		}
+	}
+	return eff, nil
 }
 
 // Record performs the second phase of a step: it appends the effect's
@@ -196,7 +218,11 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 	if p == LeaveProjectionBehind {
 		s.log.Info("event recorded without its projection", "order", o.id, "step", step.String(), "version", e.version+1)
 	}
-	if err := s.append(ctx, o, e.event, order.StepSourceCommandID(o.id, step), e.at, p); err != nil {
+	evs, follow, err := s.withFollowUp(o, e)
+	if err != nil {
+		return false, err
+	}
+	if err := s.append(ctx, o, p, evs...); err != nil {
 		if isAppendRace(err) {
 			// Under fencing no other writer exists, so the stream can only
 			// be ahead by an earlier attempt of this very step.
@@ -220,7 +246,39 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 		return false, err
 	}
 	s.metrics.stepDone(step, e.began)
+	if follow != order.StepNone {
+		s.metrics.stepDone(follow, e.began)
+	}
 	return true, nil
+}
+
+// withFollowUp is the effect's event, and with it the event of the step
+// that follows when that step has no external effect (confirm after the
+// payment, fail after a refused reservation or a release): it is decided
+// from the fold the effect's event leads to, as the next Step would
+// decide it, and recorded in the same append. Deciding it later could
+// only give the same event, so waiting a round trip for it buys nothing.
+func (s *Service) withFollowUp(o *Order, e *Effect) ([]pending, order.Step, error) {
+	evs := []pending{{ev: e.event, sourceCommandID: order.StepSourceCommandID(o.id, e.step), at: e.at}}
+	next, err := order.Apply(o.state, e.event, e.at)
+	if err != nil {
+		return nil, order.StepNone, fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, e.step, err)
+	}
+	var ev order.Event
+	now := s.cfg.Now()
+	switch follow := order.Decide(next); follow {
+	case order.StepConfirm:
+		ev, err = order.Confirm(next, now)
+	case order.StepFail:
+		ev, err = order.Fail(next, now)
+	default:
+		return evs, order.StepNone, nil
+	}
+	if err != nil {
+		return nil, order.StepNone, fmt.Errorf("order %s: decide the step after %s: %w", o.id, e.step, err)
+	}
+	follow := order.Decide(next)
+	return append(evs, pending{ev: ev, sourceCommandID: order.StepSourceCommandID(o.id, follow), at: now}), follow, nil
 }
 
 // guardRepeatedEffect refuses a step whose external effect the fold

@@ -100,7 +100,7 @@ func (e *env) driveLeavingTerminalBehind(o *workflow.Order) {
 			return
 		}
 		p := workflow.Project
-		if eff.Step() == order.StepConfirm || eff.Step() == order.StepFail {
+		if eff.EndsOrder() {
 			p = workflow.LeaveProjectionBehind
 		}
 		progressed, err := e.svc.Record(e.ctx, o, eff, p)
@@ -354,7 +354,7 @@ func TestContinueFromInventoryReservedAuthorizesWithoutReservingAgain(t *testing
 	require.Equal(t, order.StatusInventoryReserved, o2.State().Status)
 	st, err := e.svc.Continue(e.ctx, o2)
 	require.NoError(t, err)
-	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, st.GetStatus())
+	assert.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus(), "the confirmation is recorded with the payment")
 
 	reserves, _ := e.d.Inventory.ReserveCalls(e.ctx, order.ReservationID("ord-cont"))
 	assert.Equal(t, int64(1), reserves)
@@ -364,8 +364,8 @@ func TestContinueFromInventoryReservedAuthorizesWithoutReservingAgain(t *testing
 	assert.Equal(t, int64(1), e.d.Envelopes.LoadCalls.Load())
 
 	p, v := e.projection("ord-cont")
-	assert.Equal(t, int64(3), v)
-	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, p.GetStatus())
+	assert.Equal(t, int64(4), v)
+	assert.Equal(t, contracts.OrderStatus_Confirmed, p.GetStatus())
 
 	e.drive(o2)
 	assert.Equal(t, successOrder, e.d.Events.Types("ord-cont"))
@@ -410,8 +410,10 @@ func TestContinueOnTerminalRepairsMissingOrStaleProjection(t *testing.T) {
 			o, _ := e.start("ord-term", "key-term", tc.method)
 			e.driveLeavingTerminalBehind(o)
 
+			// The last append carries two events (the effect's and the
+			// terminal one): its projection is two versions short.
 			stale, v := e.projection("ord-term")
-			require.Equal(t, tc.version-1, v, "the terminal projection was skipped")
+			require.Equal(t, tc.version-2, v, "the terminal projection was skipped")
 			require.NotEqual(t, tc.status, stale.GetStatus())
 
 			st, err := e.svc.Continue(e.ctx, o)
@@ -700,10 +702,10 @@ func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
 	}
 }
 
-// With a ProjectedAppender every event travels with its projection: the
-// read model follows the stream step by step and no separate projection
-// write happens; a terminal event recorded with its projection left
-// behind leaves the read model one version back.
+// With a ProjectedAppender every append travels with its projection: the
+// read model follows the stream append by append and no separate
+// projection write happens; a terminal append recorded with its
+// projection left behind leaves the read model at the version before it.
 func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	e := newEnv(t)
 	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
@@ -721,13 +723,13 @@ func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	p, v = e.projection("ord-pa")
 	assert.Equal(t, int64(4), v)
 	assert.True(t, proto.Equal(e.svc.View(o), p))
-	assert.Equal(t, int64(4), pa.Calls.Load(), "one projected append per event")
+	assert.Equal(t, int64(3), pa.Calls.Load(), "one projected append per append: start, reserve, authorize with confirm")
 	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
 
 	o2, _ := e.start("ord-pb", "key-pb", methodOK)
 	e.driveLeavingTerminalBehind(o2)
 	p, v = e.projection("ord-pb")
-	assert.Equal(t, int64(3), v, "the terminal event is recorded without its projection")
-	assert.Equal(t, contracts.OrderStatus_PaymentAuthorized, p.GetStatus())
+	assert.Equal(t, int64(2), v, "the terminal append is recorded without its projection")
+	assert.Equal(t, contracts.OrderStatus_InventoryReserved, p.GetStatus())
 	assert.Equal(t, successOrder, e.d.Events.Types("ord-pb"))
 }

@@ -83,7 +83,7 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	// Redis Cluster they are stepped: begin, a hold per SKU, finish; the
 	// method's seed, then the payment record).
 	require.LessOrEqual(t, delta[node.StoreCommerce], int64(3), "mapping 1 + reserve 1 + authorize 1")
-	require.LessOrEqual(t, n, int64(11), "Open, envelope, start+projection, then the module calls + projected append per step, plus the cold lookup (its Ready commit pipelined with the owner index)")
+	require.LessOrEqual(t, n, int64(10), "Open, envelope, start+projection, then the module calls + projected append per step (the confirmation rides with the payment), plus the cold lookup (its Ready commit pipelined with the owner index)")
 	require.Zero(t, delta[node.StoreReadModel], "on one Redis server the active-order index entry and its removal ride in the projected appends: no read-model round trip of their own")
 
 	// Read after the count: on one Redis server the terminal step drops the active-order index
