@@ -93,17 +93,19 @@ var (
 	shortEvents   = []string{order.TypeOrderStarted, order.TypeInventoryReservationFailed, order.TypeOrderFailed}
 )
 
-// everyStep holds an order at each step the workflow has.
+// everyStep holds an order at each step with an external effect, on each
+// path. Confirm and Fail are recorded in the append of the effect that
+// leads to them (the payment, the refused reservation, the release), so
+// holding that effect holds them too.
 var everyStep = []heldCase{
 	{step: order.StepReserveInventory, cart: cartOK, method: methodOK, final: "Confirmed", events: successEvents,
 		reserved: true, paid: true, payCalled: true, recordedWhenHeld: 1, effect: "reservation"},
 	{step: order.StepAuthorizePayment, cart: cartOK, method: methodOK, final: "Confirmed", events: successEvents,
 		reserved: true, paid: true, payCalled: true, recordedWhenHeld: 2, effect: "payment"},
-	{step: order.StepConfirm, cart: cartOK, method: methodOK, final: "Confirmed", events: successEvents,
-		reserved: true, paid: true, payCalled: true, recordedWhenHeld: 3},
 	{step: order.StepReleaseInventory, cart: cartOK, method: methodDecline, final: "Failed", events: declineEvents,
 		reserved: true, released: true, payCalled: true, recordedWhenHeld: 3, effect: "release"},
-	{step: order.StepFail, cart: cartShort, method: methodOK, final: "Failed", events: shortEvents, recordedWhenHeld: 2},
+	{step: order.StepReserveInventory, cart: cartShort, method: methodOK, final: "Failed", events: shortEvents,
+		recordedWhenHeld: 1, effect: "refusal"},
 }
 
 // checkHeld checks a held order: its stream stops before the held step,
@@ -119,6 +121,10 @@ func (e *env) checkHeld(h heldOrder) {
 		rsv, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{"+order.ReservationID(h.orderID)+"}", "accepted").Result()
 		require.NoError(t, err, "order %s: the reservation is made", h.orderID)
 		require.Equal(t, "1", rsv)
+	case "refusal":
+		rsv, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"reservation:{"+order.ReservationID(h.orderID)+"}", "accepted").Result()
+		require.NoError(t, err, "order %s: the refusal is made", h.orderID)
+		require.Equal(t, "0", rsv)
 	case "payment":
 		pay, err := e.rdb.HGet(ctx, commerce.DefaultKeyPrefix+"payment:{"+order.PaymentID(h.orderID)+"}", "accepted").Result()
 		require.NoError(t, err, "order %s: the authorization is made", h.orderID)
@@ -248,10 +254,10 @@ type heldOrder struct {
 // picks a member round-robin, so it takes about two starts a case.
 func (e *env) holdOn(node string, cases []heldCase) (onNode, elsewhere []heldOrder) {
 	t := e.t
-	for _, hc := range cases {
+	for i, hc := range cases {
 		for attempt := 0; ; attempt++ {
 			require.Less(t, attempt, 8, "no %s order landed on %s", hc.step, node)
-			h := e.holdOne(hc, fmt.Sprintf("tk-%s-%s-%d", e.run, hc.step, attempt))
+			h := e.holdOne(hc, fmt.Sprintf("tk-%s-%d-%s-%d", e.run, i, hc.step, attempt))
 			if h.node == node {
 				onNode = append(onNode, h)
 				break
