@@ -191,7 +191,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, string(b))
 		cres := &contracts.ContinueOrderWorkflowRes{}
 		require.NoError(t, contracts.UnmarshalJSON(b, cres))
-		require.Equal(t, contracts.OrderStatus_PaymentAuthorized, cres.GetState().GetStatus(), "continue ran the payment step")
+		require.Equal(t, contracts.OrderStatus_Confirmed, cres.GetState().GetStatus(), "continue ran the payment step (the confirmation rides with it)")
 		h.waitStatus(apiB, res.OrderId, contracts.OrderStatus_Confirmed)
 		ev = h.evidenceOf(apiB, res.OrderId)
 		require.Equal(t, success, ev.types())
@@ -208,7 +208,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 			"terminal event recorded")
 		st, ok := h.getState(apiA, res.OrderId)
 		require.True(t, ok)
-		require.Equal(t, contracts.OrderStatus_PaymentAuthorized, st.GetStatus(), "the read model stays behind the stream")
+		require.Equal(t, contracts.OrderStatus_InventoryReserved, st.GetStatus(), "the read model stays behind the stream (before the terminal append)")
 
 		code, b = h.do("POST", apiB, "/orders/"+res.OrderId+"/continue", "")
 		require.Equal(t, http.StatusOK, code, string(b))
