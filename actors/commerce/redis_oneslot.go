@@ -39,7 +39,6 @@ if v[1] then
   return {'done', v[1], v[2] or ''}
 end
 local n = (#KEYS - 1) / 3
-local raws = {}
 for i = 0, n - 1 do
   local sku, qty = ARGV[5 + i*2], ARGV[6 + i*2]
   local raw = redis.call('GET', KEYS[3 + i*3])
@@ -99,13 +98,7 @@ func (r inventoryStore) reserveOne(ctx context.Context, id, orderID, enc string,
 // itself. KEYS[1] payment record, KEYS[2] payment method; ARGV orderId,
 // methodId, amount, currency, and the reasons for an unknown method and a
 // plain decline. Reply {accepted, reason}.
-var authorizeOneScript = redis.NewScript(`
-local rec = KEYS[1]
-redis.call('HINCRBY', rec, 'calls', 1)
-local prev = redis.call('HMGET', rec, 'accepted', 'reason')
-if prev[1] then
-  return {prev[1], prev[2] or ''}
-end
+var authorizeOneScript = redis.NewScript(authorizeHeadLua + `
 local m = redis.call('HMGET', KEYS[2], 'approve', 'reason')
 local accepted, reason = '0', ''
 if not m[1] and not m[2] then

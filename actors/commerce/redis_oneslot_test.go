@@ -17,11 +17,7 @@ import (
 // same outcome as the stepped protocol, and a refused one never holds a
 // line, so its ledger has the short line's refuse movement alone.
 func TestReserve_OneScriptOnASingleServer(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	t.Cleanup(func() { _ = c.Close() })
-	var cmds atomic.Int64
-	c.AddHook(countHook{n: &cmds})
+	c, cmds := countedClient(t)
 	for i, tc := range crashCases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newRedis(t, commerce.Config{Client: c, KeyPrefix: "one" + string(rune('a'+i)) + ":"})
@@ -60,11 +56,7 @@ func TestReserve_OneScriptOnASingleServer(t *testing.T) {
 // On a single server Authorize reads the method's seed inside its script:
 // one round trip, with the stepped path's decisions.
 func TestAuthorize_OneScriptOnASingleServer(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	t.Cleanup(func() { _ = c.Close() })
-	var cmds atomic.Int64
-	c.AddHook(countHook{n: &cmds})
+	c, cmds := countedClient(t)
 	s := newRedis(t, commerce.Config{Client: c})
 	pay := s.Payment()
 	ctx := t.Context()
@@ -93,6 +85,17 @@ func TestAuthorize_OneScriptOnASingleServer(t *testing.T) {
 	_, err := pay.Authorize(ctx, &contracts.AuthorizePaymentReq{
 		OrderId: "o-bad", PaymentId: "p-bad", PaymentMethodId: "bad", Amount: 5, Currency: "EUR"})
 	require.ErrorIs(t, err, commerce.ErrCorrupt)
+}
+
+// countedClient is a client of a private redis-server and the count of
+// its round trips.
+func countedClient(t *testing.T) (*redis.Client, *atomic.Int64) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	cmds := &atomic.Int64{}
+	c.AddHook(countHook{n: cmds})
+	return c, cmds
 }
 
 // countHook counts the round trips a client makes, except the EVALSHA

@@ -19,17 +19,23 @@ import (
 // caller decides from the method's seed, read before; the script records
 // that decision only if none is recorded, so the first result wins and a
 // later change of the seed cannot change a recorded result.
-var authorizeScript = redis.NewScript(`
+var authorizeScript = redis.NewScript(authorizeHeadLua + `
+redis.call('HSET', rec, 'accepted', ARGV[5], 'reason', ARGV[6], 'orderId', ARGV[1],
+  'methodId', ARGV[2], 'amount', ARGV[3], 'currency', ARGV[4])
+return {ARGV[5], ARGV[6]}
+`)
+
+// authorizeHeadLua begins both authorization scripts: it counts the call
+// on the payment record (KEYS[1], in the local rec) and answers a
+// recorded result, so the first result wins.
+const authorizeHeadLua = `
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'calls', 1)
 local prev = redis.call('HMGET', rec, 'accepted', 'reason')
 if prev[1] then
   return {prev[1], prev[2] or ''}
 end
-redis.call('HSET', rec, 'accepted', ARGV[5], 'reason', ARGV[6], 'orderId', ARGV[1],
-  'methodId', ARGV[2], 'amount', ARGV[3], 'currency', ARGV[4])
-return {ARGV[5], ARGV[6]}
-`)
+`
 
 // decide is what the method's seed says of an authorization.
 func decide(m PaymentMethod, err error) (accepted bool, reason string, _ error) {

@@ -62,14 +62,16 @@ type Effect struct {
 	version int64
 	// began is when MakeEffect started, for the step's latency.
 	began time.Time
-	// ends: recording the effect ends the order (its event, or the
-	// follow-up recorded with it, is terminal).
-	ends bool
+	// next is the fold the event leads to, and follow the step Decide
+	// gives there when it has no external effect (confirm, fail), else
+	// StepNone: Record appends that step's event with this one.
+	next   order.State
+	follow order.Step
 }
 
 // EndsOrder says whether recording the effect ends the order: its event,
 // or the effect-less step recorded with it, is terminal.
-func (e *Effect) EndsOrder() bool { return e.ends }
+func (e *Effect) EndsOrder() bool { return e.follow != order.StepNone || e.next.Status.Terminal() }
 
 // Step is the step whose effect this is.
 func (e *Effect) Step() order.Step { return e.step }
@@ -181,14 +183,16 @@ func (s *Service) MakeEffect(ctx context.Context, o *Order) (*Effect, error) {
 	default:
 		return nil, fmt.Errorf("order %s: unknown step %s", o.id, step)
 	}
-	eff := &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version, began: began}
-	if next, err := order.Apply(st, ev, now); err == nil {
-		switch order.Decide(next) {
-		case order.StepConfirm, order.StepFail:
-			eff.ends = true
-		case order.StepNone:
-			eff.ends = next.Status.Terminal()
-		}
+	next, err := order.Apply(st, ev, now)
+	if err != nil {
+		// The domain produced this event from this fold; refusing it is
+		// a domain bug, caught before anything is recorded.
+		return nil, fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, step, err)
+	}
+	eff := &Effect{orderID: o.id, step: step, event: ev, at: now, version: st.Version, began: began, next: next}
+	switch follow := order.Decide(next); follow {
+	case order.StepConfirm, order.StepFail:
+		eff.follow = follow
 	}
 	return eff, nil
 }
@@ -218,7 +222,7 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 	if p == LeaveProjectionBehind {
 		s.log.Info("event recorded without its projection", "order", o.id, "step", step.String(), "version", e.version+1)
 	}
-	evs, follow, err := s.withFollowUp(o, e)
+	evs, err := s.withFollowUp(o, e)
 	if err != nil {
 		return false, err
 	}
@@ -246,8 +250,8 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 		return false, err
 	}
 	s.metrics.stepDone(step, e.began)
-	if follow != order.StepNone {
-		s.metrics.stepDone(follow, e.began)
+	if e.follow != order.StepNone {
+		s.metrics.stepDone(e.follow, e.began)
 	}
 	return true, nil
 }
@@ -255,30 +259,27 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 // withFollowUp is the effect's event, and with it the event of the step
 // that follows when that step has no external effect (confirm after the
 // payment, fail after a refused reservation or a release): it is decided
-// from the fold the effect's event leads to, as the next Step would
-// decide it, and recorded in the same append. Deciding it later could
-// only give the same event, so waiting a round trip for it buys nothing.
-func (s *Service) withFollowUp(o *Order, e *Effect) ([]pending, order.Step, error) {
+// from the fold the effect's event leads to (e.next, valid because Record
+// checked the fold is still at e.version), as the next Step would decide
+// it, and recorded in the same append. Deciding it later could only give
+// the same event, so waiting a round trip for it buys nothing.
+func (s *Service) withFollowUp(o *Order, e *Effect) ([]pending, error) {
 	evs := []pending{{ev: e.event, sourceCommandID: order.StepSourceCommandID(o.id, e.step), at: e.at}}
-	next, err := order.Apply(o.state, e.event, e.at)
-	if err != nil {
-		return nil, order.StepNone, fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, e.step, err)
-	}
 	var ev order.Event
+	var err error
 	now := s.cfg.Now()
-	switch follow := order.Decide(next); follow {
+	switch e.follow {
 	case order.StepConfirm:
-		ev, err = order.Confirm(next, now)
+		ev, err = order.Confirm(e.next, now)
 	case order.StepFail:
-		ev, err = order.Fail(next, now)
+		ev, err = order.Fail(e.next, now)
 	default:
-		return evs, order.StepNone, nil
+		return evs, nil
 	}
 	if err != nil {
-		return nil, order.StepNone, fmt.Errorf("order %s: decide the step after %s: %w", o.id, e.step, err)
+		return nil, fmt.Errorf("order %s: decide the step after %s: %w", o.id, e.step, err)
 	}
-	follow := order.Decide(next)
-	return append(evs, pending{ev: ev, sourceCommandID: order.StepSourceCommandID(o.id, follow), at: now}), follow, nil
+	return append(evs, pending{ev: ev, sourceCommandID: order.StepSourceCommandID(o.id, e.follow), at: now}), nil
 }
 
 // guardRepeatedEffect refuses a step whose external effect the fold
