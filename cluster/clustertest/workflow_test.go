@@ -222,9 +222,27 @@ func TestNotFoundHasNoSideEffects(t *testing.T) {
 	waitMembers(t, a.member.Lookup, 1)
 	ctx := ctxT(t, 10*time.Second)
 	id := "ord-never-started"
-	_, err := a.client.ContinueOrderWorkflow(ctx, &contracts.ContinueOrderWorkflowReq{OrderId: id})
+	// The first request crosses a fresh remote connection; on a loaded
+	// machine its activation may time out (Unavailable). It is repeated
+	// until answered, and a timed-out attempt must leave no side effect
+	// either: the checks below cover every attempt.
+	answered := func(call func() error) error {
+		var err error
+		require.Eventually(t, func() bool {
+			err = call()
+			return !errors.Is(err, location.ErrTimeout)
+		}, 8*time.Second, 50*time.Millisecond, "no answer but timeouts: %v", err)
+		return err
+	}
+	err := answered(func() error {
+		_, err := a.client.ContinueOrderWorkflow(ctx, &contracts.ContinueOrderWorkflowReq{OrderId: id})
+		return err
+	})
 	require.ErrorIs(t, err, workflow.ErrNotFound)
-	_, err = a.client.RebuildOrderProjection(ctx, &contracts.RebuildOrderProjectionReq{OrderId: id})
+	err = answered(func() error {
+		_, err := a.client.RebuildOrderProjection(ctx, &contracts.RebuildOrderProjectionReq{OrderId: id})
+		return err
+	})
 	require.ErrorIs(t, err, workflow.ErrNotFound)
 
 	envs, err := h.stores.Events.Load(ctx, id)
