@@ -44,6 +44,49 @@ type Projection struct {
 	Index         IndexEntry
 }
 
+// Companion is a third store's write that rides in AppendProjected's
+// step once the append passed its checks, whether or not the guard let
+// the record be written, so that a step spanning three stores is still
+// one atomic round trip. Its owner names the key and the values; this
+// package only runs the op. Like an Index entry its key need not carry
+// the order's hash tag, so only a client that talks to one server may
+// carry companions: AppendProjectedWith refuses them otherwise.
+type Companion struct {
+	Op  CompanionOp
+	Key string
+	// Value is what SetIfAbsent stores, and what HashSetIf writes to
+	// Field.
+	Value []byte
+	// Field, IfField and IfValue are HashSetIf's.
+	Field, IfField, IfValue string
+}
+
+// CompanionOp is what a Companion does to its key.
+type CompanionOp uint8
+
+const (
+	// CompanionNone is an invalid op: a companion must say what it does.
+	CompanionNone CompanionOp = iota
+	// SetIfAbsent stores Value at Key unless the key exists (SET NX): the
+	// first write wins, a later one is no error and changes nothing.
+	SetIfAbsent
+	// HashSetIf sets Field to Value in the hash at Key if, and only if,
+	// its IfField holds IfValue; otherwise nothing is written and the
+	// companion reports not applied.
+	HashSetIf
+)
+
+// luaOp is the op as appendProjectedScript reads it.
+func (o CompanionOp) luaOp() string {
+	switch o {
+	case SetIfAbsent:
+		return "setnx"
+	case HashSetIf:
+		return "hsetif"
+	}
+	return ""
+}
+
 // IndexEntry is Projection.Index; the zero value updates nothing.
 type IndexEntry struct {
 	Op     IndexOp
@@ -75,19 +118,26 @@ func (o IndexOp) luaOp() string {
 	return ""
 }
 
-// projectedArgs is how many ARGV precede the events in
+// projectedArgs is how many ARGV precede the companions in
 // appendProjectedScript: appendScript's, then versionField, stateField,
 // version, state, notify channel (empty: none), notify message, index op
-// ("", add, rem), index member, index score.
-const projectedArgs = appendArgs + 9
+// ("", add, rem), index member, index score, companion count. Each
+// companion adds companionArgs more (op, value, field, ifField, ifValue)
+// before the events.
+const (
+	projectedArgs = appendArgs + 10
+	companionArgs = 5
+)
 
 // appendProjectedScript is appendLua, then the caller's projection under
-// the Projection guard, then its index entry. Nothing is written when a
-// check fails.
+// the Projection guard, then its index entry, then its companions.
+// Nothing is written when a check fails.
 //
-// KEYS: stream, fence, cmds, projection[, index].
-// Reply: {0, newVersion} or appendLua's.
-var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) + appendLua + `
+// KEYS: stream, fence, cmds, projection, one per companion[, index].
+// Reply: {0, newVersion, applied} or appendLua's; applied has a '1' or a
+// '0' per companion.
+var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) +
+	` + ` + strconv.Itoa(companionArgs) + ` * tonumber(ARGV[` + strconv.Itoa(projectedArgs) + `])` + appendLua + `
 local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
 if not cur or cur <= tonumber(ARGV[7]) then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[7], ARGV[6], ARGV[8])
@@ -95,12 +145,27 @@ if not cur or cur <= tonumber(ARGV[7]) then
     redis.call('PUBLISH', ARGV[9], ARGV[10])
   end
 end
+local nc = tonumber(ARGV[14])
 if ARGV[11] == 'add' then
-  redis.call('ZADD', KEYS[5], 'GT', ARGV[13], ARGV[12])
+  redis.call('ZADD', KEYS[5 + nc], 'GT', ARGV[13], ARGV[12])
 elseif ARGV[11] == 'rem' then
-  redis.call('ZREM', KEYS[5], ARGV[12])
+  redis.call('ZREM', KEYS[5 + nc], ARGV[12])
 end
-return {0, version}
+local applied = ''
+for i = 0, nc - 1 do
+  local a = 15 + i * 5
+  local k = KEYS[5 + i]
+  if ARGV[a] == 'setnx' then
+    redis.call('SET', k, ARGV[a + 1], 'NX')
+    applied = applied .. '1'
+  elseif ARGV[a] == 'hsetif' and redis.call('HGET', k, ARGV[a + 3]) == ARGV[a + 4] then
+    redis.call('HSET', k, ARGV[a + 2], ARGV[a + 1])
+    applied = applied .. '1'
+  else
+    applied = applied .. '0'
+  end
+end
+return {0, version, applied}
 `)
 
 // AppendProjected is Append (same checks in the same order, same errors)
@@ -113,38 +178,83 @@ return {0, version}
 // owner of that write, readmodel.ProjectedAppend, builds proj from its own
 // record contract. Plain Append never writes outside this store.
 func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
+	v, _, err := r.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, proj, nil)
+	return v, err
+}
+
+// AppendProjectedWith is AppendProjected that also runs companions, in
+// order, in the same script once the append's checks passed; applied
+// tells, per companion, whether it wrote (SetIfAbsent always counts as
+// applied: its key holds the first write either way). When a check fails
+// no companion runs. Companions need a single-server client (ErrConfig
+// otherwise).
+func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection, companions []Companion) (version int64, applied []bool, err error) {
 	k, err := r.keys.order(orderID)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if want := expectedVersion + int64(len(events)); proj.Version != want {
-		return 0, fmt.Errorf("eventstore: append %s: projection of version %d, the append leads to %d", orderID, proj.Version, want)
+		return 0, nil, fmt.Errorf("eventstore: append %s: projection of version %d, the append leads to %d", orderID, proj.Version, want)
 	}
 	if !strings.Contains(proj.Key, "{"+orderID+"}") {
-		return 0, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
+		return 0, nil, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
 	}
 	if proj.VersionField == "" || proj.StateField == "" || proj.VersionField == proj.StateField {
-		return 0, errors.New("eventstore: append " + orderID + ": projection needs two distinct field names")
+		return 0, nil, errors.New("eventstore: append " + orderID + ": projection needs two distinct field names")
 	}
-	keys := []string{k.stream, k.fence, k.cmds, proj.Key}
+	keys := make([]string, 0, 5+len(companions))
+	keys = append(keys, k.stream, k.fence, k.cmds, proj.Key)
 	ix := proj.Index
-	if ix.Op != IndexNone {
-		if !singleServer(r.client) {
-			return 0, fmt.Errorf("%w: append %s: an index entry in the append needs a single-server client, not %T", ErrConfig, orderID, r.client)
+	if (ix.Op != IndexNone || len(companions) > 0) && !singleServer(r.client) {
+		return 0, nil, fmt.Errorf("%w: append %s: an index entry or a companion write in the append needs a single-server client, not %T", ErrConfig, orderID, r.client)
+	}
+	compArgs := make([]any, 0, companionArgs*len(companions))
+	for i, c := range companions {
+		if c.Key == "" || c.Op.luaOp() == "" || (c.Op == HashSetIf && (c.Field == "" || c.IfField == "")) {
+			return 0, nil, fmt.Errorf("eventstore: append %s: companion %d needs an op, a key and, for HashSetIf, both fields", orderID, i)
 		}
+		keys = append(keys, c.Key)
+		compArgs = append(compArgs, c.Op.luaOp(), c.Value, c.Field, c.IfField, c.IfValue)
+	}
+	if ix.Op != IndexNone {
 		if ix.Key == "" || ix.Member == "" || ix.Op.luaOp() == "" {
-			return 0, fmt.Errorf("eventstore: append %s: index entry needs an op, a key and a member", orderID)
+			return 0, nil, fmt.Errorf("eventstore: append %s: index entry needs an op, a key and a member", orderID)
 		}
 		keys = append(keys, ix.Key)
 	}
-	args := make([]any, 0, projectedArgs+5*len(events))
+	args := make([]any, 0, projectedArgs+len(compArgs)+5*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID,
 		proj.VersionField, proj.StateField, proj.Version, proj.State, proj.Notify, proj.NotifyMessage,
-		ix.Op.luaOp(), ix.Member, ix.Score)
+		ix.Op.luaOp(), ix.Member, ix.Score, len(companions))
+	args = append(args, compArgs...)
 	if args, err = appendEvents(args, orderID, events); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return r.runAppend(ctx, appendProjectedScript, keys, args, orderID, expectedVersion, fence)
+	reply, err := r.runAppendReply(ctx, appendProjectedScript, keys, args, orderID, expectedVersion, fence)
+	if err != nil {
+		return 0, nil, err
+	}
+	version, err = replyInt(reply, 1)
+	if err != nil {
+		return 0, nil, fmt.Errorf("eventstore: append %s: %w", orderID, err)
+	}
+	if len(companions) == 0 {
+		return version, nil, nil
+	}
+	if len(events) == 0 {
+		// An empty batch ends the script before anything is written.
+		return version, make([]bool, len(companions)), nil
+	}
+	flags, _ := reply[len(reply)-1].(string)
+	if len(reply) < 3 || len(flags) != len(companions) {
+		// The append landed; only the companions' report is unreadable.
+		return version, make([]bool, len(companions)), fmt.Errorf("%w: append %s: companion report %v", ErrCorrupt, orderID, reply)
+	}
+	applied = make([]bool, len(companions))
+	for i := range companions {
+		applied[i] = flags[i] == '1'
+	}
+	return version, applied, nil
 }
 
 // singleServer reports whether every key the client names lives on one

@@ -242,37 +242,48 @@ func appendEvents(args []any, orderID string, events []Envelope) ([]any, error) 
 // runAppend runs an append script and turns its reply into the new
 // version or the sentinel of the failed check.
 func (r *Redis) runAppend(ctx context.Context, script *redis.Script, keys []string, args []any, orderID string, expectedVersion int64, fence Fence) (int64, error) {
-	reply, err := script.Run(ctx, r.client, keys, args...).Slice()
+	reply, err := r.runAppendReply(ctx, script, keys, args, orderID, expectedVersion, fence)
 	if err != nil {
-		return 0, translate("append "+orderID, err)
+		return 0, err
 	}
-	status, err := replyInt(reply, 0)
+	v, err := replyInt(reply, 1)
 	if err != nil {
 		return 0, fmt.Errorf("eventstore: append %s: %w", orderID, err)
 	}
+	return v, nil
+}
+
+// runAppendReply runs an append script and returns its reply when every
+// check passed ({0, newVersion, ...}), or the failed check as this
+// package's error.
+func (r *Redis) runAppendReply(ctx context.Context, script *redis.Script, keys []string, args []any, orderID string, expectedVersion int64, fence Fence) ([]any, error) {
+	reply, err := script.Run(ctx, r.client, keys, args...).Slice()
+	if err != nil {
+		return nil, translate("append "+orderID, err)
+	}
+	status, err := replyInt(reply, 0)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: append %s: %w", orderID, err)
+	}
 	switch status {
 	case statusOK:
-		v, err := replyInt(reply, 1)
-		if err != nil {
-			return 0, fmt.Errorf("eventstore: append %s: %w", orderID, err)
-		}
-		return v, nil
+		return reply, nil
 	case statusFenced:
 		gen, _ := replyInt(reply, 1)
 		epoch, _ := replyInt(reply, 2)
-		return 0, fmt.Errorf("%w: append to %s with fence (%d, %d): stored fence is (%d, %d)",
+		return nil, fmt.Errorf("%w: append to %s with fence (%d, %d): stored fence is (%d, %d)",
 			ErrFenced, orderID, fence.Generation, fence.Epoch, gen, epoch)
 	case statusConflict:
 		actual, _ := replyInt(reply, 1)
-		return 0, fmt.Errorf("%w: append to %s: expected version %d, actual %d",
+		return nil, fmt.Errorf("%w: append to %s: expected version %d, actual %d",
 			ErrVersionConflict, orderID, expectedVersion, actual)
 	case statusDuplicate:
 		cmd, _ := reply[1].(string)
 		v, _ := replyInt(reply, 2)
-		return 0, fmt.Errorf("%w: append to %s: sourceCommandId %q recorded at version %d",
+		return nil, fmt.Errorf("%w: append to %s: sourceCommandId %q recorded at version %d",
 			ErrDuplicateCommand, orderID, cmd, v)
 	default:
-		return 0, fmt.Errorf("eventstore: append %s: unexpected script status %d", orderID, status)
+		return nil, fmt.Errorf("eventstore: append %s: unexpected script status %d", orderID, status)
 	}
 }
 

@@ -404,3 +404,59 @@ func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, evs, 4)
 }
+
+// Companions run in the append's step, in order, once its checks passed:
+// SetIfAbsent keeps the first value, HashSetIf writes only under its
+// condition and says so; a refused append runs none of them, and an
+// index entry still finds its key behind them.
+func TestRedisAppendProjectedWithCompanions(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	s := newRedis(t, eventstore.Config{Client: c})
+	ctx := ctxT(t)
+	f, _, err := s.Open(ctx, "o1", 1)
+	require.NoError(t, err)
+	ev := func(id string) []eventstore.Envelope {
+		return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+	}
+	proj := func(v int64) eventstore.Projection {
+		return eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: v, State: []byte("s"),
+			Index: eventstore.IndexEntry{Op: eventstore.IndexAdd, Key: "active", Member: "o1", Score: v}}
+	}
+	require.NoError(t, c.HSet(ctx, "map:k", "orderId", "o1", "status", "pending").Err())
+	require.NoError(t, c.HSet(ctx, "map:other", "orderId", "o2", "status", "pending").Err())
+	comps := func(envelope string) []eventstore.Companion {
+		return []eventstore.Companion{
+			{Op: eventstore.SetIfAbsent, Key: "env:o1", Value: []byte(envelope)},
+			{Op: eventstore.HashSetIf, Key: "map:k", IfField: "orderId", IfValue: "o1", Field: "status", Value: []byte("started")},
+			{Op: eventstore.HashSetIf, Key: "map:other", IfField: "orderId", IfValue: "o1", Field: "status", Value: []byte("started")},
+		}
+	}
+
+	// A refused append runs no companion.
+	_, _, err = s.AppendProjectedWith(ctx, "o1", 5, f, ev("e1"), proj(6), comps("first"))
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+	require.Zero(t, c.Exists(ctx, "env:o1").Val())
+	require.Equal(t, "pending", c.HGet(ctx, "map:k", "status").Val())
+
+	v, applied, err := s.AppendProjectedWith(ctx, "o1", 0, f, ev("e1"), proj(1), comps("first"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v)
+	require.Equal(t, []bool{true, true, false}, applied)
+	require.Equal(t, "first", c.Get(ctx, "env:o1").Val())
+	require.Equal(t, "started", c.HGet(ctx, "map:k", "status").Val())
+	require.Equal(t, "pending", c.HGet(ctx, "map:other", "status").Val(), "a failed condition writes nothing")
+	require.Equal(t, float64(1), c.ZScore(ctx, "active", "o1").Val(), "the index key sits behind the companions")
+
+	v, applied, err = s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), proj(2), comps("second"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v)
+	require.Equal(t, []bool{true, true, false}, applied)
+	require.Equal(t, "first", c.Get(ctx, "env:o1").Val(), "the first value wins")
+
+	_, _, err = s.AppendProjectedWith(ctx, "o1", 2, f, ev("e3"), proj(3), []eventstore.Companion{{Op: eventstore.HashSetIf, Key: "map:k"}})
+	require.Error(t, err, "a HashSetIf without fields is refused")
+	got, err := s.Load(ctx, "o1")
+	require.NoError(t, err)
+	require.Len(t, got, 2, "a refused companion refuses the append")
+}

@@ -81,9 +81,21 @@ func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 
 // AppendProjected implements ProjectedAppender.
 func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
+	v, _, err := p.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, nil)
+	return v, err
+}
+
+// AppendProjectedWith is AppendProjected carrying other stores' writes
+// in the same step: eventstore.Redis.AppendProjectedWith's companions,
+// with its applied report. Only where both stores share one server
+// (ErrConfig otherwise, before anything is sent).
+func (p *ProjectedAppend) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, companions []eventstore.Companion) (int64, []bool, error) {
+	if len(companions) > 0 && !p.inScript {
+		return 0, nil, fmt.Errorf("%w: append %s: companion writes need the event store and the read model on one server", ErrConfig, orderID)
+	}
 	key, encoded, err := p.records.encode(orderID, state)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	// Only the first and the last projection touch the index: two index
 	// commands per order instead of one per event. In between the entry
@@ -99,7 +111,7 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 	if inScript {
 		entry = p.records.indexEntry(orderID, state)
 	}
-	v, err := p.events.AppendProjected(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
+	v, applied, err := p.events.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
 		Key:           key,
 		VersionField:  fieldVersion,
 		StateField:    fieldState,
@@ -108,13 +120,17 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 		Notify:        p.records.noticeChannel(state),
 		NotifyMessage: p.records.notice(orderID, state, encoded),
 		Index:         entry,
-	})
+	}, companions)
 	if err != nil || !indexed || inScript {
-		return v, err
+		return v, applied, err
 	}
 	if ierr := p.records.IndexActive(ctx, orderID, state); ierr != nil {
 		p.records.log.Warn("active-order index not updated; the append and its projection are",
 			slog.String("order", orderID), slog.Any("error", ierr))
 	}
-	return v, nil
+	return v, applied, nil
 }
+
+// Companions reports whether AppendProjectedWith may carry companion
+// writes: both stores talk to one server.
+func (p *ProjectedAppend) Companions() bool { return p.inScript }

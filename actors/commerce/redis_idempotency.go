@@ -81,6 +81,28 @@ func (r idempotencyStore) Get(ctx context.Context, key string) (Mapping, error) 
 	return m, nil
 }
 
+// ConditionalHashWrite is one write of this store's that another store's
+// script may run for it on the same server: set Field to Value in the
+// hash at Key if, and only if, its IfField holds IfValue.
+type ConditionalHashWrite struct {
+	Key, IfField, IfValue, Field, Value string
+}
+
+// StartedMark is MarkStarted as a ConditionalHashWrite, for a step that
+// marks the mapping in the same script as the start it records (the
+// caller checks the client is a single server). Not applied means what
+// MarkStarted's ErrNotFound means.
+func (r *Redis) StartedMark(key, orderID string) (ConditionalHashWrite, error) {
+	if key == "" || orderID == "" {
+		return ConditionalHashWrite{}, invalid("idempotency key and orderId are required")
+	}
+	return ConditionalHashWrite{Key: r.keys.idem(key), IfField: "orderId", IfValue: orderID, Field: "status", Value: string(MappingStarted)}, nil
+}
+
+// SingleServer reports whether the store's client talks to one server,
+// where another store's script may write this store's keys.
+func (r *Redis) SingleServer() bool { return r.oneSlot }
+
 // MarkStarted implements Idempotency.
 func (r idempotencyStore) MarkStarted(ctx context.Context, key, orderID string) error {
 	if key == "" || orderID == "" {

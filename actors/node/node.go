@@ -75,7 +75,11 @@ type Stores struct {
 	// trip; nil when the event store and the read model live on
 	// different Redis deployments.
 	ProjectedAppend workflow.ProjectedAppender
-	clients         []storeClient
+	// StartAppend records a new order's start, envelope and started
+	// mapping in one round trip; nil unless the event store, the read
+	// model, commerce and the Relocation Store share one Redis server.
+	StartAppend workflow.StartAppender
+	clients     []storeClient
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
 	own []redis.UniversalClient
@@ -177,7 +181,47 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Location, s.Relocation = locations, relocations
+	same := cmp.Or(urls.Events, urls.Default)
+	if pa, ok := s.ProjectedAppend.(*readmodel.ProjectedAppend); ok && pa.Companions() &&
+		cmp.Or(urls.Commerce, urls.Default) == same && cmp.Or(urls.Relocation, urls.Default) == same &&
+		commerceStore.SingleServer() && relocations.SingleServer() {
+		s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
+	}
 	return s, nil
+}
+
+// startAppend is workflow.StartAppender on one Redis server: the
+// projected append of the start event carrying, as companions, the
+// Relocation Store's first envelope (SET NX, as SaveFirst) and the
+// idempotency mapping's started mark (as MarkStarted).
+type startAppend struct {
+	projected *readmodel.ProjectedAppend
+	idem      *commerce.Redis
+	envelopes *relocation.Redis
+}
+
+// AppendStart implements workflow.StartAppender.
+func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (int64, bool, error) {
+	envelope, err := proto.Marshal(start)
+	if err != nil {
+		return 0, false, err
+	}
+	envKey, err := a.envelopes.EnvelopeKey(orderID)
+	if err != nil {
+		return 0, false, err
+	}
+	mark, err := a.idem.StartedMark(start.GetIdempotencyKey(), orderID)
+	if err != nil {
+		return 0, false, err
+	}
+	v, applied, err := a.projected.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, []eventstore.Companion{
+		{Op: eventstore.SetIfAbsent, Key: envKey, Value: envelope},
+		{Op: eventstore.HashSetIf, Key: mark.Key, IfField: mark.IfField, IfValue: mark.IfValue, Field: mark.Field, Value: []byte(mark.Value)},
+	})
+	if err != nil {
+		return v, false, err
+	}
+	return v, len(applied) == 2 && applied[1], nil
 }
 
 // OpenStores is NewStores followed by one Ping, for callers (tests, tools)
@@ -405,6 +449,9 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	}
 	if cfg.Stores.ProjectedAppend != nil {
 		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
+	}
+	if cfg.Stores.StartAppend != nil {
+		wcfg.StartAppend = cfg.Stores.StartAppend
 	}
 	svc, err := workflow.New(wcfg)
 	if err != nil {

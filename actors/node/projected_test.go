@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -48,4 +49,76 @@ func TestSplitStoresHaveNoProjectedAppend(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	require.Nil(t, st.ProjectedAppend)
+	require.Nil(t, st.StartAppend)
+}
+
+// One Redis for every store: a start's envelope and started mapping ride
+// in the append's script, and each store reads back what it would have
+// written itself (Envelopes.LoadFirst, Idempotency.Get, ReadModel.Get).
+// A mapping of another order is left alone and reported unmarked.
+func TestOneRedisWiresTheStartAppend(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NotNil(t, st.StartAppend, "one Redis: a start is one script")
+
+	idem := st.Commerce.Idempotency()
+	for _, k := range []struct{ key, order string }{{"k1", "o1"}, {"k2", "someone-else"}} {
+		_, _, err := idem.Reserve(ctx, k.key, commerce.Mapping{OrderID: k.order, Status: commerce.MappingPending, Fingerprint: "fp"})
+		require.NoError(t, err)
+	}
+	start := func(id, key string) *contracts.StartOrderWorkflowReq {
+		return &contracts.StartOrderWorkflowReq{OrderId: id, CartId: "c", ShippingAddressId: "a", PaymentMethodId: "pm-" + id, IdempotencyKey: key}
+	}
+	ev := func(id string) []eventstore.Envelope {
+		return []eventstore.Envelope{{EventID: "e-" + id, OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+	}
+	created := func(id string) *contracts.OrderState {
+		return &contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5}
+	}
+
+	fence, _, err := st.Events.Open(ctx, "o1", 1)
+	require.NoError(t, err)
+	v, marked, err := st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, v)
+	require.True(t, marked)
+	m, err := idem.Get(ctx, "k1")
+	require.NoError(t, err)
+	require.Equal(t, commerce.MappingStarted, m.Status)
+	env, err := (Envelopes{Store: st.Relocation}).LoadFirst(ctx, "o1")
+	require.NoError(t, err)
+	require.Equal(t, "pm-o1", env.GetPaymentMethodId())
+	_, gv, err := st.ReadModel.Get(ctx, "o1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, gv)
+
+	// A refused append writes none of it.
+	_, _, err = st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"))
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+
+	fence2, _, err := st.Events.Open(ctx, "o2", 1)
+	require.NoError(t, err)
+	_, marked, err = st.StartAppend.AppendStart(ctx, "o2", 0, fence2, ev("o2"), created("o2"), start("o2", "k2"))
+	require.NoError(t, err)
+	require.False(t, marked, "k2 maps to another order")
+	m, err = idem.Get(ctx, "k2")
+	require.NoError(t, err)
+	require.Equal(t, commerce.MappingPending, m.Status)
+}
+
+// Commerce on another Redis: the projected append stays, the start step
+// does not (its mapping lives elsewhere).
+func TestCommerceApartHasNoStartAppend(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := OpenStores(ctx, RedisURLs{Default: a.URL(), Commerce: b.URL()}, StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NotNil(t, st.ProjectedAppend)
+	require.Nil(t, st.StartAppend)
 }

@@ -21,7 +21,8 @@ import (
 // different start for a started order is ErrConflict.
 //
 // Round trips for a new order: SaveFirst + append + projection +
-// MarkStarted = 4. For a repeated start: projection + MarkStarted = 2.
+// MarkStarted = 4; 2 with a ProjectedAppender, 1 with a StartAppender.
+// For a repeated start: projection + MarkStarted = 2.
 //
 // A non-nil error means the command did not complete; recorded still
 // tells whether this call appended the event, and state is the fold when
@@ -39,9 +40,12 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	}
 
 	// The envelope goes first: once the event exists, any later owner must
-	// be able to find the payment method it needs.
-	if err := s.cfg.Envelopes.SaveFirst(ctx, req); err != nil {
-		return nil, false, fmt.Errorf("save first envelope of order %s: %w", o.id, err)
+	// be able to find the payment method it needs. A StartAppender writes
+	// it in the append's own step.
+	if s.cfg.StartAppend == nil {
+		if err := s.cfg.Envelopes.SaveFirst(ctx, req); err != nil {
+			return nil, false, fmt.Errorf("save first envelope of order %s: %w", o.id, err)
+		}
 	}
 	cmd := order.StartOrder{
 		OrderID: req.OrderId, CartID: req.CartId, ShippingAddressID: req.ShippingAddressId,
@@ -56,7 +60,7 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return nil, false, fmt.Errorf("start order %s: %w", o.id, err)
 	}
 	now := s.cfg.Now()
-	err = s.append(ctx, o, Project, pending{ev: ev, sourceCommandID: req.SourceCommandId, at: now})
+	marked, err := s.appendWith(ctx, o, Project, req, pending{ev: ev, sourceCommandID: req.SourceCommandId, at: now})
 	if errors.Is(err, errRecordedNotProjected) {
 		o.start = req
 		o.projectionBehind = true
@@ -90,7 +94,11 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	// The event is recorded; whatever follows fails or not, this node
 	// started the order.
 	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
-	// The mapping turns started only after the projection exists (spec §4).
+	// The mapping turns started only after the projection exists (spec §4),
+	// in the same step when a StartAppender recorded both.
+	if marked {
+		return view(o.state), true, nil
+	}
 	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
 		o.unmarkedKey = req.IdempotencyKey
 		return view(o.state), true, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
@@ -193,18 +201,26 @@ type pending struct {
 // recorded (the separate projection write) leaves the fold at the new
 // version.
 func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pending) error {
+	_, err := s.appendWith(ctx, o, p, nil, evs...)
+	return err
+}
+
+// appendWith is append that, given the start request of a new order and
+// a StartAppender, also saves its envelope and marks its mapping started
+// in the same step; marked reports the latter. Without them it is append.
+func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start *contracts.StartOrderWorkflowReq, evs ...pending) (marked bool, err error) {
 	next := o.state
 	envs := make([]eventstore.Envelope, 0, len(evs))
 	types := make([]string, 0, len(evs))
 	for _, pe := range evs {
 		eventType, data, err := EncodeEvent(pe.ev)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if next, err = order.Apply(next, pe.ev, pe.at); err != nil {
 			// The domain produced this event from this fold; refusing it
 			// is a domain bug, caught before anything is recorded.
-			return fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, eventType, err)
+			return false, fmt.Errorf("%w: order %s: own %s does not fold: %w", ErrConflict, o.id, eventType, err)
 		}
 		envs = append(envs, eventstore.Envelope{
 			EventID: pe.ev.ID(), OrderID: o.id, EventType: eventType,
@@ -216,26 +232,29 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 	// others or not at all.
 	doubt := &inDoubt{version: o.state.Version + 1, eventID: envs[0].EventID, eventTypes: types}
 	var version int64
-	var err error
 	projected := p == Project && s.cfg.ProjectedAppend != nil
-	if projected {
+	switch {
+	case p == Project && start != nil && s.cfg.StartAppend != nil:
+		projected = true
+		version, marked, err = s.cfg.StartAppend.AppendStart(ctx, o.id, o.state.Version, o.fence, envs, view(next), start)
+	case projected:
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
-	} else {
+	default:
 		version, err = s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, envs)
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, eventstore.ErrFenced):
-		return fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
+		return false, fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
 	case isAppendRace(err):
 		// The stream may hold this very append, landed by an earlier
 		// attempt: the reload the caller makes tells, for the metrics.
 		o.inDoubt = doubt
-		return err
+		return false, err
 	default:
 		o.stale = true
 		o.inDoubt = doubt
-		return fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
+		return false, fmt.Errorf("append %s to order %s: %w", strings.Join(types, "+"), o.id, err)
 	}
 	if next.Version != version {
 		o.stale = true
@@ -243,7 +262,7 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 		// expects: the reload finds out where, if anywhere.
 		doubt.version = version - int64(len(envs)) + 1
 		o.inDoubt = doubt
-		return fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
+		return false, fmt.Errorf("%w: order %s: append returned version %d, fold is at %d", eventstore.ErrVersionConflict, o.id, version, next.Version)
 	}
 	o.state = next
 	for _, t := range types {
@@ -251,10 +270,10 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 	}
 	if p == Project && !projected {
 		if err := s.project(ctx, o.state); err != nil {
-			return fmt.Errorf("%w: %w", errRecordedNotProjected, err)
+			return false, fmt.Errorf("%w: %w", errRecordedNotProjected, err)
 		}
 	}
-	return nil
+	return marked, nil
 }
 
 // errRecordedNotProjected: the event is recorded and folded; only the

@@ -72,6 +72,18 @@ type ProjectedAppender interface {
 	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
 }
 
+// StartAppender records an order's start in one atomic step: the start
+// event and its projection (ProjectedAppender's contract), the first
+// activation envelope (Envelopes.SaveFirst's), and the idempotency mapping
+// turned started (commerce.Idempotency.MarkStarted's), where separately
+// they take three more round trips. Nothing is written when the append's
+// checks fail. marked is false when the mapping is not this order's; the
+// caller then marks it separately, which reports why. Wired only when
+// every store involved lives on one Redis server.
+type StartAppender interface {
+	AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (version int64, marked bool, err error)
+}
+
 // Config wires a Service. Every field is required unless marked optional.
 type Config struct {
 	// Kind is the cluster kind; the SpotId is Kind + "/" + OrderId.
@@ -85,6 +97,9 @@ type Config struct {
 	// ProjectedAppend is optional: with it each event and its projection
 	// are recorded in one round trip instead of two.
 	ProjectedAppend ProjectedAppender
+	// StartAppend is optional: with it a new order's start is one round
+	// trip instead of three.
+	StartAppend StartAppender
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
 	// Evidence receives the raw evidence lines of spec §10.1, each with a

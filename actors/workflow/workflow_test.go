@@ -702,6 +702,48 @@ func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
 	}
 }
 
+// With a StartAppender a new order's start is one step: no separate
+// envelope save, projection write or mapping mark, and what they would
+// have written is there. A mapping of another order is marked the
+// separate way, which says why it fails.
+func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
+	e := newEnv(t)
+	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
+	sa := &workflowtest.StartAppender{Projected: pa, Envelopes: e.d.Envelopes, Idempotency: e.d.Idempotency}
+	cfg := e.d.Config
+	cfg.ProjectedAppend, cfg.StartAppend = pa, sa
+	e.svc = mustService(t, cfg)
+	saves, marks, puts := e.d.Envelopes.Saves.Load(), e.d.Idempotency.MarkStartedCalls.Load(), e.d.ReadModel.Puts.Load()
+
+	o, _ := e.start("ord-sa", "key-sa", methodOK)
+	assert.Equal(t, int64(1), sa.Calls.Load())
+	assert.Zero(t, pa.Calls.Load(), "the start is not a second projected append")
+	assert.Equal(t, saves, e.d.Envelopes.Saves.Load(), "no separate envelope save")
+	assert.Equal(t, marks, e.d.Idempotency.MarkStartedCalls.Load(), "no separate mark")
+	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
+	m, err := e.d.Idempotency.Get(e.ctx, "key-sa")
+	require.NoError(t, err)
+	assert.Equal(t, commerce.MappingStarted, m.Status)
+	env, err := e.d.Envelopes.LoadFirst(e.ctx, "ord-sa")
+	require.NoError(t, err)
+	assert.Equal(t, methodOK, env.GetPaymentMethodId())
+	_, v := e.projection("ord-sa")
+	assert.Equal(t, int64(1), v)
+	e.drive(o)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-sa"))
+	assert.Equal(t, int64(2), pa.Calls.Load(), "the later steps are projected appends")
+
+	// A mapping that names another order is not marked in the step; the
+	// separate mark reports it, as without a StartAppender.
+	o2 := e.open("ord-sb", 1)
+	req := e.d.StartReq("ord-sb", "key-sb", methodOK)
+	e.d.Idempotency.Seed("key-sb", commerce.Mapping{OrderID: "ord-other", Status: commerce.MappingPending})
+	_, recorded, err := e.svc.Start(e.ctx, o2, req)
+	assert.True(t, recorded)
+	require.ErrorIs(t, err, commerce.ErrNotFound)
+	assert.Equal(t, marks+1, e.d.Idempotency.MarkStartedCalls.Load())
+}
+
 // With a ProjectedAppender every append travels with its projection: the
 // read model follows the stream append by append and no separate
 // projection write happens; a terminal append recorded with its

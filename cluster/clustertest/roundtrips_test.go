@@ -78,12 +78,14 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	}
 	require.Equal(t, n, perStore, "every round trip is some store's")
 	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+2 at the edge); by store: %v", n, delta)
-	// The demo cart has two SKUs. Commerce on one Redis server: the
-	// idempotency mapping, Reserve and Authorize as one script each (on a
-	// Redis Cluster they are stepped: begin, a hold per SKU, finish; the
-	// method's seed, then the payment record).
-	require.LessOrEqual(t, delta[node.StoreCommerce], int64(3), "mapping 1 + reserve 1 + authorize 1")
-	require.LessOrEqual(t, n, int64(10), "Open, envelope, start+projection, then the module calls + projected append per step (the confirmation rides with the payment), plus the cold lookup (its Ready commit pipelined with the owner index)")
+	// The demo cart has two SKUs. Commerce on one Redis server: Reserve
+	// and Authorize as one script each (on a Redis Cluster they are
+	// stepped: begin, a hold per SKU, finish; the method's seed, then the
+	// payment record). Every store on one server: the start's append
+	// carries its projection, its envelope and its idempotency mark.
+	require.LessOrEqual(t, delta[node.StoreCommerce], int64(2), "reserve 1 + authorize 1 (the mapping's mark rides in the start)")
+	require.Zero(t, delta[node.StoreRelocation], "the first envelope rides in the start's append")
+	require.LessOrEqual(t, n, int64(8), "Open, start (with projection, envelope and mark), then the module calls + projected append per step (the confirmation rides with the payment), plus the cold lookup (its Ready commit pipelined with the owner index)")
 	require.Zero(t, delta[node.StoreReadModel], "on one Redis server the active-order index entry and its removal ride in the projected appends: no read-model round trip of their own")
 
 	// Read after the count: on one Redis server the terminal step drops the active-order index

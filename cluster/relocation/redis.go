@@ -79,6 +79,21 @@ func (s *Redis) SaveFirst(ctx context.Context, orderID string, envelope []byte) 
 	return nil
 }
 
+// EnvelopeKey is the key SaveFirst writes with SET NX, for a step that
+// saves the envelope in another store's script on the same server.
+func (s *Redis) EnvelopeKey(orderID string) (string, error) {
+	if err := checkID("order", orderID); err != nil {
+		return "", err
+	}
+	return s.keys.envelope(orderID), nil
+}
+
+// SingleServer reports whether the store's client talks to one server.
+func (s *Redis) SingleServer() bool {
+	_, ok := s.rdb.(*redis.Client)
+	return ok
+}
+
 // LoadFirst returns the order's first activation envelope, or ErrNotFound.
 func (s *Redis) LoadFirst(ctx context.Context, orderID string) ([]byte, error) {
 	if err := checkID("order", orderID); err != nil {

@@ -795,3 +795,41 @@ func (p *ProjectedAppender) AppendProjected(ctx context.Context, orderID string,
 	p.ReadModel.seedUnlessNewer(orderID, v, state)
 	return v, nil
 }
+
+// StartAppender is a fake of workflow.StartAppender over Projected's
+// stores, Envelopes and Idempotency: the projected append and, only if it
+// landed, the first envelope and the started mark, which are not counted
+// as those stores' own calls (they are part of this step). Calls counts
+// the steps.
+type StartAppender struct {
+	Projected   *ProjectedAppender
+	Envelopes   *Envelopes
+	Idempotency *Idempotency
+	Calls       atomic.Int64
+}
+
+// AppendStart implements workflow.StartAppender.
+func (s *StartAppender) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (int64, bool, error) {
+	s.Calls.Add(1)
+	v, err := s.Projected.Events.Append(ctx, orderID, expectedVersion, fence, events)
+	if err != nil {
+		return 0, false, err
+	}
+	s.Projected.ReadModel.seedUnlessNewer(orderID, v, state)
+	s.Envelopes.mu.Lock()
+	if _, ok := s.Envelopes.first[orderID]; !ok {
+		s.Envelopes.first[orderID] = proto.Clone(start).(*contracts.StartOrderWorkflowReq)
+	}
+	s.Envelopes.mu.Unlock()
+	s.Idempotency.mu.Lock()
+	defer s.Idempotency.mu.Unlock()
+	m, ok := s.Idempotency.mappings[start.GetIdempotencyKey()]
+	if !ok || m.OrderID != orderID {
+		return v, false, nil
+	}
+	m.Status = commerce.MappingStarted
+	s.Idempotency.mappings[start.GetIdempotencyKey()] = m
+	return v, true, nil
+}
+
+var _ workflow.StartAppender = (*StartAppender)(nil)
