@@ -342,6 +342,7 @@ func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
 		if poolSize > 0 {
 			o.PoolSize = poolSize
 		}
+		o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u)
@@ -351,8 +352,16 @@ func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
 	if poolSize > 0 {
 		o.PoolSize = poolSize
 	}
+	o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
 	return redis.NewClient(o), nil
 }
+
+// defaultProtocol is RESP2 unless a URL asks for another (?protocol=3).
+// Under RESP3 go-redis reads the socket for pending push notifications
+// before every command, a syscall per round trip; the stores use no push
+// notifications (no client-side caching; Pub/Sub has a connection of its
+// own either way), and every reply they read has the same shape in both.
+const defaultProtocol = 2
 
 // redactURL drops a password from a Redis URL: store names end up in logs
 // and in probe replies.

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
@@ -69,4 +71,32 @@ func TestStoreHooksOnAURLWithTwoTimeouts(t *testing.T) {
 	for _, c := range s.own {
 		require.Error(t, c.Ping(ctx).Err(), "closed with the stores")
 	}
+}
+
+// Store clients speak RESP2 unless their URL asks for RESP3: under RESP3
+// every command first peeks at the socket for push notifications the
+// stores never use. A store round trip works either way.
+func TestStoreClientsSpeakRESP2UnlessTheURLSaysOtherwise(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{{srv.URL(), 2}, {withQuery(srv.URL(), "protocol=3"), 3}} {
+		c, err := NewRedisClient(tc.url, 0)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, c.(*redis.Client).Options().Protocol, tc.url)
+		require.NoError(t, c.Ping(context.Background()).Err(), tc.url)
+		require.NoError(t, c.Close())
+	}
+	cc, err := NewRedisClient("redis+cluster://127.0.0.1:7000", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, cc.(*redis.ClusterClient).Options().Protocol)
+	require.NoError(t, cc.Close())
+}
+
+func withQuery(u, q string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + q
+	}
+	return u + "?" + q
 }
