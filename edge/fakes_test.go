@@ -20,6 +20,8 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -114,7 +116,10 @@ type fakeOrders struct {
 	closes    []*contracts.CloseOrderReq
 	resumes   []*contracts.ResumeOrderReq
 	started   map[string]bool
-	err       error
+	// minted tells, per start, whether its context claimed the OrderId
+	// minted by the request.
+	minted []bool
+	err    error
 	// check, if set, is called with every start before it is recorded.
 	check func(*contracts.StartOrderWorkflowReq)
 }
@@ -123,13 +128,14 @@ func created(id string) *contracts.OrderState {
 	return &contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 1}
 }
 
-func (f *fakeOrders) StartOrderWorkflow(_ context.Context, req *contracts.StartOrderWorkflowReq) (*contracts.StartOrderWorkflowRes, bool, error) {
+func (f *fakeOrders) StartOrderWorkflow(ctx context.Context, req *contracts.StartOrderWorkflowReq) (*contracts.StartOrderWorkflowRes, bool, error) {
 	if f.check != nil {
 		f.check(req)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts = append(f.starts, req)
+	f.minted = append(f.minted, placement.IsMinted(ctx, grain.KindName, req.OrderId))
 	if f.err != nil {
 		return nil, false, f.err
 	}

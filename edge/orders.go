@@ -9,7 +9,9 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -52,7 +54,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
-	m, _, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, commerce.Mapping{
+	m, created, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, commerce.Mapping{
 		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
@@ -76,6 +78,10 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		}
 		// Started but without a projection (deleted, or a crash between
 		// the two): the grain's repeated start repairs it like a pending one.
+	}
+	if created {
+		// This request minted the OrderId: its grain has nothing to read.
+		ctx = placement.WithMintedIdentity(ctx, grain.KindName, m.OrderID)
 	}
 	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
 		OrderId:           m.OrderID,

@@ -44,6 +44,7 @@ func TestStartOrderNewOrderIs201WithCartAndDeterministicCommand(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, res.OrderId, m.OrderID)
 	require.Equal(t, commerce.Fingerprint(cartOK, "addr-1", "pm-1"), m.Fingerprint)
+	require.Equal(t, []bool{true}, e.orders.minted, "the request that won the key minted the OrderId: its grain need not read")
 }
 
 func TestStartOrderValidation(t *testing.T) {
@@ -231,6 +232,7 @@ func TestStartOrderPendingKeyResumesSameOrder(t *testing.T) {
 	for _, s := range e.orders.starts {
 		require.Equal(t, "ord-p", s.OrderId, "a pending key never gets a second OrderId")
 	}
+	require.Equal(t, []bool{false, false}, e.orders.minted, "a key reserved earlier: the OrderId may have state")
 }
 
 func TestStartOrderStoreFailuresMapped(t *testing.T) {

@@ -257,7 +257,16 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 	if !act.Deadline.IsZero() && !restarted {
 		c, cancel = context.WithDeadline(c, act.Deadline)
 	}
-	order, err := g.cfg.Service.Open(c, act.Identity, act.Generation)
+	var order *workflow.Order
+	var err error
+	if fresh := act.Minted && act.Reason == placement.ActivationReason_ACTIVATION_REASON_COLD && act.Generation == 1 && !restarted; fresh {
+		// An identity its caller just minted, at its first cold
+		// generation, has no predecessor to fence off and no stream: the
+		// open is deferred to the first command (see workflow.OpenFresh).
+		order, err = g.cfg.Service.OpenFresh(act.Identity, act.Generation)
+	} else {
+		order, err = g.cfg.Service.Open(c, act.Identity, act.Generation)
+	}
 	cancel()
 	if err != nil {
 		if restarted {
@@ -379,8 +388,11 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	c, span := g.startCommand(c, ctx)
 	var failed error
 	defer func() { g.endCommand(span, failed) }()
-	if g.order == nil {
-		// A restarted grain whose reopen has not succeeded yet.
+	_, starting := ctx.Message().(*contracts.StartOrderWorkflowReq)
+	if g.order == nil || (g.order.Deferred() && !starting) {
+		// A restarted grain whose reopen has not succeeded yet, or a
+		// deferred open before a command that answers from the fold (a
+		// start's append checks the stream itself).
 		order, err := g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
 		if err != nil {
 			failed = err

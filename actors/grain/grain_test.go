@@ -152,9 +152,19 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 
 // spawn hosts a grain for id at gen as an activator would.
 func (e *env) spawn(id string, gen int64, reason placement.ActivationReason) *actor.PID {
+	return e.spawnActivation(id, gen, reason, false)
+}
+
+// spawnMinted is spawn for an identity its requester minted.
+func (e *env) spawnMinted(id string) *actor.PID {
+	return e.spawnActivation(id, 1, placement.ActivationReason_ACTIVATION_REASON_COLD, true)
+}
+
+func (e *env) spawnActivation(id string, gen int64, reason placement.ActivationReason, minted bool) *actor.PID {
 	act := placement.NewActivation(workflowtest.Kind, id, gen, reason, e.place, func(_ *actor.PID, err error, failure placement.ActivationFailure) {
 		e.opens <- opened{err: err, failure: failure}
 	})
+	act.Minted = minted
 	return e.sys.Root.Spawn(placement.WithActivation(props(e.cfg), act))
 }
 
@@ -361,4 +371,55 @@ func TestPermanentStepFailureIsCountedOnceAndNotRetried(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, MetricStepPermanentFailures, atStep(order.StepReserveInventory)), "at the step that failed")
 	require.Zero(t, value(t, reg, MetricStepRetries, nil))
 	require.False(t, e.stopped(pid), "a stuck order is not passivated away")
+}
+
+// The first cold generation of a minted identity opens nothing: it
+// reports its open at once and its start's append is its first store
+// call. Without the mint, a later generation, a takeover and a
+// relocation open as before.
+func TestMintedFirstColdGenerationDefersItsOpen(t *testing.T) {
+	e := newEnv(t)
+	opens := e.deps.Events.Opens.Load()
+	pid := e.spawnMinted("o-1")
+	require.NoError(t, e.waitOpened().err)
+	require.Equal(t, opens, e.deps.Events.Opens.Load(), "no Open for a first cold generation")
+	res, err := e.sys.Root.RequestFuture(pid, e.deps.StartReq("o-1", "key-1", "pm-ok"), 2*time.Second).Result()
+	require.NoError(t, err)
+	require.IsType(t, &contracts.StartOrderWorkflowReply{}, res)
+	e.eventually(func() bool { return statusOf(t, e.deps.Events.Types("o-1")) == order.StatusConfirmed },
+		"the order runs as after an Open")
+	require.Equal(t, opens, e.deps.Events.Opens.Load(), "nor later")
+
+	for _, a := range []struct {
+		gen    int64
+		reason placement.ActivationReason
+		minted bool
+	}{
+		{1, placement.ActivationReason_ACTIVATION_REASON_COLD, false},
+		{2, placement.ActivationReason_ACTIVATION_REASON_COLD, true},
+		{1, placement.ActivationReason_ACTIVATION_REASON_TAKEOVER, true},
+		{1, placement.ActivationReason_ACTIVATION_REASON_RELOCATION, true},
+	} {
+		before := e.deps.Events.Opens.Load()
+		e.spawnActivation(fmt.Sprintf("o-%d-%d-%v", a.gen, a.reason, a.minted), a.gen, a.reason, a.minted)
+		require.NoError(t, e.waitOpened().err)
+		require.Equal(t, before+1, e.deps.Events.Opens.Load(), "generation %d, %v, minted %v: opened", a.gen, a.reason, a.minted)
+	}
+}
+
+// A deferred open is made before a command that answers from the fold: a
+// continue of an order whose stream exists (minted wrongly) sees the
+// stream, not an empty fold.
+func TestDeferredOpenBeforeACommandThatReads(t *testing.T) {
+	e := newEnv(t)
+	e.started("o-1")
+	opens := e.deps.Events.Opens.Load()
+	pid := e.spawnMinted("o-1")
+	require.NoError(t, e.waitOpened().err)
+	res, err := e.sys.Root.RequestFuture(pid, &contracts.ContinueOrderWorkflowReq{OrderId: "o-1"}, 2*time.Second).Result()
+	require.NoError(t, err)
+	cont, ok := res.(*contracts.ContinueOrderWorkflowRes)
+	require.True(t, ok, "answered %T %v", res, res)
+	require.NotEqual(t, contracts.OrderStatus_ORDER_STATUS_UNSPECIFIED, cont.GetState().GetStatus())
+	require.Equal(t, opens+1, e.deps.Events.Opens.Load(), "opened for the continue")
 }

@@ -40,7 +40,15 @@ type Order struct {
 	// race: the next reload counts its event, for the metrics, if the
 	// stream holds it.
 	inDoubt *inDoubt
+	// deferred: made by OpenFresh, and neither read nor written since.
+	deferred bool
 }
+
+// Deferred reports whether the order came from OpenFresh and the store
+// has not been read or written for it since. A caller about to answer
+// from the fold alone (not Start, whose append checks the stream) opens
+// it for real first.
+func (o *Order) Deferred() bool { return o != nil && o.deferred }
 
 // OrderID is the order's id.
 func (o *Order) OrderID() string { return o.id }
@@ -77,6 +85,25 @@ func (s *Service) Open(ctx context.Context, orderID string, generation int64) (*
 	return &Order{id: orderID, generation: generation, fence: fence, state: st}, nil
 }
 
+// OpenFresh returns the order as Open returns one without a stream (an
+// empty fold, fence (generation, 1)) without asking the store, for an
+// activation that can have no predecessor: the first generation of a
+// cold activation. For such an order Open only reads and writes nothing,
+// so skipping it saves the round trip and changes no outcome. Should the
+// stream exist after all (its Location record lost, say), the first
+// append is refused exactly as after Open (fenced, or a version conflict
+// that reloads); a caller that reads first checks Deferred.
+func (s *Service) OpenFresh(orderID string, generation int64) (*Order, error) {
+	if orderID == "" {
+		return nil, fmt.Errorf("%w: empty orderId", ErrInvalidArgument)
+	}
+	if generation < 1 {
+		return nil, fmt.Errorf("%w: generation %d", ErrInvalidArgument, generation)
+	}
+	return &Order{id: orderID, generation: generation, fence: eventstore.Fence{Generation: generation, Epoch: 1},
+		state: order.State{OrderID: orderID}, deferred: true}, nil
+}
+
 // reload replaces the fold with a fresh replay of the stream (one round
 // trip). The fence is kept: reloading is not a new activation.
 func (s *Service) reload(ctx context.Context, o *Order) error {
@@ -87,6 +114,7 @@ func (s *Service) reload(ctx context.Context, o *Order) error {
 	s.settleInDoubt(o, envs)
 	o.state = st
 	o.stale = false
+	o.deferred = false
 	return nil
 }
 

@@ -242,6 +242,8 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	default:
 		version, err = s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, envs)
 	}
+	// Whatever the store answered, it has now been asked.
+	o.deferred = false
 	switch {
 	case err == nil:
 	case errors.Is(err, eventstore.ErrFenced):

@@ -702,6 +702,50 @@ func TestConcurrentOrdersKeepEvidenceLinesWhole(t *testing.T) {
 	}
 }
 
+// An order from OpenFresh is what Open returns for an order without a
+// stream, without a store call: its start appends at version 0 under
+// fence (1, 1) and the order runs as usual. Should the stream exist after
+// all, the start's append is refused and the order settles as after Open:
+// a repeated start answers from the stream, a different one conflicts.
+func TestOpenFreshDefersTheOpenToTheFirstAppend(t *testing.T) {
+	e := newEnv(t)
+	opens := e.d.Events.Opens.Load()
+	o, err := e.svc.OpenFresh("ord-fresh", 1)
+	require.NoError(t, err)
+	require.True(t, o.Deferred())
+	assert.Equal(t, eventstore.Fence{Generation: 1, Epoch: 1}, o.Fence())
+	assert.False(t, o.Exists())
+	req := e.d.StartReq("ord-fresh", "key-fresh", methodOK)
+	st, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(t, err)
+	require.True(t, recorded)
+	assert.Equal(t, contracts.OrderStatus_Created, st.GetStatus())
+	assert.False(t, o.Deferred(), "the append asked the store")
+	e.drive(o)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-fresh"))
+	assert.Equal(t, opens, e.d.Events.Opens.Load(), "no Open at all")
+
+	// The stream exists although the activation looked fresh.
+	o2, err := e.svc.OpenFresh("ord-fresh", 1)
+	require.NoError(t, err)
+	st, recorded, err = e.svc.Start(e.ctx, o2, req)
+	require.NoError(t, err)
+	assert.False(t, recorded, "the same start, already in the stream")
+	assert.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
+	assert.False(t, o2.Deferred())
+	o3, err := e.svc.OpenFresh("ord-fresh", 1)
+	require.NoError(t, err)
+	other := e.d.StartReq("ord-fresh", "key-other", methodOK)
+	_, _, err = e.svc.Start(e.ctx, o3, other)
+	require.ErrorIs(t, err, workflow.ErrConflict)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-fresh"), "nothing added")
+
+	_, err = e.svc.OpenFresh("", 1)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+	_, err = e.svc.OpenFresh("x", 0)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+}
+
 // With a StartAppender a new order's start is one step: no separate
 // envelope save, projection write or mapping mark, and what they would
 // have written is there. A mapping of another order is marked the

@@ -236,7 +236,7 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	act := &Activation{
-		Kind: m.Kind, Identity: m.Identity, Generation: m.Generation, Reason: m.Reason,
+		Kind: m.Kind, Identity: m.Identity, Generation: m.Generation, Reason: m.Reason, Minted: m.Minted,
 		Deadline: deadlineOf(m), Lookup: a.lookup,
 		report: func(o *opened) { root.Send(self, o) },
 		retire: func(pid *actor.PID) { root.Send(self, &retiring{pid: pid}) },

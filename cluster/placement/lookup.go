@@ -56,6 +56,9 @@ type Activation struct {
 	Identity   string
 	Generation int64
 	Reason     ActivationReason
+	// Minted: the requester minted the identity just before asking (see
+	// WithMintedIdentity), so no state can exist for it yet.
+	Minted bool
 	// Deadline is when the activation's requester gives up: a grain that
 	// opens its state must be done by then. Zero means none.
 	Deadline time.Time
@@ -602,7 +605,8 @@ func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id st
 	}
 	deadline := time.Now().Add(timeout)
 	res, err := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName),
-		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli()}, timeout).Result()
+		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
+			Minted: IsMinted(ctx, kind, id)}, timeout).Result()
 	if err != nil {
 		if errors.Is(err, actor.ErrTimeout) {
 			return nil, &activationError{member: m.Id, timeout: true}
@@ -706,3 +710,21 @@ func (l *Lookup) Cluster() *pcluster.Cluster { return l.cluster }
 
 // Self returns this member's id.
 func (l *Lookup) Self() string { return l.cluster.ActorSystem.ID }
+
+type mintedKey struct{}
+
+// WithMintedIdentity tells the activation that a call under ctx may
+// cause that the caller minted kind/id itself just before (a new order's
+// id that won its idempotency reservation): no state can exist for it,
+// so its first cold generation may skip reading any (Activation.Minted).
+// A wrong claim costs nothing but that saving: the grain's first write
+// is still checked against what is stored.
+func WithMintedIdentity(ctx context.Context, kind, id string) context.Context {
+	return context.WithValue(ctx, mintedKey{}, kind+"/"+id)
+}
+
+// IsMinted reports whether ctx carries WithMintedIdentity for kind/id.
+func IsMinted(ctx context.Context, kind, id string) bool {
+	v, _ := ctx.Value(mintedKey{}).(string)
+	return v != "" && v == kind+"/"+id
+}

@@ -156,8 +156,12 @@ type Activate struct {
 	// was frozen while the request waited cannot open an identity its
 	// creator has already abandoned. 0 means no deadline.
 	DeadlineUnixMs int64 `protobuf:"varint,5,opt,name=deadlineUnixMs,proto3" json:"deadlineUnixMs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The requester minted the identity itself just before asking (a new
+	// order's id that won its idempotency reservation), so no state can
+	// exist for it: a first cold generation may skip reading it.
+	Minted        bool `protobuf:"varint,6,opt,name=minted,proto3" json:"minted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Activate) Reset() {
@@ -223,6 +227,13 @@ func (x *Activate) GetDeadlineUnixMs() int64 {
 		return x.DeadlineUnixMs
 	}
 	return 0
+}
+
+func (x *Activate) GetMinted() bool {
+	if x != nil {
+		return x.Minted
+	}
+	return false
 }
 
 // Activated answers Activate with the grain's pid, or an error text and
@@ -394,7 +405,7 @@ var File_cluster_placement_placement_proto protoreflect.FileDescriptor
 
 const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\n" +
-	"!cluster/placement/placement.proto\x12\x19shoppingmall.placement.v1\"\xc7\x01\n" +
+	"!cluster/placement/placement.proto\x12\x19shoppingmall.placement.v1\"\xdf\x01\n" +
 	"\bActivate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1e\n" +
@@ -402,7 +413,8 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x03R\n" +
 	"generation\x12C\n" +
 	"\x06reason\x18\x04 \x01(\x0e2+.shoppingmall.placement.v1.ActivationReasonR\x06reason\x12&\n" +
-	"\x0edeadlineUnixMs\x18\x05 \x01(\x03R\x0edeadlineUnixMs\"\x9f\x01\n" +
+	"\x0edeadlineUnixMs\x18\x05 \x01(\x03R\x0edeadlineUnixMs\x12\x16\n" +
+	"\x06minted\x18\x06 \x01(\bR\x06minted\"\x9f\x01\n" +
 	"\tActivated\x12\x1e\n" +
 	"\n" +
 	"pidAddress\x18\x01 \x01(\tR\n" +
