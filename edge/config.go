@@ -33,6 +33,17 @@ type Carts interface {
 	GetCart(ctx context.Context, cartID string) (commerce.Cart, error)
 }
 
+// CartReserver loads a start's cart and reserves its idempotency key in
+// one step, with Carts.GetCart's and Idempotency.Reserve's contracts: a
+// cart that does not exist fails with an error wrapping
+// commerce.ErrNotFound and reserves nothing. Unreserve gives back a
+// mapping that step created when the API then refused the request (see
+// commerce.Redis.Unreserve); kept reports a mapping left in place.
+type CartReserver interface {
+	ReserveForCart(ctx context.Context, cartID, key string, candidate commerce.Mapping) (commerce.CartReservation, error)
+	Unreserve(ctx context.Context, cartID, key string, res commerce.CartReservation) (kept bool, err error)
+}
+
 // ReadModel reads the OrderReadModelStore.
 type ReadModel interface {
 	// Get returns the projection and the stream version it reflects, or an
@@ -131,6 +142,9 @@ type Config struct {
 	NodeID      string
 	Idempotency Idempotency
 	Carts       Carts
+	// CartReserve is optional: with it a start's cart read and key
+	// reservation are one round trip instead of two.
+	CartReserve CartReserver
 	ReadModel   ReadModel
 	Orders      Orders
 	Topology    Topology

@@ -218,9 +218,51 @@ type env struct {
 	topo     *fakeTopology
 	evidence *workflowtest.Evidence
 	logs     *workflowtest.Evidence
+	// cartReserve is wired by withCartReserve.
+	cartReserve *fakeCartReserver
+}
+
+// fakeCartReserver is CartReserver over the env's fake carts and
+// mappings: the cart read, then the reservation only if there is a cart.
+type fakeCartReserver struct {
+	carts      *fakeCarts
+	idem       *fakeIdempotency
+	unreserves int
+}
+
+func (f *fakeCartReserver) ReserveForCart(ctx context.Context, cartID, key string, cand commerce.Mapping) (commerce.CartReservation, error) {
+	cart, err := f.carts.GetCart(ctx, cartID)
+	if err != nil {
+		return commerce.CartReservation{}, err
+	}
+	m, created, err := f.idem.Reserve(ctx, key, cand)
+	if err != nil {
+		return commerce.CartReservation{}, err
+	}
+	return commerce.CartReservation{Cart: cart, Mapping: m, Created: created}, nil
+}
+
+func (f *fakeCartReserver) Unreserve(_ context.Context, _, key string, res commerce.CartReservation) (bool, error) {
+	f.unreserves++
+	f.idem.mu.Lock()
+	defer f.idem.mu.Unlock()
+	if m, ok := f.idem.m[key]; ok && m == res.Mapping && m.Status == commerce.MappingPending {
+		delete(f.idem.m, key)
+		return false, nil
+	}
+	return true, nil
 }
 
 type envOpt func(*Config)
+
+// withCartReserve wires the one-step cart read and key reservation
+// (env.cartReserve) over the env's fakes.
+func withCartReserve() envOpt {
+	return func(c *Config) { c.CartReserve = cartReserveMarker{} }
+}
+
+// cartReserveMarker asks newEnv for its fakeCartReserver.
+type cartReserveMarker struct{ CartReserver }
 
 // testAdminToken is the admin bearer token of the test servers.
 const testAdminToken = "admin-token-for-tests"
@@ -254,6 +296,10 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if _, ok := cfg.CartReserve.(cartReserveMarker); ok {
+		e.cartReserve = &fakeCartReserver{carts: e.carts, idem: e.idem}
+		cfg.CartReserve = e.cartReserve
 	}
 	srv, err := New(cfg)
 	require.NoError(t, err)

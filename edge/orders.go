@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"google.golang.org/protobuf/proto"
@@ -40,25 +42,12 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 
-	cart, err := s.cfg.Carts.GetCart(ctx, req.CartId)
-	if errors.Is(err, commerce.ErrNotFound) {
-		s.fail(w, r, invalidField("cartId", "no such cart"))
-		return
-	}
-	if err != nil {
-		s.fail(w, r, fmt.Errorf("load cart: %w", err))
-		return
-	}
-	if err := checkCart(cart); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
-	m, created, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, commerce.Mapping{
+	cart, m, created, err := s.cartAndKey(ctx, req, commerce.Mapping{
 		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("reserve idempotency key: %w", err))
+		s.fail(w, r, err)
 		return
 	}
 	if m.Fingerprint != fp {
@@ -103,6 +92,54 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	s.writeMessage(w, r, status, &contracts.StartOrderRes{OrderId: m.OrderID, State: res.GetState()})
+}
+
+// cartAndKey loads the start's cart and reserves its idempotency key for
+// candidate; it returns the cart, the mapping in force and whether this
+// call created it. A cart that does not exist, or that the API refuses,
+// leaves no mapping behind: without a CartReserver the cart is checked
+// before the key is reserved; with one (one round trip) a mapping the
+// step created for a refused cart is given back.
+func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, candidate commerce.Mapping) (commerce.Cart, commerce.Mapping, bool, error) {
+	if s.cfg.CartReserve == nil {
+		cart, err := s.cfg.Carts.GetCart(ctx, req.CartId)
+		if err != nil {
+			return commerce.Cart{}, commerce.Mapping{}, false, cartError(err)
+		}
+		if err := checkCart(cart); err != nil {
+			return commerce.Cart{}, commerce.Mapping{}, false, err
+		}
+		m, created, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, candidate)
+		if err != nil {
+			return commerce.Cart{}, commerce.Mapping{}, false, fmt.Errorf("reserve idempotency key: %w", err)
+		}
+		return cart, m, created, nil
+	}
+	res, err := s.cfg.CartReserve.ReserveForCart(ctx, req.CartId, req.IdempotencyKey, candidate)
+	if err == nil {
+		err = checkCart(res.Cart)
+	} else {
+		err = cartError(err)
+	}
+	if err != nil {
+		if res.Created {
+			if kept, uerr := s.cfg.CartReserve.Unreserve(context.WithoutCancel(ctx), req.CartId, req.IdempotencyKey, res); uerr != nil || kept {
+				s.log.Warn("a refused start's idempotency key stays reserved (pending; its retry is refused the same way)",
+					slog.String("idempotencyKey", req.IdempotencyKey), slog.Any("error", uerr))
+			}
+		}
+		return commerce.Cart{}, commerce.Mapping{}, false, err
+	}
+	return res.Cart, res.Mapping, res.Created, nil
+}
+
+// cartError is a failed cart load as the API answers it: an unknown cart
+// is the client's 400 on cartId.
+func cartError(err error) error {
+	if errors.Is(err, commerce.ErrNotFound) {
+		return invalidField("cartId", "no such cart")
+	}
+	return fmt.Errorf("load cart: %w", err)
 }
 
 // newOrderID returns a candidate OrderId; it becomes the order's id only

@@ -126,22 +126,57 @@ func TestStartOrderCartQuantityAndShape(t *testing.T) {
 		{"negative amount", commerce.Cart{Lines: []*contracts.OrderLine{line("s", 1)}, Amount: -1, Currency: "EUR"}, false},
 		{"bad currency", commerce.Cart{Lines: []*contracts.OrderLine{line("s", 1)}, Currency: "eur"}, false},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			tc.cart.CartID = "cart-x"
-			e.carts.carts["cart-x"] = tc.cart
-			w := e.do("POST", "/orders", startBody("cart-x", "a", "p", "k"))
-			if tc.ok {
-				require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
-				return
-			}
-			require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
-			ae := decodeError(t, w)
-			require.Equal(t, "cartId", ae.Field)
-			require.Zero(t, e.orders.calls())
-		})
+	for _, oneStep := range []bool{false, true} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/one step %v", tc.name, oneStep), func(t *testing.T) {
+				var opts []envOpt
+				if oneStep {
+					opts = append(opts, withCartReserve())
+				}
+				e := newEnv(t, opts...)
+				tc.cart.CartID = "cart-x"
+				e.carts.carts["cart-x"] = tc.cart
+				w := e.do("POST", "/orders", startBody("cart-x", "a", "p", "k"))
+				if tc.ok {
+					require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+					return
+				}
+				require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+				ae := decodeError(t, w)
+				require.Equal(t, "cartId", ae.Field)
+				require.Zero(t, e.orders.calls())
+				_, mapped := e.idem.get("k")
+				require.False(t, mapped, "a refused cart leaves its key free")
+			})
+		}
 	}
+}
+
+// With the one-step cart read and reservation, an unknown cart reserves
+// nothing and a refused one gives its fresh mapping back; a key reserved
+// before stays.
+func TestStartOrderOneStepCartAndKey(t *testing.T) {
+	e := newEnv(t, withCartReserve())
+	w := e.do("POST", "/orders", startBody("no-such-cart", "a", "p", "k1"))
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	require.Equal(t, "cartId", decodeError(t, w).Field)
+	_, mapped := e.idem.get("k1")
+	require.False(t, mapped)
+
+	w = e.do("POST", "/orders", startBody(cartOK, "a", "p", "k2"))
+	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+	id := decodeMessage[contracts.StartOrderRes](t, w).OrderId
+	require.Equal(t, []bool{true}, e.orders.minted)
+
+	// The cart turns bad after the key was used: the replay is refused,
+	// and the mapping it did not create stays.
+	e.carts.carts[cartOK] = commerce.Cart{CartID: cartOK, Currency: "EUR"}
+	w = e.do("POST", "/orders", startBody(cartOK, "a", "p", "k2"))
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	m, mapped := e.idem.get("k2")
+	require.True(t, mapped)
+	require.Equal(t, id, m.OrderID)
+	require.Zero(t, e.cartReserve.unreserves, "only a mapping the step created is given back")
 }
 
 func TestStartOrderBodyTooLarge(t *testing.T) {

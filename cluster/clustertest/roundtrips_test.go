@@ -18,8 +18,8 @@ import (
 
 // TestRoundTripsPerOrder counts the Redis round trips (a pipeline is one)
 // that the grain call path and the workflow make for one order from start
-// to Confirmed (the edge adds its cart read and idempotency reservation: 2
-// more). The bound guards against a regression; the figure is reported in
+// to Confirmed (the edge adds its cart read and idempotency reservation:
+// one more on one Redis server, two on a Redis Cluster). The bound guards against a regression; the figure is reported in
 // the log. It counts with the processes' own instrument: the stores' Redis
 // hooks and the metrics registry that /metrics serves.
 func TestRoundTripsPerOrder(t *testing.T) {
@@ -79,7 +79,7 @@ func TestRoundTripsPerOrder(t *testing.T) {
 		perStore += delta[st]
 	}
 	require.Equal(t, n, perStore, "every round trip is some store's")
-	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+2 at the edge); by store: %v", n, delta)
+	t.Logf("Redis round trips for one order, grain call + workflow, start to Confirmed: %d (+1 at the edge); by store: %v", n, delta)
 	// The demo cart has two SKUs. Commerce on one Redis server: Reserve
 	// and Authorize as one script each (on a Redis Cluster they are
 	// stepped: begin, a hold per SKU, finish; the method's seed, then the

@@ -18,6 +18,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
@@ -202,6 +203,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		NodeID:         cfg.Cluster.NodeName,
 		Idempotency:    st.Commerce.Idempotency(),
 		Carts:          st.Commerce.Carts(),
+		CartReserve:    cartReserver(st.Commerce),
 		ReadModel:      st.ReadModel,
 		Orders:         orders,
 		Topology:       topology{l: m.Lookup, stores: st},
@@ -279,4 +281,14 @@ func (a *API) Stop(ctx context.Context) error {
 	a.Routes.Close()
 	a.Member.Stop()
 	return err
+}
+
+// cartReserver is the commerce store as the edge's one-step cart read and
+// key reservation where its client talks to one server; nil (two round
+// trips) on a Redis Cluster, where the two keys are in different slots.
+func cartReserver(c *commerce.Redis) edge.CartReserver {
+	if !c.SingleServer() {
+		return nil
+	}
+	return c
 }

@@ -1,0 +1,140 @@
+package commerce_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+)
+
+func cartFor(id string) commerce.Cart {
+	return commerce.Cart{CartID: id, Lines: []*contracts.OrderLine{{Sku: "s", Quantity: 1}}, Amount: 100, Currency: "EUR"}
+}
+
+// A cart read with its key reservation is one round trip with both
+// contracts: no cart reserves nothing; the first reservation wins and
+// every later one gets its mapping.
+func TestReserveForCart(t *testing.T) {
+	c, cmds := countedClient(t)
+	s := newRedis(t, commerce.Config{Client: c})
+	ctx := t.Context()
+	cand := func(id string) commerce.Mapping {
+		return commerce.Mapping{OrderID: id, Status: commerce.MappingPending, Fingerprint: "fp"}
+	}
+
+	require.NoError(t, c.Ping(ctx).Err(), "the connection's handshake is not the step's")
+	before := cmds.Load()
+	_, err := s.ReserveForCart(ctx, "no-cart", "k", cand("o-1"))
+	require.ErrorIs(t, err, commerce.ErrNotFound)
+	require.EqualValues(t, 1, cmds.Load()-before, "one round trip")
+	_, err = s.Idempotency().Get(ctx, "k")
+	require.ErrorIs(t, err, commerce.ErrNotFound, "no cart, no mapping")
+
+	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
+	before = cmds.Load()
+	res, err := s.ReserveForCart(ctx, "c-1", "k", cand("o-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, cmds.Load()-before, "one round trip")
+	require.True(t, res.Created)
+	require.Equal(t, cand("o-1"), res.Mapping)
+	require.Equal(t, cartFor("c-1").CartID, res.Cart.CartID)
+	require.Equal(t, cartFor("c-1").Amount, res.Cart.Amount)
+
+	again, err := s.ReserveForCart(ctx, "c-1", "k", cand("o-2"))
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Equal(t, "o-1", again.Mapping.OrderID, "the first reservation wins")
+
+	for _, bad := range []struct{ cart, key, order string }{{"", "k", "o"}, {"c-1", "", "o"}, {"c-1", "k", ""}} {
+		_, err := s.ReserveForCart(ctx, bad.cart, bad.key, cand(bad.order))
+		require.ErrorIs(t, err, commerce.ErrInvalidArgument, "%+v", bad)
+	}
+}
+
+// Of many concurrent reservations of one key exactly one creates the
+// mapping, and all get the same one.
+func TestReserveForCartRaceHasOneWinner(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
+	const n = 48
+	var wg sync.WaitGroup
+	results := make([]commerce.CartReservation, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = s.ReserveForCart(ctx, "c-1", "race", commerce.Mapping{OrderID: fmt.Sprintf("o-%d", i), Fingerprint: "fp"})
+		}()
+	}
+	wg.Wait()
+	winners := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		if results[i].Created {
+			winners++
+		}
+		require.Equal(t, results[0].Mapping, results[i].Mapping)
+	}
+	require.Equal(t, 1, winners)
+}
+
+// Unreserve gives back only what its reservation created, while it is
+// pending and the cart unchanged; otherwise the mapping stays.
+func TestUnreserve(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
+	reserve := func(key string) commerce.CartReservation {
+		res, err := s.ReserveForCart(ctx, "c-1", key, commerce.Mapping{OrderID: "o-" + key, Fingerprint: "fp"})
+		require.NoError(t, err)
+		return res
+	}
+	mapped := func(key string) bool {
+		_, err := s.Idempotency().Get(ctx, key)
+		return err == nil
+	}
+
+	res := reserve("a")
+	kept, err := s.Unreserve(ctx, "c-1", "a", res)
+	require.NoError(t, err)
+	require.False(t, kept)
+	require.False(t, mapped("a"), "given back")
+
+	first := reserve("b")
+	second := reserve("b")
+	_, err = s.Unreserve(ctx, "c-1", "b", second)
+	require.Error(t, err, "a reservation that found the mapping gives nothing back")
+	require.True(t, mapped("b"))
+
+	require.NoError(t, s.Idempotency().MarkStarted(ctx, "b", first.Mapping.OrderID))
+	kept, err = s.Unreserve(ctx, "c-1", "b", first)
+	require.NoError(t, err)
+	require.True(t, kept, "a started mapping stays")
+
+	res = reserve("c")
+	changed := cartFor("c-1")
+	changed.Amount = 200
+	require.NoError(t, s.Carts().PutCart(ctx, changed))
+	kept, err = s.Unreserve(ctx, "c-1", "c", res)
+	require.NoError(t, err)
+	require.True(t, kept, "the cart changed: a duplicate may have been accepted with it")
+	require.True(t, mapped("c"))
+}
+
+// A Redis Cluster keeps the two round trips: the keys are in different
+// slots.
+func TestReserveForCartNeedsASingleServer(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newRedis(t, commerce.Config{Client: c})
+	require.False(t, s.SingleServer())
+	_, err := s.ReserveForCart(t.Context(), "c", "k", commerce.Mapping{OrderID: "o"})
+	require.ErrorIs(t, err, commerce.ErrConfig)
+}
