@@ -40,16 +40,29 @@ func TestOneRedisWiresTheProjectedAppend(t *testing.T) {
 	require.Equal(t, contracts.OrderStatus_Created, got.GetStatus())
 }
 
-// Split deployments keep two round trips: no projected append is wired.
-func TestSplitStoresHaveNoProjectedAppend(t *testing.T) {
-	a, b := redistest.Start(t), redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := OpenStores(ctx, RedisURLs{Default: a.URL(), ReadModel: b.URL()}, StoreOptions{})
-	require.NoError(t, err)
-	defer st.Close()
-	require.Nil(t, st.ProjectedAppend)
-	require.Nil(t, st.StartAppend)
+// Split deployments keep separate writes: the read model apart, no
+// projected append; commerce apart, the projected append but no start
+// step (its mapping lives elsewhere).
+func TestSplitStoresKeepSeparateWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		urls              func(a, b string) RedisURLs
+		projected, starts bool
+	}{
+		{"read model apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, ReadModel: b} }, false, false},
+		{"commerce apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Commerce: b} }, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := redistest.Start(t), redistest.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := OpenStores(ctx, tc.urls(a.URL(), b.URL()), StoreOptions{})
+			require.NoError(t, err)
+			defer st.Close()
+			require.Equal(t, tc.projected, st.ProjectedAppend != nil)
+			require.Equal(t, tc.starts, st.StartAppend != nil)
+		})
+	}
 }
 
 // One Redis for every store: a start's envelope and started mapping ride
@@ -108,17 +121,4 @@ func TestOneRedisWiresTheStartAppend(t *testing.T) {
 	m, err = idem.Get(ctx, "k2")
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingPending, m.Status)
-}
-
-// Commerce on another Redis: the projected append stays, the start step
-// does not (its mapping lives elsewhere).
-func TestCommerceApartHasNoStartAppend(t *testing.T) {
-	a, b := redistest.Start(t), redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := OpenStores(ctx, RedisURLs{Default: a.URL(), Commerce: b.URL()}, StoreOptions{})
-	require.NoError(t, err)
-	defer st.Close()
-	require.NotNil(t, st.ProjectedAppend)
-	require.Nil(t, st.StartAppend)
 }
