@@ -84,6 +84,9 @@ var (
 	// errNoRoute: no handler for the method and path (including hooks
 	// that are disabled); it is a kind of ErrNotFound.
 	errNoRoute = fmt.Errorf("%w: no such route", ErrNotFound)
+	// errUnknownSKU: a stock report of a SKU never stocked; it is a kind
+	// of ErrNotFound, answered as a SKU, not an order.
+	errUnknownSKU = fmt.Errorf("%w: sku never stocked", ErrNotFound)
 )
 
 // FieldError is an invalid argument that names the offending field.
@@ -144,6 +147,8 @@ func httpError(err error) (int, apiError) {
 			Message: "the idempotency key was already used with a different cart, shipping address or payment method"}
 	case errors.Is(err, errNoRoute):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "no such route"}
+	case errors.Is(err, errUnknownSKU):
+		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "sku not found: it was never stocked"}
 	}
 	// Of picks one kind when err carries several: a deadline before the
 	// store that wrapped it, a refusal before the outage behind it, a

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // The stock report (GET /admin/stock/{sku}): a SKU's available stock and
@@ -80,6 +81,9 @@ func (a StockAdmin) report(r AdminRouter, w http.ResponseWriter, req *http.Reque
 	ctx, cancel := r.Context(req)
 	defer cancel()
 	rep, err := a.Ledger.StockReport(ctx, sku, limit)
+	if errkind.Of(err) == errkind.NotFound {
+		err = fmt.Errorf("%w: %w", errUnknownSKU, err)
+	}
 	if err != nil {
 		r.Fail(w, req, fmt.Errorf("stock of %s: %w", sku, err))
 		return

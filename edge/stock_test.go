@@ -89,7 +89,9 @@ func TestAdminStock_Refusals(t *testing.T) {
 	e, _ := newStockEnv(t, time.UnixMilli(1))
 	w := e.admin(http.MethodGet, "/admin/stock/sku-never-stocked", "")
 	require.Equal(t, http.StatusNotFound, w.Code, w.Body.String())
-	require.Equal(t, CodeNotFound, decodeError(t, w).Code)
+	ae := decodeError(t, w)
+	require.Equal(t, CodeNotFound, ae.Code)
+	require.Equal(t, "sku not found: it was never stocked", ae.Message, "a SKU, not an order")
 
 	for _, q := range []string{"0", "-1", "x", "201"} {
 		w = e.admin(http.MethodGet, "/admin/stock/"+commerce.DemoSKUMug+"?limit="+q, "")
