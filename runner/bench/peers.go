@@ -97,8 +97,9 @@ func redisDurability(mode string) (persist bool, appendFsync string) {
 
 // Durability of each row, stated in the table and the JSON.
 const (
-	durabilityOursEverysec = "Redis AOF, appendfsync everysec (Redis' default): every step is in the AOF before it is answered, " +
-		"fsynced within about a second; a killed redis-server loses nothing, a machine crash up to ~1 s of acknowledged steps"
+	durabilityOursEverysec = "Redis AOF, appendfsync everysec (Redis' default): a step is written to the AOF before it is answered " +
+		"unless a background fsync is still running, when Redis postpones the write (up to 2 s) and answers anyway; " +
+		"fsynced about once a second; a killed redis-server or a machine crash can lose up to ~2 s of acknowledged steps"
 	durabilityOursAlways = "Redis AOF, appendfsync always: the AOF is fsynced before Redis answers a write, " +
 		"so no acknowledged step is lost even to a machine crash"
 	durabilityRestate = "restate-server " + restateVersion + " at its defaults (restate-server --dump-config), one node: every journal " +

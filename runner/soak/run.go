@@ -107,7 +107,11 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: localcluster.ChildEnv(os.Environ()),
-		Workflows: len(workflowNodes), RedisPersist: true, Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
+		// appendfsync always: the soak kills redis-server and holds every
+		// acknowledged order to exist afterwards, which everysec does not
+		// promise (Redis postpones the AOF write behind a slow fsync and
+		// replies meanwhile).
+		Workflows: len(workflowNodes), RedisPersist: true, RedisAppendFsync: "always", Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
 		Logf: func(f string, a ...any) { logf(f, a...) },
 	})
 	if err != nil {

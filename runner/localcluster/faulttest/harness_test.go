@@ -66,6 +66,11 @@ type fixture struct {
 }
 
 type clusterOpts struct {
+	// persist keeps Redis' data in an append-only file fsynced before
+	// every reply (appendfsync always): only then does a SIGKILLed
+	// redis-server keep every write it acknowledged. Under everysec Redis
+	// postpones the file's write, replies still going out, while a
+	// background fsync is slow, and a kill loses those writes.
 	persist        bool
 	requestTimeout time.Duration
 }
@@ -89,7 +94,13 @@ func startCluster(t *testing.T, o clusterOpts) *fixture {
 	defer cancel()
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: runDir, APIBin: apiBin, WorkflowBin: wfBin,
-		RedisPersist:   o.persist,
+		RedisPersist: o.persist,
+		RedisAppendFsync: func() string {
+			if o.persist {
+				return "always"
+			}
+			return ""
+		}(),
 		RequestTimeout: o.requestTimeout,
 		Env:            localcluster.ChildEnv(os.Environ()),
 		StopGrace:      10 * time.Second,
