@@ -361,20 +361,13 @@ func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
 // The projection goes to the fields its owner names, under the guard
 // Projection states; a plain Append writes none of it.
 func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
-	s := newRedis(t, eventstore.Config{Client: c})
-	ctx := ctxT(t)
-	f, _, err := s.Open(ctx, "o1", 1)
-	require.NoError(t, err)
-	ev := func(id string) []eventstore.Envelope {
-		return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
-	}
+	s, c, ctx, f := openedO1(t)
+	ev := oneEvent
 	proj := func(v int64, state string) eventstore.Projection {
 		return eventstore.Projection{Key: "other:{o1}", VersionField: "ver", StateField: "body", Version: v, State: []byte(state)}
 	}
 
-	_, err = s.AppendProjected(ctx, "o1", 0, f, ev("e1"), proj(1, "one"))
+	_, err := s.AppendProjected(ctx, "o1", 0, f, ev("e1"), proj(1, "one"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ver": "1", "body": "one"}, c.HGetAll(ctx, "other:{o1}").Val())
 
@@ -410,15 +403,8 @@ func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
 // condition and says so; a refused append runs none of them, and an
 // index entry still finds its key behind them.
 func TestRedisAppendProjectedWithCompanions(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv)
-	s := newRedis(t, eventstore.Config{Client: c})
-	ctx := ctxT(t)
-	f, _, err := s.Open(ctx, "o1", 1)
-	require.NoError(t, err)
-	ev := func(id string) []eventstore.Envelope {
-		return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
-	}
+	s, c, ctx, f := openedO1(t)
+	ev := oneEvent
 	proj := func(v int64) eventstore.Projection {
 		return eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: v, State: []byte("s"),
 			Index: eventstore.IndexEntry{Op: eventstore.IndexAdd, Key: "active", Member: "o1", Score: v}}
@@ -434,7 +420,7 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 	}
 
 	// A refused append runs no companion.
-	_, _, err = s.AppendProjectedWith(ctx, "o1", 5, f, ev("e1"), proj(6), comps("first"))
+	_, _, err := s.AppendProjectedWith(ctx, "o1", 5, f, ev("e1"), proj(6), comps("first"))
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 	require.Zero(t, c.Exists(ctx, "env:o1").Val())
 	require.Equal(t, "pending", c.HGet(ctx, "map:k", "status").Val())
@@ -459,4 +445,22 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 	got, err := s.Load(ctx, "o1")
 	require.NoError(t, err)
 	require.Len(t, got, 2, "a refused companion refuses the append")
+}
+
+// openedO1 is a store on a fresh redis-server, its raw client, and the
+// fence of order o1 opened at generation 1.
+func openedO1(t *testing.T) (*eventstore.Redis, *redis.Client, context.Context, eventstore.Fence) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	s := newRedis(t, eventstore.Config{Client: c})
+	ctx := ctxT(t)
+	f, _, err := s.Open(ctx, "o1", 1)
+	require.NoError(t, err)
+	return s, c, ctx, f
+}
+
+// oneEvent is a batch of one opaque event with the given id.
+func oneEvent(id string) []eventstore.Envelope {
+	return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
 }

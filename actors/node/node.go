@@ -459,9 +459,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if cfg.Stores.ProjectedAppend != nil {
 		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
 	}
-	if cfg.Stores.StartAppend != nil {
-		wcfg.StartAppend = cfg.Stores.StartAppend
-	}
+	wcfg.StartAppend = cfg.Stores.StartAppend
 	svc, err := workflow.New(wcfg)
 	if err != nil {
 		return nil, err

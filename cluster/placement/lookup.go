@@ -713,12 +713,13 @@ func (l *Lookup) Self() string { return l.cluster.ActorSystem.ID }
 
 type mintedKey struct{}
 
-// WithMintedIdentity tells the activation that a call under ctx may
-// cause that the caller minted kind/id itself just before (a new order's
-// id that won its idempotency reservation): no state can exist for it,
-// so its first cold generation may skip reading any (Activation.Minted).
-// A wrong claim costs nothing but that saving: the grain's first write
-// is still checked against what is stored.
+// WithMintedIdentity marks ctx as coming from the caller that minted
+// kind/id just before (a new order's id that won its idempotency
+// reservation). No state can exist for such an identity, so an
+// activation that a call under ctx causes tells its grain
+// (Activation.Minted), whose first cold generation may skip reading any.
+// A wrong claim costs only that saving: the grain's first write is still
+// checked against what is stored.
 func WithMintedIdentity(ctx context.Context, kind, id string) context.Context {
 	return context.WithValue(ctx, mintedKey{}, kind+"/"+id)
 }
