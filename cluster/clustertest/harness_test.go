@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -194,3 +196,19 @@ var (
 	inventoryFailed = []string{"OrderStartedEvent", "InventoryReservationFailedEvent", "OrderFailedEvent"}
 	paymentFailed   = []string{"OrderStartedEvent", "InventoryReservedEvent", "PaymentFailedEvent", "InventoryReleasedEvent", "OrderFailedEvent"}
 )
+
+// answered repeats call while it fails with location.ErrTimeout and
+// returns its first other outcome. The first request over a fresh remote
+// connection may time out at the activation on a loaded machine
+// (Unavailable, a retryable answer); a test about what the order answers
+// asks until it gets that answer, and its side-effect checks cover every
+// attempt.
+func answered(t *testing.T, call func() error) error {
+	t.Helper()
+	var err error
+	require.Eventually(t, func() bool {
+		err = call()
+		return !errors.Is(err, location.ErrTimeout)
+	}, 8*time.Second, 50*time.Millisecond, "no answer but timeouts: %v", err)
+	return err
+}

@@ -56,9 +56,15 @@ func TestProbesOfUnknownIdsLeaveNoKey(t *testing.T) {
 
 	for i := range 5 {
 		id := fmt.Sprintf("unknown-%d", i)
-		_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
+		err := answered(t, func() error {
+			_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
+			return err
+		})
 		require.ErrorIs(t, err, workflow.ErrNotFound)
-		_, err = a.client.RebuildOrderProjection(ctxT(t, 10*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: id})
+		err = answered(t, func() error {
+			_, err := a.client.RebuildOrderProjection(ctxT(t, 10*time.Second), &contracts.RebuildOrderProjectionReq{OrderId: id})
+			return err
+		})
 		require.ErrorIs(t, err, workflow.ErrNotFound)
 	}
 	// The probe's grain gives its authority back after it answered.

@@ -226,20 +226,12 @@ func TestNotFoundHasNoSideEffects(t *testing.T) {
 	// machine its activation may time out (Unavailable). It is repeated
 	// until answered, and a timed-out attempt must leave no side effect
 	// either: the checks below cover every attempt.
-	answered := func(call func() error) error {
-		var err error
-		require.Eventually(t, func() bool {
-			err = call()
-			return !errors.Is(err, location.ErrTimeout)
-		}, 8*time.Second, 50*time.Millisecond, "no answer but timeouts: %v", err)
-		return err
-	}
-	err := answered(func() error {
+	err := answered(t, func() error {
 		_, err := a.client.ContinueOrderWorkflow(ctx, &contracts.ContinueOrderWorkflowReq{OrderId: id})
 		return err
 	})
 	require.ErrorIs(t, err, workflow.ErrNotFound)
-	err = answered(func() error {
+	err = answered(t, func() error {
 		_, err := a.client.RebuildOrderProjection(ctx, &contracts.RebuildOrderProjectionReq{OrderId: id})
 		return err
 	})
