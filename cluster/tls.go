@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 
-	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -32,38 +31,38 @@ type TLS struct {
 // Enabled reports whether any file is set; then all three must be.
 func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
 
-// remoteOptions loads the files and returns the remote's server and dial
-// options. dialHost is the host other members dial, which the certificate
-// must cover; empty skips that check (a wildcard bind without an
-// advertised host).
-func (t TLS) remoteOptions(dialHost string) ([]remote.ConfigOption, error) {
+// transport loads the files and returns the remote's server and dial
+// credentials. dialHost is the host other members dial, which the
+// certificate must cover; empty skips that check (a wildcard bind without
+// an advertised host).
+func (t TLS) transport(dialHost string) (grpc.ServerOption, grpc.DialOption, error) {
 	if t.CertFile == "" || t.KeyFile == "" || t.CAFile == "" {
-		return nil, fmt.Errorf("%w: cluster TLS needs a certificate, its key and the CA (all three)", ErrConfig)
+		return nil, nil, fmt.Errorf("%w: cluster TLS needs a certificate, its key and the CA (all three)", ErrConfig)
 	}
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cluster TLS certificate: %v", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: cluster TLS certificate: %v", ErrConfig, err)
 	}
 	caPEM, err := os.ReadFile(t.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cluster TLS CA: %v", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: cluster TLS CA: %v", ErrConfig, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%w: cluster TLS CA %s holds no PEM certificate", ErrConfig, t.CAFile)
+		return nil, nil, fmt.Errorf("%w: cluster TLS CA %s holds no PEM certificate", ErrConfig, t.CAFile)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("%w: cluster TLS certificate: %v", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: cluster TLS certificate: %v", ErrConfig, err)
 	}
 	// A certificate the peers would refuse fails here, at start, rather
 	// than as a member nobody can reach.
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, fmt.Errorf("%w: cluster TLS certificate does not chain to the CA for server and client use: %v", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: cluster TLS certificate does not chain to the CA for server and client use: %v", ErrConfig, err)
 	}
 	if dialHost != "" {
 		if err := leaf.VerifyHostname(dialHost); err != nil {
-			return nil, fmt.Errorf("%w: cluster TLS certificate does not cover the advertised host %s (add it as a SAN): %v", ErrConfig, dialHost, err)
+			return nil, nil, fmt.Errorf("%w: cluster TLS certificate does not cover the advertised host %s (add it as a SAN): %v", ErrConfig, dialHost, err)
 		}
 	}
 	server := &tls.Config{
@@ -77,11 +76,7 @@ func (t TLS) remoteOptions(dialHost string) ([]remote.ConfigOption, error) {
 		Certificates: []tls.Certificate{cert},
 		RootCAs:      pool,
 	}
-	return []remote.ConfigOption{
-		remote.WithServerOptions(grpc.Creds(credentials.NewTLS(server))),
-		// Replaces protoactor's default (insecure) dial options.
-		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(client))),
-	}, nil
+	return grpc.Creds(credentials.NewTLS(server)), grpc.WithTransportCredentials(credentials.NewTLS(client)), nil
 }
 
 // dialHost is the host part of the address other members dial: the
