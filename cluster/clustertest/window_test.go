@@ -37,27 +37,7 @@ func TestClusterLinkHasFixedWindow(t *testing.T) {
 	fr := http2.NewFramer(conn, conn)
 	require.NoError(t, fr.WriteSettings())
 
-	var streamWindow, connIncrement uint32
-	for streamWindow == 0 || connIncrement == 0 {
-		f, err := fr.ReadFrame()
-		require.NoError(t, err, "reading the server's opening frames")
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if f.IsAck() {
-				continue
-			}
-			v, ok := f.Value(http2.SettingInitialWindowSize)
-			require.True(t, ok, "the server announces its stream window")
-			streamWindow = v
-			require.NoError(t, fr.WriteSettingsAck())
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				connIncrement = f.Increment
-			}
-		}
-	}
-	require.EqualValues(t, 1<<20, streamWindow, "stream window")
-	require.EqualValues(t, 1<<20, 65535+connIncrement, "connection window (the HTTP/2 default raised by the server)")
+	requireFixedWindow(t, fr, "the server")
 
 	var hdr bytes.Buffer
 	enc := hpack.NewEncoder(&hdr)
@@ -108,24 +88,34 @@ func TestClusterLinkDialsWithFixedWindow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http2.ClientPreface, string(preface))
 	fr := http2.NewFramer(conn, conn)
+	requireFixedWindow(t, fr, "the dialling member")
+}
+
+// requireFixedWindow reads the peer's opening frames until its SETTINGS
+// (acknowledged) and its connection WINDOW_UPDATE have come, and requires
+// both windows to be 1 MiB: the stream window as announced, the
+// connection window as the HTTP/2 default plus the peer's increment.
+func requireFixedWindow(t *testing.T, fr *http2.Framer, peer string) {
+	t.Helper()
 	var streamWindow, connIncrement uint32
 	for streamWindow == 0 || connIncrement == 0 {
 		f, err := fr.ReadFrame()
-		require.NoError(t, err, "reading the member's opening frames")
+		require.NoError(t, err, "reading the opening frames of %s", peer)
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if f.IsAck() {
 				continue
 			}
 			v, ok := f.Value(http2.SettingInitialWindowSize)
-			require.True(t, ok, "the dialling member announces its stream window")
+			require.True(t, ok, "%s announces its stream window", peer)
 			streamWindow = v
+			require.NoError(t, fr.WriteSettingsAck())
 		case *http2.WindowUpdateFrame:
 			if f.StreamID == 0 {
 				connIncrement = f.Increment
 			}
 		}
 	}
-	require.EqualValues(t, 1<<20, streamWindow, "stream window")
-	require.EqualValues(t, 1<<20, 65535+connIncrement, "connection window")
+	require.EqualValues(t, 1<<20, streamWindow, "stream window of %s", peer)
+	require.EqualValues(t, 1<<20, 65535+connIncrement, "connection window of %s", peer)
 }
