@@ -36,9 +36,13 @@ type Carts interface {
 // CartReserver loads a start's cart and reserves its idempotency key in
 // one step, with Carts.GetCart's and Idempotency.Reserve's contracts: a
 // cart that does not exist fails with an error wrapping
-// commerce.ErrNotFound and reserves nothing. Unreserve gives back a
-// mapping that step created when the API then refused the request (see
-// commerce.Redis.Unreserve); kept reports a mapping left in place.
+// commerce.ErrNotFound and reserves nothing. A reservation that creates
+// the mapping may take the minted order's creation lock in the same step
+// and say so with the lock's token (CartReservation.LockToken; see
+// placement.WithHeldCreation). Unreserve gives back a mapping that step
+// created when the API then refused the request (see
+// commerce.Redis.Unreserve), and its lock; kept reports a mapping left in
+// place.
 type CartReserver interface {
 	ReserveForCart(ctx context.Context, cartID, key string, candidate commerce.Mapping) (commerce.CartReservation, error)
 	Unreserve(ctx context.Context, cartID, key string, res commerce.CartReservation) (kept bool, err error)

@@ -43,7 +43,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
-	cart, m, created, err := s.cartAndKey(ctx, req, commerce.Mapping{
+	cart, m, created, lockToken, err := s.cartAndKey(ctx, req, commerce.Mapping{
 		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
@@ -71,6 +71,10 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	if created {
 		// This request minted the OrderId: its grain has nothing to read.
 		ctx = placement.WithMintedIdentity(ctx, grain.KindName, m.OrderID)
+		if lockToken != "" {
+			// The reservation took the order's creation lock too.
+			ctx = placement.WithHeldCreation(ctx, grain.KindName, m.OrderID, lockToken)
+		}
 	}
 	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
 		OrderId:           m.OrderID,
@@ -95,25 +99,27 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 }
 
 // cartAndKey loads the start's cart and reserves its idempotency key for
-// candidate; it returns the cart, the mapping in force and whether this
-// call created it. A cart that does not exist, or that the API refuses,
-// leaves no mapping behind: without a CartReserver the cart is checked
-// before the key is reserved; with one (one round trip) a mapping the
-// step created for a refused cart is given back.
-func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, candidate commerce.Mapping) (commerce.Cart, commerce.Mapping, bool, error) {
+// candidate; it returns the cart, the mapping in force, whether this call
+// created it, and the token of the order's creation lock when the
+// reservation took that too (see CartReserver). A cart that does not
+// exist, or that the API refuses, leaves no mapping behind: without a
+// CartReserver the cart is checked before the key is reserved; with one
+// (one round trip) a mapping the step created for a refused cart is given
+// back, with its lock.
+func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, candidate commerce.Mapping) (commerce.Cart, commerce.Mapping, bool, string, error) {
 	if s.cfg.CartReserve == nil {
 		cart, err := s.cfg.Carts.GetCart(ctx, req.CartId)
 		if err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, cartError(err)
+			return commerce.Cart{}, commerce.Mapping{}, false, "", cartError(err)
 		}
 		if err := checkCart(cart); err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, err
+			return commerce.Cart{}, commerce.Mapping{}, false, "", err
 		}
 		m, created, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, candidate)
 		if err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, fmt.Errorf("reserve idempotency key: %w", err)
+			return commerce.Cart{}, commerce.Mapping{}, false, "", fmt.Errorf("reserve idempotency key: %w", err)
 		}
-		return cart, m, created, nil
+		return cart, m, created, "", nil
 	}
 	res, err := s.cfg.CartReserve.ReserveForCart(ctx, req.CartId, req.IdempotencyKey, candidate)
 	if err == nil {
@@ -128,9 +134,9 @@ func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, c
 					slog.String("idempotencyKey", req.IdempotencyKey), slog.Any("error", uerr))
 			}
 		}
-		return commerce.Cart{}, commerce.Mapping{}, false, err
+		return commerce.Cart{}, commerce.Mapping{}, false, "", err
 	}
-	return res.Cart, res.Mapping, res.Created, nil
+	return res.Cart, res.Mapping, res.Created, res.LockToken, nil
 }
 
 // cartError is a failed cart load as the API answers it: an unknown cart

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,20 +15,28 @@ import (
 // slots, so a Redis Cluster keeps them two round trips.
 
 // reserveForCartScript reserves the key only when the cart exists, so a
-// request naming no cart leaves no mapping behind.
+// request naming no cart leaves no mapping behind. With a CreationLock
+// (KEYS 3 and 4) a reservation that creates the mapping also takes that
+// lock, while the lock's record does not exist.
 //
-// KEYS: cart, idempotency mapping. ARGV: candidate orderId, status,
-// fingerprint. Reply {0} without a cart, else {1, cart, created, orderId,
-// status, fingerprint}.
+// KEYS: cart, idempotency mapping[, lock, lock's record]. ARGV: candidate
+// orderId, status, fingerprint[, token, ttl ms, record field, value].
+// Reply {0} without a cart, else {1, cart, created, orderId, status,
+// fingerprint, locked}.
 var reserveForCartScript = redis.NewScript(`
 local cart = redis.call('GET', KEYS[1])
 if not cart then return {0} end
 if redis.call('HSETNX', KEYS[2], 'orderId', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[2], 'status', ARGV[2], 'fingerprint', ARGV[3])
-  return {1, cart, 1, ARGV[1], ARGV[2], ARGV[3]}
+  local locked = 0
+  if #KEYS == 4 and redis.call('EXISTS', KEYS[4]) == 0 and redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then
+    redis.call('HSET', KEYS[4], ARGV[6], ARGV[7])
+    locked = 1
+  end
+  return {1, cart, 1, ARGV[1], ARGV[2], ARGV[3], locked}
 end
 local v = redis.call('HMGET', KEYS[2], 'orderId', 'status', 'fingerprint')
-return {1, cart, 0, v[1] or '', v[2] or '', v[3] or ''}
+return {1, cart, 0, v[1] or '', v[2] or '', v[3] or '', 0}
 `)
 
 // unreserveScript drops a mapping this call created, while it is still
@@ -51,8 +60,21 @@ type CartReservation struct {
 	// Mapping is the mapping in force; Created whether this call made it.
 	Mapping Mapping
 	Created bool
+	// LockToken is the CreationLock's token when this call took that
+	// lock (ReserveForCartLocking), else empty.
+	LockToken string
 	// raw is the cart as stored, for Unreserve.
 	raw string
+}
+
+// CreationLock is another store's lock that ReserveForCartLocking takes
+// for the order it mints, on the same Redis server: while Record does not
+// exist, Lock is set to Token for TTL if absent, and Record's Field to
+// Value. The commerce store does not read either key; the store that owns
+// them says what they are (location.Redis.CreationFor).
+type CreationLock struct {
+	Lock, Record, Field, Value, Token string
+	TTL                               time.Duration
 }
 
 // ReserveForCart is Carts.GetCart followed by Idempotency.Reserve in one
@@ -61,6 +83,23 @@ type CartReservation struct {
 // does not exist fails with ErrNotFound and reserves nothing; a stored
 // cart that does not decode is ErrCorrupt, its reservation made.
 func (r *Redis) ReserveForCart(ctx context.Context, cartID, key string, candidate Mapping) (CartReservation, error) {
+	return r.reserveForCart(ctx, cartID, key, candidate, nil)
+}
+
+// ReserveForCartLocking is ReserveForCart whose reservation, when it
+// creates the mapping, also takes lock in the same script, so the order
+// it mints is locked for creation from the instant its id exists. The
+// result's LockToken says whether it did (not when the mapping existed
+// already, nor when lock's record exists). The caller checks that the
+// lock's store shares this single server.
+func (r *Redis) ReserveForCartLocking(ctx context.Context, cartID, key string, candidate Mapping, lock CreationLock) (CartReservation, error) {
+	if lock.Lock == "" || lock.Record == "" || lock.Field == "" || lock.Token == "" || lock.TTL <= 0 {
+		return CartReservation{}, invalid("creation lock needs its keys, a field, a token and a TTL")
+	}
+	return r.reserveForCart(ctx, cartID, key, candidate, &lock)
+}
+
+func (r *Redis) reserveForCart(ctx context.Context, cartID, key string, candidate Mapping, lock *CreationLock) (CartReservation, error) {
 	switch {
 	case !r.oneSlot:
 		return CartReservation{}, fmt.Errorf("%w: a cart read with its reservation needs a single-server client", ErrConfig)
@@ -71,20 +110,28 @@ func (r *Redis) ReserveForCart(ctx context.Context, cartID, key string, candidat
 	case candidate.OrderID == "":
 		return CartReservation{}, invalid("candidate orderId is empty")
 	}
-	res, err := reserveForCartScript.Run(ctx, r.client, []string{r.keys.cart(cartID), r.keys.idem(key)},
-		candidate.OrderID, string(MappingPending), candidate.Fingerprint).Slice()
+	keys := []string{r.keys.cart(cartID), r.keys.idem(key)}
+	args := []any{candidate.OrderID, string(MappingPending), candidate.Fingerprint}
+	if lock != nil {
+		keys = append(keys, lock.Lock, lock.Record)
+		args = append(args, lock.Token, lock.TTL.Milliseconds(), lock.Field, lock.Value)
+	}
+	res, err := reserveForCartScript.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil {
 		return CartReservation{}, translate("reserve idempotency key with its cart", err)
 	}
 	if n, _ := res[0].(int64); n == 0 {
 		return CartReservation{}, fmt.Errorf("%w: cart %q", ErrNotFound, cartID)
 	}
-	if len(res) != 6 {
+	if len(res) != 7 {
 		return CartReservation{}, fmt.Errorf("%w: reserve with cart: unexpected reply %v", ErrCorrupt, res)
 	}
 	out := CartReservation{raw: asString(res[1])}
 	created, _ := res[2].(int64)
 	out.Created = created == 1
+	if locked, _ := res[6].(int64); locked == 1 && lock != nil {
+		out.LockToken = lock.Token
+	}
 	out.Mapping = Mapping{OrderID: asString(res[3]), Status: MappingStatus(asString(res[4])), Fingerprint: asString(res[5])}
 	if err := checkMapping(key, out.Mapping); err != nil {
 		return CartReservation{}, err

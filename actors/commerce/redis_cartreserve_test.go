@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,60 @@ func TestReserveForCart(t *testing.T) {
 
 	for _, bad := range []struct{ cart, key, order string }{{"", "k", "o"}, {"c-1", "", "o"}, {"c-1", "k", ""}} {
 		_, err := s.ReserveForCart(ctx, bad.cart, bad.key, cand(bad.order))
+		require.ErrorIs(t, err, commerce.ErrInvalidArgument, "%+v", bad)
+	}
+}
+
+// A reservation that creates its mapping takes the creation lock it is
+// given in the same round trip: the lock key set to the token with its
+// TTL, the record marked. One that finds the mapping, or finds the
+// lock's record already there, takes nothing.
+func TestReserveForCartLockingTakesTheLockOnlyWithAMintedMapping(t *testing.T) {
+	c, cmds := countedClient(t)
+	s := newRedis(t, commerce.Config{Client: c})
+	ctx := t.Context()
+	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
+	cand := func(id string) commerce.Mapping {
+		return commerce.Mapping{OrderID: id, Status: commerce.MappingPending, Fingerprint: "fp"}
+	}
+	lock := func(id string) commerce.CreationLock {
+		return commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating",
+			Token: "tok-" + id, TTL: 5 * time.Second}
+	}
+	require.NoError(t, c.Ping(ctx).Err())
+
+	before := cmds.Load()
+	res, err := s.ReserveForCartLocking(ctx, "c-1", "k", cand("o-1"), lock("o-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, cmds.Load()-before, "one round trip")
+	require.True(t, res.Created)
+	require.Equal(t, "tok-o-1", res.LockToken)
+	require.Equal(t, "tok-o-1", c.Get(ctx, "loc:o-1:lock").Val())
+	ttl := c.PTTL(ctx, "loc:o-1:lock").Val()
+	require.True(t, ttl > 0 && ttl <= 5*time.Second, "the lock expires with its TTL: %v", ttl)
+	require.Equal(t, "Creating", c.HGet(ctx, "loc:o-1", "status").Val())
+
+	again, err := s.ReserveForCartLocking(ctx, "c-1", "k", cand("o-2"), lock("o-2"))
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Empty(t, again.LockToken, "a found mapping takes no lock")
+	require.Zero(t, c.Exists(ctx, "loc:o-2:lock", "loc:o-2").Val())
+	require.Equal(t, "tok-o-1", c.Get(ctx, "loc:o-1:lock").Val(), "the first lock stays")
+
+	require.NoError(t, c.HSet(ctx, "loc:o-3", "status", "Ready").Err())
+	known, err := s.ReserveForCartLocking(ctx, "c-1", "k3", cand("o-3"), lock("o-3"))
+	require.NoError(t, err)
+	require.True(t, known.Created)
+	require.Empty(t, known.LockToken, "a record that exists is not locked")
+	require.Zero(t, c.Exists(ctx, "loc:o-3:lock").Val())
+	require.Equal(t, "Ready", c.HGet(ctx, "loc:o-3", "status").Val())
+
+	_, err = s.ReserveForCartLocking(ctx, "no-cart", "k4", cand("o-4"), lock("o-4"))
+	require.ErrorIs(t, err, commerce.ErrNotFound)
+	require.Zero(t, c.Exists(ctx, "loc:o-4:lock", "loc:o-4").Val(), "no cart, no lock")
+
+	for _, bad := range []commerce.CreationLock{{}, {Lock: "l", Record: "r", Field: "f", Token: "t"}, {Lock: "l", Record: "r", Field: "f", TTL: time.Second}} {
+		_, err := s.ReserveForCartLocking(ctx, "c-1", "k5", cand("o-5"), bad)
 		require.ErrorIs(t, err, commerce.ErrInvalidArgument, "%+v", bad)
 	}
 }
@@ -137,4 +192,39 @@ func TestReserveForCartNeedsASingleServer(t *testing.T) {
 	require.False(t, s.SingleServer())
 	_, err := s.ReserveForCart(t.Context(), "c", "k", commerce.Mapping{OrderID: "o"})
 	require.ErrorIs(t, err, commerce.ErrConfig)
+}
+
+// Of many concurrent locking reservations of one key, each minting its
+// own order, only the winner's order gets a creation lock.
+func TestReserveForCartLockingRaceTakesOneLock(t *testing.T) {
+	s, c := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
+	const n = 48
+	var wg sync.WaitGroup
+	results := make([]commerce.CartReservation, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("o-%d", i)
+			results[i], errs[i] = s.ReserveForCartLocking(ctx, "c-1", "race", commerce.Mapping{OrderID: id, Fingerprint: "fp"},
+				commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating", Token: "t-" + id, TTL: 5 * time.Second})
+		}()
+	}
+	wg.Wait()
+	locks := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, results[i].Created, results[i].LockToken != "", "a lock only with the mapping")
+		if results[i].LockToken != "" {
+			locks++
+			require.Equal(t, results[i].LockToken, c.Get(ctx, "loc:"+results[i].Mapping.OrderID+":lock").Val())
+		}
+	}
+	require.Equal(t, 1, locks)
+	keys, err := c.Keys(ctx, "loc:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 2, "one lock and its record: %v", keys)
 }

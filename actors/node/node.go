@@ -79,7 +79,12 @@ type Stores struct {
 	// mapping in one round trip; nil unless the event store, the read
 	// model, commerce and the Relocation Store share one Redis server.
 	StartAppend workflow.StartAppender
-	clients     []storeClient
+	// CreationLocks is the Location Store when it shares commerce's one
+	// Redis server: a start's key reservation may then take the order's
+	// creation lock in the same script (location.Redis.CreationFor);
+	// nil otherwise.
+	CreationLocks *location.Redis
+	clients       []storeClient
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
 	own []redis.UniversalClient
@@ -181,6 +186,9 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Location, s.Relocation = locations, relocations
+	if cmp.Or(urls.Commerce, urls.Default) == cmp.Or(urls.Location, urls.Default) && commerceStore.SingleServer() && locations.SingleServer() {
+		s.CreationLocks = locations
+	}
 	same := cmp.Or(urls.Events, urls.Default)
 	if pa, ok := s.ProjectedAppend.(*readmodel.ProjectedAppend); ok && pa.Companions() &&
 		cmp.Or(urls.Commerce, urls.Default) == same && cmp.Or(urls.Relocation, urls.Default) == same &&

@@ -428,6 +428,15 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 	if err := l.WaitReady(ctx); err != nil {
 		return nil, err
 	}
+	if token, ok := heldToken(ctx, kind, id); ok {
+		// The caller minted the identity and holds its lock: no other
+		// resolution can be creating it, so none is joined.
+		pid, err := l.create(ctx, kind, id, token, 1, ActivationReason_ACTIVATION_REASON_COLD)
+		if err == nil {
+			l.cluster.PidCache.Set(id, kind, pid)
+		}
+		return pid, err
+	}
 	key := kind + "/" + id
 	l.mu.Lock()
 	if c, ok := l.inflight[key]; ok {
@@ -729,3 +738,40 @@ func IsMinted(ctx context.Context, kind, id string) bool {
 	v, _ := ctx.Value(mintedKey{}).(string)
 	return v != "" && v == kind+"/"+id
 }
+
+type heldCreationKey struct{}
+
+type heldCreation struct {
+	key, token string
+	// used: only the first resolution under ctx may claim the lock; a
+	// later one (a resend after a dead letter) finds the record as the
+	// first left it.
+	used *atomic.Bool
+}
+
+// WithHeldCreation tells a Lookup that the caller already holds kind/id's
+// creation lock under token, taken for a Missing identity in the same
+// step that minted it (see location.Creation): the first resolution of
+// kind/id under ctx activates generation 1 with that token instead of
+// taking the lock itself, a Location round trip fewer. A claim that no
+// longer holds (the lock expired) fails at CommitReady with
+// location.ErrLockLost, as any creator's does, and the grain it started
+// is stopped.
+func WithHeldCreation(ctx context.Context, kind, id, token string) context.Context {
+	return context.WithValue(ctx, heldCreationKey{}, heldCreation{key: kind + "/" + id, token: token, used: new(atomic.Bool)})
+}
+
+// heldToken claims the token of a WithHeldCreation for kind/id in ctx,
+// once.
+func heldToken(ctx context.Context, kind, id string) (string, bool) {
+	h, _ := ctx.Value(heldCreationKey{}).(heldCreation)
+	if h.token == "" || h.key != kind+"/"+id || !h.used.CompareAndSwap(false, true) {
+		return "", false
+	}
+	return h.token, true
+}
+
+// CreateLockTTL is how long a creation lock lasts before its creator must
+// extend it: what a caller that takes the lock itself (WithHeldCreation)
+// must use.
+func (l *Lookup) CreateLockTTL() time.Duration { return l.cfg.CreateLockTTL }

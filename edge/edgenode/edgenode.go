@@ -11,17 +11,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
@@ -203,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		NodeID:         cfg.Cluster.NodeName,
 		Idempotency:    st.Commerce.Idempotency(),
 		Carts:          st.Commerce.Carts(),
-		CartReserve:    cartReserver(st.Commerce),
+		CartReserve:    cartReserver(st, m.Lookup.CreateLockTTL()),
 		ReadModel:      st.ReadModel,
 		Orders:         orders,
 		Topology:       topology{l: m.Lookup, stores: st},
@@ -286,9 +289,47 @@ func (a *API) Stop(ctx context.Context) error {
 // cartReserver is the commerce store as the edge's one-step cart read and
 // key reservation where its client talks to one server; nil (two round
 // trips) on a Redis Cluster, where the two keys are in different slots.
-func cartReserver(c *commerce.Redis) edge.CartReserver {
-	if !c.SingleServer() {
+// Where the Location Store shares that server, the step also takes the
+// minted order's creation lock (lockingReserver).
+func cartReserver(st *node.Stores, ttl time.Duration) edge.CartReserver {
+	if !st.Commerce.SingleServer() {
 		return nil
 	}
-	return c
+	if st.CreationLocks == nil {
+		return st.Commerce
+	}
+	return lockingReserver{Redis: st.Commerce, locks: st.CreationLocks, ttl: ttl}
+}
+
+// lockingReserver is the one-step cart read and key reservation that also
+// takes the creation lock of the order it mints, so the start's cold
+// activation needs no Location round trip of its own to take it
+// (placement.WithHeldCreation).
+type lockingReserver struct {
+	*commerce.Redis
+	locks *location.Redis
+	ttl   time.Duration
+}
+
+// ReserveForCart implements edge.CartReserver.
+func (r lockingReserver) ReserveForCart(ctx context.Context, cartID, key string, candidate commerce.Mapping) (commerce.CartReservation, error) {
+	c, ok := r.locks.CreationFor(grain.KindName, candidate.OrderID)
+	if !ok {
+		return r.Redis.ReserveForCart(ctx, cartID, key, candidate)
+	}
+	return r.ReserveForCartLocking(ctx, cartID, key, candidate, commerce.CreationLock{
+		Lock: c.Lock, Record: c.Record, Field: c.StatusField, Value: c.Creating, Token: uuid.NewString(), TTL: r.ttl,
+	})
+}
+
+// Unreserve implements edge.CartReserver: the mapping goes back as
+// commerce.Redis.Unreserve says, and a lock the reservation took with it.
+func (r lockingReserver) Unreserve(ctx context.Context, cartID, key string, res commerce.CartReservation) (bool, error) {
+	kept, err := r.Redis.Unreserve(ctx, cartID, key, res)
+	if res.LockToken != "" {
+		if lerr := r.locks.AbortCreate(ctx, grain.KindName, res.Mapping.OrderID, res.LockToken); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("give back the creation lock of %s: %w", res.Mapping.OrderID, lerr))
+		}
+	}
+	return kept, err
 }

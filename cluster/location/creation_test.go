@@ -1,0 +1,69 @@
+package location
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
+)
+
+// takeCreation does what another store's script does with a Creation
+// (commerce's locking reservation): while the record does not exist, the
+// lock set to token if absent, for ttl, and the record marked.
+func takeCreation(t *testing.T, s *Redis, c Creation, token string, ttl time.Duration) {
+	t.Helper()
+	rdb := s.rdb
+	require.Zero(t, rdb.Exists(ctx(t), c.Record).Val())
+	ok, err := rdb.SetNX(ctx(t), c.Lock, token, ttl).Result()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, rdb.HSet(ctx(t), c.Record, c.StatusField, c.Creating).Err())
+}
+
+// A creation lock taken by another store's script, as Creation says, is
+// BeginCreate's: another creator waits for it, the holder's token commits
+// generation 1 Ready, and an abort leaves no key behind, as after
+// BeginCreate.
+func TestCreationIsBeginCreatesLock(t *testing.T) {
+	s := newStore(t)
+	c, ok := s.CreationFor(kind, "o1")
+	require.True(t, ok)
+	require.Equal(t, s.keys.record(kind, "o1"), c.Record)
+	require.Equal(t, s.keys.lock(kind, "o1"), c.Lock)
+	takeCreation(t, s, c, "held", 5*time.Second)
+
+	acquired, _, rec, err := s.BeginCreate(ctx(t), kind, "o1", "other", 5*time.Second)
+	require.NoError(t, err)
+	require.False(t, acquired, "another creator does not get the lock")
+	require.Equal(t, Creating, rec.Status)
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "held", Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: 1}))
+	got, err := s.Get(ctx(t), kind, "o1")
+	require.NoError(t, err)
+	require.Equal(t, Ready, got.Status)
+	require.EqualValues(t, 1, got.Generation)
+
+	c2, ok := s.CreationFor(kind, "o2")
+	require.True(t, ok)
+	takeCreation(t, s, c2, "held2", 5*time.Second)
+	require.NoError(t, s.AbortCreate(ctx(t), kind, "o2", "held2"))
+	require.Zero(t, s.rdb.Exists(ctx(t), c2.Record, c2.Lock).Val(), "an aborted creation leaves no key")
+	acquired, next, _, err := s.BeginCreate(ctx(t), kind, "o2", "again", 5*time.Second)
+	require.NoError(t, err)
+	require.True(t, acquired)
+	require.EqualValues(t, 1, next, "no generation used up")
+
+	_, ok = s.CreationFor(kind, "bad{id}")
+	require.False(t, ok, "an invalid identity has no Creation")
+}
+
+// On a Redis Cluster another store's script cannot reach the lock's keys:
+// no Creation.
+func TestCreationNeedsASingleServer(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	s := mustRedis(t, rc.Client)
+	_, ok := s.CreationFor(kind, "o1")
+	require.False(t, ok)
+	require.False(t, s.SingleServer())
+}
