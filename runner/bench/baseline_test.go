@@ -33,7 +33,7 @@ func TestParseOptionsDefaultsAndBaseline(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, o.openLoop)
 	require.Zero(t, o.openLoopRate, "0: half the measured peak")
-	require.Equal(t, 10*time.Second, o.openLoopDuration)
+	require.Equal(t, 30*time.Second, o.openLoopDuration)
 	require.Empty(t, o.baseline)
 
 	o, err = parseOptions([]string{"-baseline", "a88de4b", "-open-loop=false", "-open-loop-rate", "120", "-open-loop-duration", "5s"})
