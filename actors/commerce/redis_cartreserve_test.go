@@ -117,21 +117,11 @@ func TestReserveForCartRaceHasOneWinner(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()
 	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
-	const n = 48
-	var wg sync.WaitGroup
-	results := make([]commerce.CartReservation, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = s.ReserveForCart(ctx, "c-1", "race", commerce.Mapping{OrderID: fmt.Sprintf("o-%d", i), Fingerprint: "fp"})
-		}()
-	}
-	wg.Wait()
+	results := race(t, func(i int) (commerce.CartReservation, error) {
+		return s.ReserveForCart(ctx, "c-1", "race", commerce.Mapping{OrderID: fmt.Sprintf("o-%d", i), Fingerprint: "fp"})
+	})
 	winners := 0
-	for i := range n {
-		require.NoError(t, errs[i])
+	for i := range results {
 		if results[i].Created {
 			winners++
 		}
@@ -200,23 +190,13 @@ func TestReserveForCartLockingRaceTakesOneLock(t *testing.T) {
 	s, c := newStore(t)
 	ctx := t.Context()
 	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
-	const n = 48
-	var wg sync.WaitGroup
-	results := make([]commerce.CartReservation, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("o-%d", i)
-			results[i], errs[i] = s.ReserveForCartLocking(ctx, "c-1", "race", commerce.Mapping{OrderID: id, Fingerprint: "fp"},
-				commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating", Token: "t-" + id, TTL: 5 * time.Second})
-		}()
-	}
-	wg.Wait()
+	results := race(t, func(i int) (commerce.CartReservation, error) {
+		id := fmt.Sprintf("o-%d", i)
+		return s.ReserveForCartLocking(ctx, "c-1", "race", commerce.Mapping{OrderID: id, Fingerprint: "fp"},
+			commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating", Token: "t-" + id, TTL: 5 * time.Second})
+	})
 	locks := 0
-	for i := range n {
-		require.NoError(t, errs[i])
+	for i := range results {
 		require.Equal(t, results[i].Created, results[i].LockToken != "", "a lock only with the mapping")
 		if results[i].LockToken != "" {
 			locks++
@@ -227,4 +207,26 @@ func TestReserveForCartLockingRaceTakesOneLock(t *testing.T) {
 	keys, err := c.Keys(ctx, "loc:*").Result()
 	require.NoError(t, err)
 	require.Len(t, keys, 2, "one lock and its record: %v", keys)
+}
+
+// race runs reserve(i) for 48 goroutines at once, requires every call to
+// succeed and returns their results by i.
+func race(t *testing.T, reserve func(i int) (commerce.CartReservation, error)) []commerce.CartReservation {
+	t.Helper()
+	const n = 48
+	var wg sync.WaitGroup
+	results := make([]commerce.CartReservation, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = reserve(i)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i], "reservation %d", i)
+	}
+	return results
 }
