@@ -419,6 +419,9 @@ func (l *Lookup) Forget(kind, id string, pid *actor.PID) {
 // is recorded gone (even if this lookup still sees it live), is
 // ErrUnavailable at once; nothing is activated anywhere.
 func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
+	if token, ok := heldToken(ctx, kind, id); ok {
+		return l.resolveHeld(ctx, kind, id, token)
+	}
 	if pid, ok := l.cluster.PidCache.Get(id, kind); ok && pid != nil {
 		if !l.goneAddress(pid.Address) {
 			return pid, nil
@@ -427,15 +430,6 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 	}
 	if err := l.WaitReady(ctx); err != nil {
 		return nil, err
-	}
-	if token, ok := heldToken(ctx, kind, id); ok {
-		// The caller minted the identity and holds its lock: no other
-		// resolution can be creating it, so none is joined.
-		pid, err := l.create(ctx, kind, id, token, 1, ActivationReason_ACTIVATION_REASON_COLD)
-		if err == nil {
-			l.cluster.PidCache.Set(id, kind, pid)
-		}
-		return pid, err
 	}
 	key := kind + "/" + id
 	l.mu.Lock()
@@ -461,6 +455,23 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 	l.mu.Unlock()
 	close(c.done)
 	return c.pid, c.err
+}
+
+// resolveHeld activates generation 1 of an identity whose caller minted
+// it and holds its creation lock (WithHeldCreation): no other resolution
+// can be creating it, so none is joined, and nothing can be cached for
+// it. Having claimed the lock, it gives it back on every failure, as
+// create does, so a retry need not wait for the lock to expire.
+func (l *Lookup) resolveHeld(ctx context.Context, kind, id, token string) (*actor.PID, error) {
+	if err := l.WaitReady(ctx); err != nil {
+		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
+		return nil, err
+	}
+	pid, err := l.create(ctx, kind, id, token, 1, ActivationReason_ACTIVATION_REASON_COLD)
+	if err == nil {
+		l.cluster.PidCache.Set(id, kind, pid)
+	}
+	return pid, err
 }
 
 func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
