@@ -41,10 +41,15 @@ func TestEveryNodeGetsItsOwnLoopbackMetricsAddress(t *testing.T) {
 		ps, ok := st.Node(name)
 		require.True(t, ok)
 		require.Equal(t, u, ps.MetricsURL, "the state records %s's metrics address", name)
-		b, err := os.ReadFile(c.LogPath(name))
-		require.NoError(t, err)
-		log := string(b)
-		require.Contains(t, log, "env-metrics "+name+" "+strings.TrimPrefix(u, "http://"), "the runner's address wins over the caller's")
+		// Start waits for the APIs' readiness lines, not for the fake
+		// workflows' first line: wait for that line with a deadline.
+		want := "env-metrics " + name + " " + strings.TrimPrefix(u, "http://")
+		var log string
+		require.Eventually(t, func() bool {
+			b, err := os.ReadFile(c.LogPath(name))
+			log = string(b)
+			return err == nil && strings.Contains(log, want)
+		}, 10*time.Second, 10*time.Millisecond, "the runner's address wins over the caller's: %s's log has no %q", name, want)
 		require.NotContains(t, strings.SplitN(log, "\n", 2)[0], "-metrics-http", "not on the command line")
 	}
 	require.Empty(t, c.MetricsURL("no-such-node"))
