@@ -217,8 +217,12 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, numsub[readmodel.TerminalChannel("")])
 	require.EqualValues(t, 1, w.api.PoolStats().PubSubStats.Active, "the API process's client holds one subscription")
-	// A wait registers before its first read: once the reads are done, no
-	// pooled connection is in use while all of them go on waiting.
+	// A wait registers before its first read, so the count of waiters can
+	// be complete while a read is still to be sent: wait for the reads,
+	// then for the pool. Once they are done, no pooled connection is in
+	// use while all of them go on waiting, and no wait read twice.
+	require.Eventually(t, func() bool { return w.commands.snapshot()["hmget"] >= waits },
+		10*time.Second, 5*time.Millisecond, "each wait reads before waiting")
 	require.Eventually(t, func() bool {
 		ps := w.api.PoolStats()
 		return ps.TotalConns == ps.IdleConns
