@@ -76,6 +76,12 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 			ctx = placement.WithHeldCreation(ctx, grain.KindName, m.OrderID, lockToken)
 		}
 	}
+	// Tracked from before the start, so that this process's wait for
+	// the order's outcome need not read what the start just told it.
+	tracked := func() {}
+	if tr, ok := s.cfg.Terminal.(readmodel.StartTracker); ok {
+		tracked = tr.Track(m.OrderID)
+	}
 	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
 		OrderId:           m.OrderID,
 		CartId:            req.CartId,
@@ -94,6 +100,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if recorded {
 		status = http.StatusCreated
+		tracked()
 	}
 	s.writeMessage(w, r, status, &contracts.StartOrderRes{OrderId: m.OrderID, State: res.GetState()})
 }

@@ -33,7 +33,11 @@ import (
 // registers with the process's TerminalWatcher (one Redis subscription for
 // the whole process), reads once, and reads again only when woken by a
 // notice that does not carry the terminal record itself
-// (readmodel.TerminalRecordWatcher): the usual wait reads once.
+// (readmodel.TerminalRecordWatcher). A wait for an order whose start this
+// process recorded does not even read once: the watcher vouches that it is
+// not terminal, or hands over the record its terminal notice carried
+// (readmodel.StartTracker). So the usual wait, right after its POST, reads
+// nothing; any other reads once.
 const (
 	QueryWaitFor    = "waitFor"
 	QueryTimeoutMs  = "timeoutMs"
@@ -122,10 +126,19 @@ func (s *Server) waitOrder(w http.ResponseWriter, r *http.Request, id string, ti
 		wake, stop = s.cfg.Terminal.Watch(id)
 	}
 	defer stop()
-	st, err := s.readOrder(r, id)
-	if err != nil {
-		s.fail(w, r, fmt.Errorf("read order %s: %w", id, err))
-		return
+	var (
+		st    *contracts.OrderState
+		known bool
+	)
+	if tr, ok := s.cfg.Terminal.(readmodel.StartTracker); ok {
+		st, known = tr.Known(id)
+	}
+	if !known {
+		var err error
+		if st, err = s.readOrder(r, id); err != nil {
+			s.fail(w, r, fmt.Errorf("read order %s: %w", id, err))
+			return
+		}
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -99,7 +100,9 @@ func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	require.NoError(t, err)
 	w.feed = rm.NewTerminalFeed()
 	t.Cleanup(func() { require.NoError(t, w.feed.Close()) })
-	srv, err := New(Config{NodeID: "api-t", Idempotency: &fakeIdempotency{m: nil}, Carts: &fakeCarts{},
+	carts := &fakeCarts{carts: map[string]commerce.Cart{cartOK: {CartID: cartOK,
+		Lines: []*contracts.OrderLine{{Sku: "sku-a", Quantity: 1}}, Amount: 100, Currency: "EUR"}}}
+	srv, err := New(Config{NodeID: "api-t", Idempotency: &fakeIdempotency{m: map[string]commerce.Mapping{}}, Carts: carts,
 		ReadModel: rm, Terminal: w.feed, Orders: w.orders, Topology: &fakeTopology{}, Logger: log})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
@@ -312,4 +315,84 @@ func TestRedisWaitSurvivesARedisRestart(t *testing.T) {
 	require.Equal(t, contracts.OrderStatus_Confirmed, got.state.GetStatus())
 	require.Less(t, time.Since(start), 20*time.Second, "answered by the terminal write, not the timeout")
 	require.Zero(t, w.orders.calls())
+}
+
+// start is POST /orders through the API, whose (fake) grain records the
+// start with the order's first projection, as the workflow's start does.
+func (w *redisWaits) start(ctx context.Context, key string) string {
+	w.t.Helper()
+	w.orders.check = func(req *contracts.StartOrderWorkflowReq) {
+		require.NoError(w.t, w.project(ctx, req.OrderId, contracts.OrderStatus_Created))
+	}
+	res, err := http.Post(w.base+"/orders", "application/json", strings.NewReader(startBody(cartOK, "a", "p", key)))
+	require.NoError(w.t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(w.t, err)
+	require.Equal(w.t, http.StatusCreated, res.StatusCode, "%s", body)
+	m := &contracts.StartOrderRes{}
+	require.NoError(w.t, contracts.UnmarshalJSON(body, m))
+	return m.GetOrderId()
+}
+
+// A wait for an order this API process just started reads nothing: the
+// feed vouches that the order is not terminal, then hands over the record
+// its terminal notice carried, whether that notice comes during the wait
+// or before it. After a resubscription (the feed's connection killed, so
+// a notice may have been lost) the vouch is gone and the wait reads.
+func TestRedisWaitAfterItsOwnStartReadsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	w := newRedisWaits(t, srv.Network(), srv.Addr())
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reads := func() int { return w.commands.snapshot()["hmget"] }
+
+	// Terminal during the wait.
+	id := w.start(ctx, "k-during")
+	reply := make(chan waitReply, 1)
+	go func() { reply <- w.wait(http.DefaultClient, id, 20_000) }()
+	require.Eventually(t, func() bool { return w.feed.Waiters() == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.project(ctx, id, contracts.OrderStatus_InventoryReserved))
+	require.NoError(t, w.project(ctx, id, contracts.OrderStatus_Confirmed))
+	got := <-reply
+	require.NoError(t, got.err)
+	require.Equal(t, WaitReached, got.wait)
+	require.Equal(t, contracts.OrderStatus_Confirmed, got.state.GetStatus())
+	require.Zero(t, reads(), "the wait read nothing")
+
+	// Terminal before the wait began.
+	id = w.start(ctx, "k-before")
+	require.NoError(t, w.project(ctx, id, contracts.OrderStatus_Failed))
+	require.Eventually(t, func() bool { st, ok := w.feed.Known(id); return ok && st != nil }, 10*time.Second, 5*time.Millisecond)
+	got = w.wait(http.DefaultClient, id, 20_000)
+	require.NoError(t, got.err)
+	require.Equal(t, WaitReached, got.wait)
+	require.Equal(t, contracts.OrderStatus_Failed, got.state.GetStatus())
+	require.Zero(t, reads(), "the wait answered from the notice it missed")
+
+	// A timeout answers what the read model holds, read then.
+	id = w.start(ctx, "k-timeout")
+	got = w.wait(http.DefaultClient, id, 50)
+	require.NoError(t, got.err)
+	require.Equal(t, WaitTimeout, got.wait)
+	require.Equal(t, contracts.OrderStatus_Created, got.state.GetStatus())
+	require.Equal(t, 1, reads(), "the timeout's read only")
+
+	// The subscription drops: nothing is vouched for any more.
+	id = w.start(ctx, "k-dropped")
+	_, known := w.feed.Known(id)
+	require.True(t, known)
+	require.NoError(t, admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+	require.Eventually(t, func() bool { return w.feed.Subscriptions() == 2 }, 15*time.Second, 5*time.Millisecond)
+	go func() { reply <- w.wait(http.DefaultClient, id, 20_000) }()
+	require.Eventually(t, func() bool { return reads() == 2 }, 10*time.Second, 5*time.Millisecond, "the wait reads after a resubscription")
+	require.NoError(t, w.project(ctx, id, contracts.OrderStatus_Confirmed))
+	got = <-reply
+	require.NoError(t, got.err)
+	require.Equal(t, WaitReached, got.wait)
+	require.Equal(t, contracts.OrderStatus_Confirmed, got.state.GetStatus())
+	require.Equal(t, 2, reads())
+	require.Equal(t, 4, w.orders.calls(), "the four starts, and no grain call for a wait")
 }

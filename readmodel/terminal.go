@@ -94,6 +94,39 @@ type TerminalRecordWatcher interface {
 	WatchRecord(orderID string) (wake <-chan struct{}, record func() (*contracts.OrderState, bool), stop func())
 }
 
+// StartTracker is a TerminalRecordWatcher that vouches for orders its
+// process saw start, so that a wait right after a start need not read the
+// record to learn what the process already knows: the order is not
+// terminal, or the notice that made it terminal has come.
+//
+// It holds because notices are ordered after the writes they announce and
+// the subscription is in force: a start recorded after Track returned
+// makes the order non-terminal at a moment after Track, so its terminal
+// write, if any, lands later and its notice reaches the tracker. A lost
+// subscription voids every vouch (its notices may be gone), and a vouch
+// is kept only for a bounded time; either way Known answers false and the
+// waiter reads, as with WatchRecord alone.
+//
+// Implementations are safe for concurrent use; nothing here touches a
+// store.
+type StartTracker interface {
+	TerminalRecordWatcher
+	// Track begins tracking orderID before a call that may record its
+	// start, and returns what the caller calls once that call has
+	// recorded it (and never otherwise: a start found already recorded
+	// may be of an order that turned terminal before Track). Until then,
+	// and when the tracker's subscription is not in force at Track, the
+	// order is not vouched for.
+	Track(orderID string) (recorded func())
+	// Known is called by a waiter after WatchRecord registered it. It
+	// returns the terminal record a notice carried since Track, and true;
+	// or nil and true when orderID's start was recorded after Track and
+	// no notice has come since (the order is not terminal, and a terminal
+	// write wakes the waiter); or false when the tracker cannot vouch for
+	// it, and the waiter reads the record.
+	Known(orderID string) (record *contracts.OrderState, known bool)
+}
+
 // noticeMarker starts a notice that carries the record. A bare order id
 // (the earlier form, still accepted) never starts with it.
 const noticeMarker = "\x00"

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +18,14 @@ import (
 // out scheduling hiccups; go-redis would drop a notice only after the
 // buffer stayed full for a minute.
 const feedBuffer = 1024
+
+// trackRetain is how long the feed keeps an order it saw start
+// (StartTracker): at least one period, at most two (the two generations
+// of trackedStarts), which bounds the memory to the starts of two periods.
+// A waiter that comes later reads, as without tracking. It is the longest
+// wait the API allows (edge.MaxWaitMs), so that a client waiting again
+// right after a wait that timed out is still vouched for.
+const trackRetain = 30 * time.Second
 
 // TerminalFeed is the TerminalWatcher on Redis: ONE Pub/Sub subscription
 // to TerminalChannel per feed (a process opens one), whatever the number
@@ -41,7 +50,31 @@ type TerminalFeed struct {
 	mu      sync.Mutex
 	waiters map[string]map[*feedWaiter]struct{}
 	closed  bool
+	starts  trackedStarts
+	now     func() time.Time
 }
+
+// trackedStarts holds the orders a process saw start (StartTracker) in two
+// generations: cur takes new ones; when it is trackRetain old it becomes
+// prev and the old prev is dropped whole, so expiry costs no scan.
+type trackedStarts struct {
+	cur, prev map[string]*trackedStart
+	since     time.Time
+}
+
+type trackedStart struct {
+	recorded bool   // the start was recorded after Track
+	record   []byte // the terminal notice's state, once one came
+}
+
+func (t *trackedStarts) get(orderID string) *trackedStart {
+	if e := t.cur[orderID]; e != nil {
+		return e
+	}
+	return t.prev[orderID]
+}
+
+func (t *trackedStarts) reset() { t.cur, t.prev = nil, nil }
 
 type feedWaiter struct {
 	wake chan struct{}
@@ -51,7 +84,7 @@ type feedWaiter struct {
 	noticed atomic.Pointer[[]byte]
 }
 
-var _ TerminalRecordWatcher = (*TerminalFeed)(nil)
+var _ StartTracker = (*TerminalFeed)(nil)
 
 // NewTerminalFeed opens the subscription on the store's client and
 // channel (TerminalChannel of its key prefix) and returns at once: the
@@ -63,6 +96,7 @@ func (r *Redis) NewTerminalFeed() *TerminalFeed {
 		log:     r.log,
 		done:    make(chan struct{}),
 		waiters: map[string]map[*feedWaiter]struct{}{},
+		now:     time.Now,
 	}
 	// Without a reachable Redis the SUBSCRIBE fails here; PubSub keeps
 	// the channel and subscribes when its receive loop connects.
@@ -87,7 +121,7 @@ func (f *TerminalFeed) run(in <-chan any) {
 				continue
 			}
 			n := f.subscribed.Add(1)
-			woken := f.wakeAll()
+			woken := f.resubscribed()
 			if n > 1 {
 				f.log.Info("terminal-notice subscription re-established; waiters re-read",
 					slog.String("channel", f.channel), slog.Int("waiters", woken))
@@ -152,6 +186,52 @@ func (f *TerminalFeed) remove(orderID string, w *feedWaiter) {
 	}
 }
 
+// Track implements StartTracker.
+func (f *TerminalFeed) Track(orderID string) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.subscribed.Load() == 0 {
+		return func() {}
+	}
+	// Only Track adds, so rotating here bounds the memory. A vouch does
+	// not go stale with age (the subscription's being unbroken is what
+	// makes it true), so rotation is about memory alone.
+	t := &f.starts
+	if now := f.now(); t.cur == nil || now.Sub(t.since) >= trackRetain {
+		t.prev, t.cur, t.since = t.cur, map[string]*trackedStart{}, now
+	}
+	e := &trackedStart{}
+	t.cur[orderID] = e
+	return func() {
+		// After a resubscription e is in no generation any more, and
+		// marking it changes nothing.
+		f.mu.Lock()
+		e.recorded = true
+		f.mu.Unlock()
+	}
+}
+
+// Known implements StartTracker.
+func (f *TerminalFeed) Known(orderID string) (*contracts.OrderState, bool) {
+	f.mu.Lock()
+	var (
+		known  bool
+		record []byte
+	)
+	if e := f.starts.get(orderID); e != nil {
+		known, record = e.recorded || e.record != nil, e.record
+	}
+	f.mu.Unlock()
+	if record == nil {
+		return nil, known
+	}
+	st := &contracts.OrderState{}
+	if err := proto.Unmarshal(record, st); err != nil || !Terminal(st.GetStatus()) {
+		return nil, false
+	}
+	return st, true
+}
+
 // Waiters is how many waiters are registered, over all orders.
 func (f *TerminalFeed) Waiters() int {
 	f.mu.Lock()
@@ -168,6 +248,15 @@ func (f *TerminalFeed) Waiters() int {
 func (f *TerminalFeed) wakeOrder(orderID string, state []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if e := f.starts.get(orderID); e != nil {
+		if state == nil {
+			// Terminal, with no record to answer from: no more vouching.
+			delete(f.starts.cur, orderID)
+			delete(f.starts.prev, orderID)
+		} else {
+			e.record = state
+		}
+	}
 	for w := range f.waiters[orderID] {
 		if state != nil {
 			w.noticed.Store(&state)
@@ -176,9 +265,12 @@ func (f *TerminalFeed) wakeOrder(orderID string, state []byte) {
 	}
 }
 
-func (f *TerminalFeed) wakeAll() int {
+// resubscribed wakes every waiter and drops every vouch: a notice
+// published while the subscription was down is gone.
+func (f *TerminalFeed) resubscribed() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.starts.reset()
 	n := 0
 	for _, set := range f.waiters {
 		for w := range set {
@@ -208,6 +300,7 @@ func (f *TerminalFeed) Close() error {
 	}
 	f.closed = true
 	f.waiters = map[string]map[*feedWaiter]struct{}{}
+	f.starts.reset()
 	f.mu.Unlock()
 	err := f.ps.Close()
 	<-f.done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -265,4 +266,202 @@ func TestTerminalFeedSurvivesARedisRestart(t *testing.T) {
 	a := <-done
 	require.Equal(t, contracts.OrderStatus_Confirmed, a.State.GetStatus())
 	recv(t, wake, "the first watch hears the write after the restart too")
+}
+
+// The feed vouches only for what it can know: a tracked order whose start
+// was recorded is not terminal until its notice comes, and the notice's
+// record is then the answer; an untracked order, a start not (yet)
+// recorded, and an order whose notice carried no record are not vouched
+// for, and their waiters read.
+func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
+	_, c := setup(t)
+	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	ctx := ctxT(t)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	known := func(id string) bool { _, ok := f.Known(id); return ok }
+
+	require.False(t, known("o1"), "never tracked")
+	recorded := f.Track("o1")
+	require.False(t, known("o1"), "tracked, its start not recorded yet")
+	recorded()
+	st, ok := f.Known("o1")
+	require.True(t, ok)
+	require.Nil(t, st, "recorded after Track, no notice: not terminal")
+	mustApply(t, s, "o1", 1, &contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Created})
+	_, ok = f.Known("o1")
+	require.True(t, ok, "a non-terminal write announces nothing")
+
+	wake, stop := f.Watch("o1")
+	defer stop()
+	mustApply(t, s, "o1", 2, &contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 7})
+	recv(t, wake, "o1's terminal write")
+	st, ok = f.Known("o1")
+	require.True(t, ok)
+	require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
+	require.EqualValues(t, 7, st.GetUpdatedAtUnixMs())
+
+	// A terminal notice for an order nobody tracked is not kept.
+	wake2, stop2 := f.Watch("o2")
+	defer stop2()
+	mustApply(t, s, "o2", 1, &contracts.OrderState{OrderId: "o2", Status: contracts.OrderStatus_Failed})
+	recv(t, wake2, "o2's terminal write")
+	require.False(t, known("o2"))
+
+	// A notice that came after Track is final, recorded start or not.
+	_ = f.Track("o3")
+	wake3, stop3 := f.Watch("o3")
+	defer stop3()
+	mustApply(t, s, "o3", 1, &contracts.OrderState{OrderId: "o3", Status: contracts.OrderStatus_Failed})
+	recv(t, wake3, "o3's terminal write")
+	st, ok = f.Known("o3")
+	require.True(t, ok)
+	require.Equal(t, contracts.OrderStatus_Failed, st.GetStatus())
+
+	// A bare order id says terminal without the record: read.
+	f.Track("o4")()
+	wake4, stop4 := f.Watch("o4")
+	defer stop4()
+	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), "o4").Err())
+	recv(t, wake4, "o4's bare notice")
+	require.False(t, known("o4"))
+}
+
+// A resubscription voids every vouch, since a notice published while the
+// subscription was down is gone; a feed whose subscription never came up
+// vouches for nothing.
+func TestFeedVouchesForNothingAcrossAResubscription(t *testing.T) {
+	_, c := setup(t)
+	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	ctx := ctxT(t)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	f.Track("o1")()
+	_, ok := f.Known("o1")
+	require.True(t, ok)
+
+	// The terminal write lands while the subscriber is cut off.
+	terminal, err := proto.Marshal(&contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Confirmed})
+	require.NoError(t, err)
+	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+		p.HSet(ctx, "sm:rm:{o1}", "version", "1", "state", terminal)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 2 }, 10*time.Second, 5*time.Millisecond)
+	_, ok = f.Known("o1")
+	require.False(t, ok, "the vouch did not survive the lost subscription")
+
+	// No Redis behind the feed: Track is a no-op.
+	down := newRedis(t, readmodel.Config{Client: redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1}), Logger: tLogger(t)})
+	g := newFeed(t, down)
+	g.Track("o5")()
+	_, ok = g.Known("o5")
+	require.False(t, ok, "never subscribed")
+	require.Zero(t, g.Subscriptions())
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// Tracked starts are kept for one to two trackRetain periods (30 s): a
+// start tracked in one period is still known in the next and gone in the
+// one after.
+func TestFeedForgetsTrackedStartsAfterTwoPeriods(t *testing.T) {
+	_, c := setup(t)
+	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	now := time.Unix(1_000, 0)
+	readmodel.SetFeedClock(f, func() time.Time { return now })
+	known := func(id string) bool { _, ok := f.Known(id); return ok }
+
+	f.Track("a")()
+	now = now.Add(29 * time.Second)
+	f.Track("b")()
+	require.True(t, known("a"))
+	now = now.Add(time.Second)
+	f.Track("c")()
+	require.True(t, known("a"), "a is in the previous period")
+	require.True(t, known("b"))
+	now = now.Add(30 * time.Second)
+	f.Track("d")()
+	require.False(t, known("a"), "two periods on")
+	require.False(t, known("b"))
+	require.True(t, known("c"))
+	require.True(t, known("d"))
+}
+
+// Many API requests at once: each tracks its order, records its start,
+// registers and asks Known, while the orders it started turn terminal
+// concurrently, before or after the waiter registers; every waiter gets its
+// own order's record, from Known or from the wake.
+func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
+	const orders = 64
+	_, c := setup(t)
+	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	ctx := ctxT(t)
+	id := func(i int) string { return fmt.Sprintf("c%d", i) }
+	put := func(i int, v int64, st contracts.OrderStatus) error {
+		_, err := s.Put(ctx, id(i), v, &contracts.OrderState{OrderId: id(i), Status: st, UpdatedAtUnixMs: int64(i)})
+		return err
+	}
+	got := make(chan *contracts.OrderState, orders)
+	for i := range orders {
+		started := make(chan struct{})
+		go func() { // the request: start, then wait
+			recorded := f.Track(id(i))
+			if err := put(i, 1, contracts.OrderStatus_Created); err != nil {
+				t.Error(err)
+			}
+			recorded()
+			close(started)
+			wake, record, stop := f.WatchRecord(id(i))
+			defer stop()
+			st, ok := f.Known(id(i))
+			if !ok {
+				got <- nil
+				return
+			}
+			for st == nil {
+				select {
+				case <-wake:
+					st, _ = record()
+				case <-ctx.Done():
+					got <- nil
+					return
+				}
+			}
+			got <- st
+		}()
+		go func() { // the workflow: ends the order once it is started
+			<-started
+			if err := put(i, 2, contracts.OrderStatus_Confirmed); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	seen := map[string]bool{}
+	for range orders {
+		select {
+		case st := <-got:
+			require.NotNil(t, st, "a tracked, recorded start is known, and its record comes")
+			require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
+			require.Equal(t, st.GetOrderId(), id(int(st.GetUpdatedAtUnixMs())))
+			seen[st.GetOrderId()] = true
+		case <-ctx.Done():
+			require.FailNow(t, "a waiter was not answered")
+		}
+	}
+	require.Len(t, seen, orders)
 }
