@@ -190,7 +190,9 @@ smoke: redis
 # -open-loop-duration, -open-loop=false. BENCH_BASELINE=<commit> builds
 # that commit's binaries and measures them first, then the working tree,
 # and prints both side by side with ratios ($(RUN_DIR)/bench/baseline,
-# bench-compare.json).
+# bench-compare.json); BENCH_FLAGS=-both-orders adds a reversed pass
+# (working tree, then baseline) and prints the geometric mean of the two
+# passes' ratios, cancelling the position effect (bench-compare-both.json).
 bench: redis
 	@mkdir -p $(RUN_DIR)
 	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt

@@ -275,3 +275,48 @@ func TestCompareRatiosAndMissingFigures(t *testing.T) {
 	require.Contains(t, out.String(), "working tree vs baseline abc")
 	require.Regexp(t, `throughput \(closed loop\) \(orders/s\)\s+100\.00\s+150\.00\s+1\.500`, out.String())
 }
+
+// Both orders: a figure that is r·p in the first pass and r/p in the
+// reversed one combines to r, with position p; a figure either pass
+// lacks has neither.
+func TestBothOrdersCancelsThePosition(t *testing.T) {
+	pass := func(cpuRatio float64, withOpenLoop bool) comparison {
+		base, cur := &report{}, &report{}
+		base.Target.Label, cur.Target.Label = "baseline abc", "working tree"
+		base.Throughput.OrdersPerSec, cur.Throughput.OrdersPerSec = 100, 100
+		base.CPUPerOrderMs = map[string]float64{"api-a": 1}
+		cur.CPUPerOrderMs = map[string]float64{"api-a": cpuRatio}
+		if withOpenLoop {
+			base.OpenLoop, cur.OpenLoop = &openLoopStats{RatePerSec: 50}, &openLoopStats{RatePerSec: 50}
+		}
+		return compare(base, cur)
+	}
+	// True ratio 0.9, the second run costing 1.1 times as much.
+	b := bothOrders(pass(0.9*1.1, true), pass(0.9/1.1, false))
+	rows := map[string]bothOrdersRow{}
+	for _, r := range b.Rows {
+		rows[r.Metric] = r
+	}
+	cpu := rows["CPU per order, all processes incl. Redis"]
+	require.InDelta(t, 0.99, *cpu.BaselineFirst, 1e-9)
+	require.InDelta(t, 0.9/1.1, *cpu.CurrentFirst, 1e-9)
+	require.InDelta(t, 0.9, *cpu.Ratio, 1e-9)
+	require.InDelta(t, 1.1, *cpu.Position, 1e-9)
+	require.True(t, cpu.LowerIsBetter)
+	require.InDelta(t, 1.0, *rows["throughput (closed loop)"].Ratio, 1e-9)
+	ol := rows["open loop rate"]
+	require.NotNil(t, ol.BaselineFirst)
+	require.Nil(t, ol.CurrentFirst, "the reversed pass had no open loop")
+	require.Nil(t, ol.Ratio)
+	require.Nil(t, ol.Position)
+	var out bytes.Buffer
+	printBothOrders(&out, b)
+	require.Regexp(t, `CPU per order, all processes incl\. Redis \(ms\)\s+0\.990\s+0\.818\s+0\.900\s+1\.100`, out.String())
+}
+
+func TestBothOrdersNeedsABaseline(t *testing.T) {
+	_, err := parseOptions([]string{"-both-orders"})
+	require.ErrorContains(t, err, "-both-orders needs -baseline")
+	_, err = parseOptions([]string{"-both-orders", "-baseline", "HEAD"})
+	require.NoError(t, err)
+}

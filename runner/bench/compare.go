@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 )
@@ -142,6 +143,80 @@ func printComparison(w io.Writer, c comparison) {
 	}
 	tw.Flush()
 	for _, n := range c.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	fmt.Fprintln(w)
+}
+
+// bothOrdersComparison is a change benched in both orders: the first pass
+// ran the baseline first, the reversed pass the working tree first.
+//
+// With a position effect p (the run made second scores p times what it
+// would have scored first) and a true ratio r, the first pass measures
+// r·p and the reversed pass r/p: their geometric mean is r, and the square
+// root of their quotient is p.
+type bothOrdersComparison struct {
+	Baseline string          `json:"baseline"`
+	Current  string          `json:"current"`
+	Rows     []bothOrdersRow `json:"rows"`
+	Notes    []string        `json:"notes,omitempty"`
+}
+
+type bothOrdersRow struct {
+	Metric string `json:"metric"`
+	Unit   string `json:"unit"`
+	// BaselineFirst and CurrentFirst are current/baseline in each pass.
+	BaselineFirst *float64 `json:"baselineFirst"`
+	CurrentFirst  *float64 `json:"currentFirst"`
+	// Ratio is their geometric mean, the position effect cancelled.
+	Ratio *float64 `json:"ratio"`
+	// Position is what being measured second multiplied the figure by.
+	Position      *float64 `json:"position"`
+	LowerIsBetter bool     `json:"lowerIsBetter"`
+}
+
+// bothOrders combines the two passes row by row (the rows of compare come
+// in one fixed order); a figure either pass could not measure has no
+// combined ratio.
+func bothOrders(first, reversed comparison) bothOrdersComparison {
+	b := bothOrdersComparison{Baseline: first.Baseline, Current: first.Current}
+	for i, r := range first.Rows {
+		row := bothOrdersRow{Metric: r.Metric, Unit: r.Unit, LowerIsBetter: r.LowerIsBetter, BaselineFirst: r.Ratio}
+		if i < len(reversed.Rows) && reversed.Rows[i].Metric == r.Metric {
+			row.CurrentFirst = reversed.Rows[i].Ratio
+		}
+		if a, c := row.BaselineFirst, row.CurrentFirst; a != nil && c != nil && *a > 0 && *c > 0 {
+			row.Ratio = some(math.Sqrt(*a * *c))
+			row.Position = some(math.Sqrt(*a / *c))
+		}
+		b.Rows = append(b.Rows, row)
+	}
+	b.Notes = append(b.Notes,
+		"four runs on this machine one after the other: baseline, working tree, working tree, baseline; ratio = current / baseline",
+		"combined = geometric mean of the two passes' ratios; position = what being measured second multiplied a figure by (1 = no effect)")
+	return b
+}
+
+func printBothOrders(w io.Writer, b bothOrdersComparison) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "=== ShoppingMall bench, both orders: %s vs %s ===\n", b.Current, b.Baseline)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\tbaseline first\tworking tree first\tcombined\tposition\t\n")
+	f := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.3f", *v)
+	}
+	for _, r := range b.Rows {
+		name := r.Metric
+		if r.Unit != "" {
+			name += " (" + r.Unit + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", name, f(r.BaselineFirst), f(r.CurrentFirst), f(r.Ratio), f(r.Position))
+	}
+	tw.Flush()
+	for _, n := range b.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
 	fmt.Fprintln(w)

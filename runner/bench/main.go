@@ -73,6 +73,9 @@ type options struct {
 	openLoopMaxInFlight int
 	// baseline is a commit whose binaries are measured first.
 	baseline string
+	// bothOrders, with baseline, adds a reversed pass: the working tree,
+	// then the baseline again (compare.go's bothOrders).
+	bothOrders bool
 	// redisCluster runs the cluster's stores on a 3-master Redis Cluster.
 	redisCluster bool
 	// peer holds the Restate comparison's flags (peers.go).
@@ -127,6 +130,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.profileDir, "profile-dir", "", "fetch a CPU profile from every node during the closed loop into this directory (<node>.pprof, <node>.top.txt; a baseline's under DIR/baseline)")
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run the stores on a local 3-master Redis Cluster (Redis CPU and commandstats summed over the masters; fails on any CROSSSLOT reply)")
 	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
+	fs.BoolVar(&o.bothOrders, "both-orders", false, "with -baseline: after baseline then working tree, measure the working tree then the baseline again, and report the geometric mean of the two passes' ratios and the position effect (bench-compare-both.json)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -152,6 +156,8 @@ func (o options) validate() error {
 		return errors.New("-open-loop-max-inflight must be > 0")
 	case o.baseline != "" && strings.HasPrefix(o.baseline, "-"):
 		return fmt.Errorf("-baseline %q is not a revision", o.baseline)
+	case o.bothOrders && o.baseline == "":
+		return errors.New("-both-orders needs -baseline")
 	case (o.apiBin == "") != (o.workflowBin == ""):
 		return errors.New("-api-bin and -workflow-bin go together")
 	}
@@ -198,10 +204,12 @@ func run(ctx context.Context, o options) (err error) {
 	if o.peer.active() {
 		return runPeers(ctx, o, dir)
 	}
-	var base *report
+	var (
+		base *report
+		bt   target
+	)
 	if o.baseline != "" {
-		bt, err := buildBaseline(ctx, o.baseline, filepath.Join(dir, "baseline"))
-		if err != nil {
+		if bt, err = buildBaseline(ctx, o.baseline, filepath.Join(dir, "baseline")); err != nil {
 			return fmt.Errorf("baseline %s: %w", o.baseline, err)
 		}
 		bt.RedisPersist, bt.RedisAppendFsync = redisDurability(o.peer.redisDurability)
@@ -232,7 +240,41 @@ func run(ctx context.Context, o options) (err error) {
 			return err
 		}
 		logf("comparison: %s (baseline results in %s)", path, filepath.Join(base.RunDir, "bench-results.json"))
+		if o.bothOrders {
+			return reversedPass(ctx, o, dir, cur, bt, base, cmp)
+		}
 	}
+	return nil
+}
+
+// reversedPass measures the working tree, then the baseline, each with a
+// cluster of its own under dir/reversed, at the first baseline's open-loop
+// rate, and reports both passes' ratios with their geometric mean: a
+// position effect (the run made second doing better or worse whatever its
+// binaries) cancels out of it.
+func reversedPass(ctx context.Context, o options, dir string, cur, bt target, first *report, firstCmp comparison) error {
+	o.profileDir = "" // the first pass's profiles stay as they are
+	cur.Dir = filepath.Join(dir, "reversed")
+	cur.Label += " (reversed pass)"
+	bt.Dir = filepath.Join(dir, "reversed", "baseline")
+	bt.Label += " (reversed pass)"
+	logf("=== reversed pass: working tree first ===")
+	rep, err := measure(ctx, o, cur, first)
+	if err != nil {
+		return err
+	}
+	logf("=== reversed pass: baseline %s ===", bt.Commit)
+	base, err := measure(ctx, o, bt, first)
+	if err != nil {
+		return fmt.Errorf("baseline %s: %w", o.baseline, err)
+	}
+	both := bothOrders(firstCmp, compare(base, rep))
+	printBothOrders(os.Stdout, both)
+	path := filepath.Join(dir, "bench-compare-both.json")
+	if err := writeJSON(path, both); err != nil {
+		return err
+	}
+	logf("both orders: %s", path)
 	return nil
 }
 
