@@ -57,9 +57,11 @@ type StockReport struct {
 type StockAudit struct {
 	SKU       string
 	Available int64
-	// Initial is the first movement's Delta (the first seed); Sum the sum
-	// of every later movement's Delta. The ledger's invariant is
-	// Initial + Sum == Available.
+	// Initial is the stock right after the oldest movement kept: the
+	// initial stock (the first seed's Delta) until the ledger is trimmed
+	// (Config.LedgerMaxLen). Sum is the sum of every later movement's
+	// Delta. The ledger's invariant is Initial + Sum == Available: over
+	// the kept movements, which a trimmed ledger starts at its oldest.
 	Initial, Sum int64
 	Movements    int
 	// Refusals counts refuse movements; TransientRefusals those of them
@@ -76,17 +78,20 @@ const MaxStockMovements = 500
 
 // StockLedger reads the inventory's per-SKU stock ledger: every change of
 // a SKU's stock appends a movement in the same atomic step as the change,
-// so the ledger explains the stock at every instant. It only reads.
+// so the ledger explains the stock at every instant. A store may keep
+// only the latest movements (on Redis, Config.LedgerMaxLen), dropping the
+// oldest in the same step as an append; what is kept still explains the
+// stock from its oldest movement on. It only reads.
 type StockLedger interface {
 	// StockReport returns the SKU's available stock and its latest limit
 	// movements (1 <= limit <= MaxStockMovements, else ErrInvalidArgument).
 	// A SKU that was never stocked (no SetStock or seed) is ErrNotFound.
 	StockReport(ctx context.Context, sku string, limit int) (StockReport, error)
-	// Movements returns every movement of the SKU, oldest first; none for
-	// an unknown SKU.
+	// Movements returns every movement of the SKU the ledger keeps,
+	// oldest first; none for an unknown SKU.
 	Movements(ctx context.Context, sku string) ([]Movement, error)
-	// Audit reads the whole ledger and the stock at one instant and sums
-	// it up. A SKU that was never stocked is ErrNotFound.
+	// Audit reads the whole ledger as kept and the stock at one instant
+	// and sums it up. A SKU that was never stocked is ErrNotFound.
 	Audit(ctx context.Context, sku string) (StockAudit, error)
 }
 

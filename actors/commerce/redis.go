@@ -24,7 +24,19 @@ type Config struct {
 	// contain '{' or '}', since the first braces of a key choose its
 	// Redis Cluster slot and the layout relies on choosing them itself.
 	KeyPrefix string
+	// LedgerMaxLen caps each SKU's stock ledger: every movement's XADD
+	// trims the stream to about this many entries (MAXLEN ~, which drops
+	// whole stream nodes, so a ledger may run some 100 entries over).
+	// 0 means DefaultLedgerMaxLen; negative keeps every movement, and the
+	// ledger then grows with the SKU's traffic for good.
+	LedgerMaxLen int64
 }
+
+// DefaultLedgerMaxLen is the stock ledger's default cap per SKU: enough
+// for the stock endpoint's newest 500 and an operator's look back over a
+// busy SKU's recent hours, without letting the ledger outgrow the stock
+// it explains.
+const DefaultLedgerMaxLen = 10_000
 
 // Redis is the CommerceStateStore on Redis and is safe for concurrent
 // use. Idempotency and Inventory both declare a Reserve method, so no one
@@ -39,6 +51,9 @@ type Redis struct {
 	// oneSlot: the client is a single server, so the one-script paths
 	// (redis_oneslot.go) apply.
 	oneSlot bool
+	// ledgerMax is the last argument of every script that appends a
+	// movement: the stream's approximate cap, 0 for none.
+	ledgerMax int64
 	// step, nil outside tests (export_test.go), is called after every
 	// step of the reservation protocol; an error stops the call there as
 	// a crash would.
@@ -91,7 +106,14 @@ func NewRedis(cfg Config) (*Redis, error) {
 		now = time.Now
 	}
 	_, oneSlot := cfg.Client.(*redis.Client)
-	return &Redis{client: cfg.Client, keys: k, now: now, oneSlot: oneSlot}, nil
+	ledgerMax := cfg.LedgerMaxLen
+	switch {
+	case ledgerMax == 0:
+		ledgerMax = DefaultLedgerMaxLen
+	case ledgerMax < 0:
+		ledgerMax = 0
+	}
+	return &Redis{client: cfg.Client, keys: k, now: now, oneSlot: oneSlot, ledgerMax: ledgerMax}, nil
 }
 
 // translate turns a go-redis error into this package's sentinels, so no

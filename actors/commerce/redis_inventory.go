@@ -56,13 +56,27 @@ end
 return {v[4] or 'holding', v[3], v[5] or ''}
 `)
 
+// ledgerAppend is the head of every script that appends stock movements:
+// movement(ledger, fields...) XADDs one, trimming the ledger to about the
+// script's last argument (0: no trimming; see Config.LedgerMaxLen).
+const ledgerAppend = `
+local ledgerMax = tonumber(ARGV[#ARGV])
+local function movement(ledger, ...)
+  if ledgerMax > 0 then
+    return redis.call('XADD', ledger, 'MAXLEN', '~', ledgerMax, '*', ...)
+  end
+  return redis.call('XADD', ledger, '*', ...)
+end
+`
+
 // holdLineScript: KEYS hold record, stock, ledger of one SKU; ARGV[1]
 // reservationId, ARGV[2] orderId, ARGV[3] quantity, ARGV[4] time (unix
-// ms), ARGV[5] sku. The first step for the line decides it: it takes the
-// quantity (held) or finds too little (refused, with the reason); every
-// later step answers what the record says ({state, reason}). A refusal
-// of a stocked SKU is written to the ledger with delta 0.
-var holdLineScript = redis.NewScript(`
+// ms), ARGV[5] sku, ARGV[6] the ledger's cap. The first step for the line
+// decides it: it takes the quantity (held) or finds too little (refused,
+// with the reason); every later step answers what the record says
+// ({state, reason}). A refusal of a stocked SKU is written to the ledger
+// with delta 0.
+var holdLineScript = redis.NewScript(ledgerAppend + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'reason')
 if st[1] then
   return {st[1], st[2] or ''}
@@ -80,14 +94,14 @@ if have < want then
   local reason = 'insufficient stock for ' .. ARGV[5] .. ': requested ' .. ARGV[3] .. ', available ' .. tostring(have)
   local entry = ''
   if raw then
-    entry = redis.call('XADD', KEYS[3], '*', 'kind', 'refuse', 'delta', '0', 'available', raw,
+    entry = movement(KEYS[3], 'kind', 'refuse', 'delta', '0', 'available', raw,
       'requested', ARGV[3], 'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[4])
   end
   redis.call('HSET', KEYS[1], 'state', 'refused', 'qty', ARGV[3], 'reason', reason, 'entry', entry)
   return {'refused', reason}
 end
 local left = redis.call('DECRBY', KEYS[2], want)
-local entry = redis.call('XADD', KEYS[3], '*', 'kind', 'reserve', 'delta', tostring(-want), 'available', tostring(left),
+local entry = movement(KEYS[3], 'kind', 'reserve', 'delta', tostring(-want), 'available', tostring(left),
   'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[4])
 redis.call('HSET', KEYS[1], 'state', 'held', 'qty', ARGV[3], 'entry', entry)
 return {'held', ''}
@@ -111,11 +125,11 @@ return {'compensating', ARGV[1], ''}
 
 // returnLineScript: KEYS hold record, stock, ledger of one SKU; ARGV[1]
 // reservationId, ARGV[2] orderId, ARGV[3] time, ARGV[4] kind
-// ('compensate' or 'release'), ARGV[5] the state a returned line gets. It
-// gives a held line's quantity back with its ledger entry once and
-// answers the line's state, 'none' for a line never held (lines after
-// the short one of a refused reservation).
-var returnLineScript = redis.NewScript(`
+// ('compensate' or 'release'), ARGV[5] the state a returned line gets,
+// ARGV[6] the ledger's cap. It gives a held line's quantity back with its
+// ledger entry once and answers the line's state, 'none' for a line never
+// held (lines after the short one of a refused reservation).
+var returnLineScript = redis.NewScript(ledgerAppend + `
 local v = redis.call('HMGET', KEYS[1], 'state', 'qty')
 if not v[1] then
   return 'none'
@@ -124,7 +138,7 @@ if v[1] ~= 'held' then
   return v[1]
 end
 local left = redis.call('INCRBY', KEYS[2], v[2])
-redis.call('XADD', KEYS[3], '*', 'kind', ARGV[4], 'delta', v[2], 'available', tostring(left),
+movement(KEYS[3], 'kind', ARGV[4], 'delta', v[2], 'available', tostring(left),
   'reservationId', ARGV[1], 'orderId', ARGV[2], 'at', ARGV[3])
 redis.call('HSET', KEYS[1], 'state', ARGV[5])
 return ARGV[5]
@@ -302,7 +316,7 @@ func (r inventoryStore) Reserve(ctx context.Context, req *contracts.ReserveInven
 		all := true
 		for _, l := range lines {
 			h, err := r.run(ctx, "hold stock", holdLineScript, 2, r.keys.sku(l.SKU, id),
-				id, orderID, l.Quantity, r.nowMs(), l.SKU)
+				id, orderID, l.Quantity, r.nowMs(), l.SKU, r.ledgerMax)
 			if err != nil {
 				return nil, err
 			}
@@ -355,7 +369,7 @@ func (r inventoryStore) finish(ctx context.Context, id, accepted, reason string)
 
 func (r inventoryStore) returnLine(ctx context.Context, id, orderID, sku, kind, state string) (string, error) {
 	res, err := returnLineScript.Run(ctx, r.client, r.keys.sku(sku, id),
-		id, orderID, r.nowMs(), kind, state).Text()
+		id, orderID, r.nowMs(), kind, state, r.ledgerMax).Text()
 	if err != nil {
 		return "", translate("return stock", err)
 	}
@@ -409,10 +423,11 @@ func (r inventoryStore) Release(ctx context.Context, req *contracts.ReleaseInven
 	return out, nil
 }
 
-// setStockScript: KEYS stock, ledger; ARGV[1] quantity, ARGV[2] time. It
+// setStockScript: KEYS stock, ledger; ARGV[1] quantity, ARGV[2] time,
+// ARGV[3] the ledger's cap. It
 // sets the stock and records the change as a seed movement (the first
 // one of a SKU even when it is 0, none for a change of 0 later).
-var setStockScript = redis.NewScript(`
+var setStockScript = redis.NewScript(ledgerAppend + `
 local raw = redis.call('GET', KEYS[1])
 local old = 0
 if raw then
@@ -424,7 +439,7 @@ end
 local want = tonumber(ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1])
 if (not raw) or want ~= old then
-  redis.call('XADD', KEYS[2], '*', 'kind', 'seed', 'delta', tostring(want - old), 'available', ARGV[1], 'at', ARGV[2])
+  movement(KEYS[2], 'kind', 'seed', 'delta', tostring(want - old), 'available', ARGV[1], 'at', ARGV[2])
 end
 return 1
 `)
@@ -438,7 +453,7 @@ func (r inventoryStore) SetStock(ctx context.Context, sku string, quantity int64
 		return invalid("stock of %q is %d, want >= 0", sku, quantity)
 	}
 	return translate("set stock", setStockScript.Run(ctx, r.client,
-		[]string{r.keys.stock(sku), r.keys.ledger(sku)}, quantity, r.nowMs()).Err())
+		[]string{r.keys.stock(sku), r.keys.ledger(sku)}, quantity, r.nowMs(), r.ledgerMax).Err())
 }
 
 // Stock implements Inventory.

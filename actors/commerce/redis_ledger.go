@@ -75,7 +75,11 @@ func (r inventoryStore) Audit(ctx context.Context, sku string) (StockAudit, erro
 	a := StockAudit{SKU: sku, Available: available, Movements: len(ms), TransientRefusals: TransientRefusals(ms)}
 	for i, m := range ms {
 		if i == 0 {
-			a.Initial = m.Delta
+			// The stock right after the oldest movement kept: the initial
+			// stock while the ledger starts at its first seed (whose Delta
+			// it is), and the point the kept movements start from once
+			// older ones were trimmed.
+			a.Initial = m.Available
 		} else {
 			a.Sum += m.Delta
 		}

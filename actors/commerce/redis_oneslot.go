@@ -19,7 +19,8 @@ import (
 
 // reserveOneScript: KEYS[1] reservation record, then hold, stock, ledger
 // per line in SKU order; ARGV[1] orderId, ARGV[2] lines (JSON), ARGV[3]
-// reservationId, ARGV[4] time (unix ms), then sku, quantity per line.
+// reservationId, ARGV[4] time (unix ms), then sku, quantity per line,
+// and last the ledger's cap.
 // Reply {'done', accepted, reason}, or {'stepped'} for a reservation the
 // stepped protocol began and did not decide (nothing written then, not
 // even the call count, which the stepped begin makes).
@@ -28,7 +29,7 @@ import (
 // never holds a line, not even for the length of the script: its ledger
 // shows the one refuse movement of the first short line, and no
 // reserve/compensate pair.
-var reserveOneScript = redis.NewScript(`
+var reserveOneScript = redis.NewScript(ledgerAppend + `
 local rec = KEYS[1]
 local v = redis.call('HMGET', rec, 'accepted', 'reason', 'lines')
 if not v[1] and v[3] then
@@ -53,7 +54,7 @@ for i = 0, n - 1 do
     local reason = 'insufficient stock for ' .. sku .. ': requested ' .. qty .. ', available ' .. tostring(have)
     local entry = ''
     if raw then
-      entry = redis.call('XADD', KEYS[4 + i*3], '*', 'kind', 'refuse', 'delta', '0', 'available', raw,
+      entry = movement(KEYS[4 + i*3], 'kind', 'refuse', 'delta', '0', 'available', raw,
         'requested', qty, 'reservationId', ARGV[3], 'orderId', ARGV[1], 'at', ARGV[4])
     end
     redis.call('HSET', KEYS[2 + i*3], 'state', 'refused', 'qty', qty, 'reason', reason, 'entry', entry)
@@ -65,7 +66,7 @@ end
 for i = 0, n - 1 do
   local qty = ARGV[6 + i*2]
   local left = redis.call('DECRBY', KEYS[3 + i*3], qty)
-  local entry = redis.call('XADD', KEYS[4 + i*3], '*', 'kind', 'reserve', 'delta', tostring(-tonumber(qty)),
+  local entry = movement(KEYS[4 + i*3], 'kind', 'reserve', 'delta', tostring(-tonumber(qty)),
     'available', tostring(left), 'reservationId', ARGV[3], 'orderId', ARGV[1], 'at', ARGV[4])
   redis.call('HSET', KEYS[2 + i*3], 'state', 'held', 'qty', qty, 'entry', entry)
 end
@@ -78,12 +79,13 @@ return {'done', '1', ''}
 func (r inventoryStore) reserveOne(ctx context.Context, id, orderID, enc string, lines []reservedLine) (res *contracts.ReserveInventoryRes, stepped bool, err error) {
 	keys := make([]string, 0, 1+3*len(lines))
 	keys = append(keys, r.keys.reservation(id))
-	args := make([]any, 0, 4+2*len(lines))
+	args := make([]any, 0, 5+2*len(lines))
 	args = append(args, orderID, enc, id, r.nowMs())
 	for _, l := range lines {
 		keys = append(keys, r.keys.sku(l.SKU, id)...)
 		args = append(args, l.SKU, l.Quantity)
 	}
+	args = append(args, r.ledgerMax)
 	v, err := r.run(ctx, "reserve inventory", reserveOneScript, 3, keys, args...)
 	if err != nil {
 		return nil, false, err

@@ -321,3 +321,66 @@ func TestContextCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, commerce.ErrNotFound)
 }
+
+// The ledger keeps about Config.LedgerMaxLen movements per SKU: the
+// oldest go in the same script as an append (MAXLEN ~ drops whole stream
+// nodes, 100 entries each by default), and what is kept still explains
+// the stock. On the one-script and the stepped paths, through seeds,
+// reservations, refusals and releases; a negative cap keeps everything.
+func TestLedgerIsTrimmedToItsCap(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	const reserves, releases = 400, 100
+	for _, stepped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stepped=%v", stepped), func(t *testing.T) {
+			s := newRedis(t, commerce.Config{Client: c, KeyPrefix: fmt.Sprintf("trim%v:", stepped), LedgerMaxLen: 10})
+			if stepped {
+				commerce.UseSteppedPaths(s)
+			}
+			inv, ledger := s.Inventory(), s.Ledger()
+			ctx := t.Context()
+			require.NoError(t, inv.SetStock(ctx, "sku-t", reserves))
+			line := func(q int32) []*contracts.OrderLine { return []*contracts.OrderLine{{Sku: "sku-t", Quantity: q}} }
+			for i := range reserves {
+				res, err := inv.Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: fmt.Sprintf("r%d", i), OrderId: fmt.Sprintf("o%d", i), Lines: line(1)})
+				require.NoError(t, err)
+				require.True(t, res.GetAccepted())
+			}
+			res, err := inv.Reserve(ctx, &contracts.ReserveInventoryReq{ReservationId: "short", OrderId: "o-short", Lines: line(1)})
+			require.NoError(t, err)
+			require.False(t, res.GetAccepted(), "the stock is gone: a refuse movement")
+			for i := range releases {
+				res, err := inv.Release(ctx, &contracts.ReleaseInventoryReq{ReservationId: fmt.Sprintf("r%d", i), OrderId: fmt.Sprintf("o%d", i)})
+				require.NoError(t, err)
+				require.True(t, res.GetReleased())
+			}
+
+			a, err := ledger.Audit(ctx, "sku-t")
+			require.NoError(t, err)
+			require.True(t, a.Consistent(), "the kept movements explain the stock: %+v", a)
+			require.EqualValues(t, releases, a.Available)
+			made := 1 + reserves + 1 + releases
+			require.GreaterOrEqual(t, a.Movements, 10)
+			require.Less(t, a.Movements, 10+200, "trimmed: %d of %d movements kept", a.Movements, made)
+			rep, err := ledger.StockReport(ctx, "sku-t", 3)
+			require.NoError(t, err)
+			require.Equal(t, commerce.MovementRelease, rep.Movements[0].Kind, "the newest are kept")
+			require.EqualValues(t, releases, rep.Movements[0].Available)
+		})
+	}
+
+	t.Run("negative keeps every movement", func(t *testing.T) {
+		s := newRedis(t, commerce.Config{Client: c, KeyPrefix: "keep:", LedgerMaxLen: -1})
+		ctx := t.Context()
+		const seeds = 300
+		for i := range seeds {
+			require.NoError(t, s.Inventory().SetStock(ctx, "sku-k", int64(i%2+5)))
+		}
+		a, err := s.Ledger().Audit(ctx, "sku-k")
+		require.NoError(t, err)
+		require.Equal(t, seeds, a.Movements)
+		require.True(t, a.Consistent(), "%+v", a)
+		require.EqualValues(t, 5, a.Initial, "the first seed")
+	})
+}

@@ -176,7 +176,7 @@ func (r *Redis) ApplySeed(ctx context.Context, s Seed) error {
 		// cannot fall back on NOSCRIPT.
 		now := r.now().UnixMilli()
 		for sku, n := range s.Stock {
-			setStockScript.Eval(ctx, p, []string{r.keys.stock(sku), r.keys.ledger(sku)}, n, now)
+			setStockScript.Eval(ctx, p, []string{r.keys.stock(sku), r.keys.ledger(sku)}, n, now, r.ledgerMax)
 		}
 		for _, m := range s.Methods {
 			p.HSet(ctx, r.keys.paymentMethod(m.MethodID), "approve", boolField(m.Approve), "reason", m.Reason)

@@ -117,6 +117,8 @@ type StoreOptions struct {
 	StoreHook func(store string) redis.Hook
 	// PoolSize per client; 0 keeps go-redis' default.
 	PoolSize int
+	// StockLedgerMax is commerce.Config.LedgerMaxLen.
+	StockLedgerMax int64
 }
 
 // NewStores builds one client per distinct URL without contacting Redis.
@@ -161,7 +163,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	}
 	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
 	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm})
-	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs})
+	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax})
 	fixtures, err4 := fixture.NewRedis(fixture.Config{Client: cs})
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		s.Close()

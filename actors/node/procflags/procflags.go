@@ -43,6 +43,8 @@ type Common struct {
 	// ClusterTLS is the cluster link's mutual TLS (PEM files); empty is
 	// plain text.
 	ClusterTLS cluster.TLS
+	// StockLedgerMax is commerce.Config.LedgerMaxLen.
+	StockLedgerMax int64
 	// service is the process kind (the flag set's name): the traces'
 	// default service.name.
 	service string
@@ -74,6 +76,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.StringVar(&c.MetricsHTTP, "metrics-http", telemetry.DefaultMetricsAddr, "Prometheus /metrics listener, unauthenticated: keep it on loopback or a private network; port 0 picks one (logged as metrics); \"off\" serves none")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.Int64Var(&c.StockLedgerMax, "stock-ledger-max", 0, "movements kept per SKU in the stock ledger, about (older ones are trimmed as new ones are appended); 0 = 10000, negative = keep every movement")
 }
 
 // Parse parses args, then fills every flag not given on the command line
@@ -203,7 +206,7 @@ func (c *Common) Open() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr)})
+	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax})
 	if err != nil {
 		return nil, err
 	}
