@@ -191,12 +191,7 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 		orders = 50
 		waits  = 200
 	)
-	srv := redistest.Start(t)
-	w := newRedisWaits(t, srv.Network(), srv.Addr())
-	admin := srv.Client()
-	t.Cleanup(func() { admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	w, admin, ctx := startRedisWaits(t)
 	id := func(i int) string { return fmt.Sprintf("ord-%d", i%orders) }
 	for i := range orders {
 		require.NoError(t, w.project(ctx, id(i), contracts.OrderStatus_Created))
@@ -317,6 +312,19 @@ func TestRedisWaitSurvivesARedisRestart(t *testing.T) {
 	require.Zero(t, w.orders.calls())
 }
 
+// startRedisWaits is newRedisWaits on a redis-server of its own, with an
+// admin client on it and a context for the test's writes.
+func startRedisWaits(t *testing.T) (*redisWaits, *redis.Client, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	w := newRedisWaits(t, srv.Network(), srv.Addr())
+	admin := srv.Client()
+	t.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return w, admin, ctx
+}
+
 // start is POST /orders through the API, whose (fake) grain records the
 // start with the order's first projection, as the workflow's start does.
 func (w *redisWaits) start(ctx context.Context, key string) string {
@@ -341,12 +349,7 @@ func (w *redisWaits) start(ctx context.Context, key string) string {
 // or before it. After a resubscription (the feed's connection killed, so
 // a notice may have been lost) the vouch is gone and the wait reads.
 func TestRedisWaitAfterItsOwnStartReadsNothing(t *testing.T) {
-	srv := redistest.Start(t)
-	w := newRedisWaits(t, srv.Network(), srv.Addr())
-	admin := srv.Client()
-	t.Cleanup(func() { admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	w, admin, ctx := startRedisWaits(t)
 	reads := func() int { return w.commands.snapshot()["hmget"] }
 
 	// Terminal during the wait.

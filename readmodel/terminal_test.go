@@ -268,17 +268,25 @@ func TestTerminalFeedSurvivesARedisRestart(t *testing.T) {
 	recv(t, wake, "the first watch hears the write after the restart too")
 }
 
+// subscribedFeed is a store on a fresh redis-server with a feed whose
+// subscription is in force, and the raw client.
+func subscribedFeed(t *testing.T) (*readmodel.Redis, *readmodel.TerminalFeed, *redis.Client) {
+	t.Helper()
+	_, c := setup(t)
+	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	return s, f, c
+}
+
 // The feed vouches only for what it can know: a tracked order whose start
 // was recorded is not terminal until its notice comes, and the notice's
 // record is then the answer; an untracked order, a start not (yet)
 // recorded, and an order whose notice carried no record are not vouched
 // for, and their waiters read.
 func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
-	_, c := setup(t)
-	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
-	f := newFeed(t, s)
+	s, f, c := subscribedFeed(t)
 	ctx := ctxT(t)
-	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
 	known := func(id string) bool { _, ok := f.Known(id); return ok }
 
 	require.False(t, known("o1"), "never tracked")
@@ -331,11 +339,8 @@ func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
 // subscription was down is gone; a feed whose subscription never came up
 // vouches for nothing.
 func TestFeedVouchesForNothingAcrossAResubscription(t *testing.T) {
-	_, c := setup(t)
-	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
-	f := newFeed(t, s)
+	_, f, c := subscribedFeed(t)
 	ctx := ctxT(t)
-	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
 	f.Track("o1")()
 	_, ok := f.Known("o1")
 	require.True(t, ok)
@@ -376,10 +381,7 @@ func closedAddr(t *testing.T) string {
 // start tracked in one period is still known in the next and gone in the
 // one after.
 func TestFeedForgetsTrackedStartsAfterTwoPeriods(t *testing.T) {
-	_, c := setup(t)
-	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
-	f := newFeed(t, s)
-	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	_, f, _ := subscribedFeed(t)
 	now := time.Unix(1_000, 0)
 	readmodel.SetFeedClock(f, func() time.Time { return now })
 	known := func(id string) bool { _, ok := f.Known(id); return ok }
@@ -406,10 +408,7 @@ func TestFeedForgetsTrackedStartsAfterTwoPeriods(t *testing.T) {
 // own order's record, from Known or from the wake.
 func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 	const orders = 64
-	_, c := setup(t)
-	s := newRedis(t, readmodel.Config{Client: c, Logger: tLogger(t)})
-	f := newFeed(t, s)
-	require.Eventually(t, func() bool { return f.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
+	s, f, _ := subscribedFeed(t)
 	ctx := ctxT(t)
 	id := func(i int) string { return fmt.Sprintf("c%d", i) }
 	put := func(i int, v int64, st contracts.OrderStatus) error {

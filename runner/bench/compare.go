@@ -120,32 +120,43 @@ func compare(base, cur *report) comparison {
 }
 
 func printComparison(w io.Writer, c comparison) {
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "=== ShoppingMall bench: %s vs %s ===\n", c.Current, c.Baseline)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "\t%s\t%s\tcurrent/baseline\t\n", c.Baseline, c.Current)
-	f := func(v *float64) string {
-		if v == nil {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.2f", *v)
-	}
+	rows := make([][]string, 0, len(c.Rows))
 	for _, r := range c.Rows {
-		name := r.Metric
-		if r.Unit != "" {
-			name += " (" + r.Unit + ")"
-		}
-		ratio := "n/a"
-		if r.Ratio != nil {
-			ratio = fmt.Sprintf("%.3f", *r.Ratio)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, f(r.Baseline), f(r.Current), ratio)
+		rows = append(rows, []string{rowName(r.Metric, r.Unit), figure(r.Baseline, "%.2f"), figure(r.Current, "%.2f"), figure(r.Ratio, "%.3f")})
+	}
+	printTable(w, fmt.Sprintf("ShoppingMall bench: %s vs %s", c.Current, c.Baseline),
+		[]string{c.Baseline, c.Current, "current/baseline"}, rows, c.Notes)
+}
+
+// printTable prints a titled table of figures with its notes.
+func printTable(w io.Writer, title string, header []string, rows [][]string, notes []string) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "=== %s ===\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\t%s\t\n", strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t\n", strings.Join(r, "\t"))
 	}
 	tw.Flush()
-	for _, n := range c.Notes {
+	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
 	fmt.Fprintln(w)
+}
+
+func rowName(metric, unit string) string {
+	if unit == "" {
+		return metric
+	}
+	return metric + " (" + unit + ")"
+}
+
+// figure formats v, or n/a for a figure the run could not measure.
+func figure(v *float64, format string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, *v)
 }
 
 // bothOrdersComparison is a change benched in both orders: the first pass
@@ -198,26 +209,11 @@ func bothOrders(first, reversed comparison) bothOrdersComparison {
 }
 
 func printBothOrders(w io.Writer, b bothOrdersComparison) {
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "=== ShoppingMall bench, both orders: %s vs %s ===\n", b.Current, b.Baseline)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "\tbaseline first\tworking tree first\tcombined\tposition\t\n")
-	f := func(v *float64) string {
-		if v == nil {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.3f", *v)
-	}
+	rows := make([][]string, 0, len(b.Rows))
 	for _, r := range b.Rows {
-		name := r.Metric
-		if r.Unit != "" {
-			name += " (" + r.Unit + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", name, f(r.BaselineFirst), f(r.CurrentFirst), f(r.Ratio), f(r.Position))
+		rows = append(rows, []string{rowName(r.Metric, r.Unit), figure(r.BaselineFirst, "%.3f"), figure(r.CurrentFirst, "%.3f"),
+			figure(r.Ratio, "%.3f"), figure(r.Position, "%.3f")})
 	}
-	tw.Flush()
-	for _, n := range b.Notes {
-		fmt.Fprintln(w, "note:", n)
-	}
-	fmt.Fprintln(w)
+	printTable(w, fmt.Sprintf("ShoppingMall bench, both orders: %s vs %s", b.Current, b.Baseline),
+		[]string{"baseline first", "working tree first", "combined", "position"}, rows, b.Notes)
 }
