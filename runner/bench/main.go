@@ -356,9 +356,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	if t.Commit != "" && profileDir != "" {
 		profileDir = filepath.Join(profileDir, "baseline")
 	}
-	waitProfiles := startProfiles(ctx, profileDir, c, o.duration)
+	prof := startProfiles(ctx, profileDir, c, o.duration)
+	defer prof.writeTops(ctx)
 	res := gen.run(ctx, "load", o.duration, o.orders, reportProgress)
-	waitProfiles()
+	prof.wait()
 	after, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
 	if err != nil {
 		return nil, err
