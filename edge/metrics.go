@@ -24,6 +24,11 @@ const (
 	// reason (LabelReason): ReasonOwnerGone, ReasonStoreUnavailable, ...
 	// /readyz's own 503s are among them.
 	MetricUnavailable = telemetry.Namespace + "_unavailable_total"
+	// MetricWaits counts the answered waits of GET ?waitFor=terminal by
+	// outcome (LabelOutcome: WaitReached or WaitTimeout) and by whether
+	// the process vouched for the order, so that the wait skipped its
+	// first read (LabelVouched: "true" or "false"; see wait.go).
+	MetricWaits = telemetry.Namespace + "_order_waits_total"
 )
 
 // The edge's metric labels.
@@ -39,6 +44,10 @@ const (
 	LabelCode = "code"
 	// LabelReason is a 503/504's contract reason.
 	LabelReason = "reason"
+	// LabelOutcome is an answered wait's X-Wait value.
+	LabelOutcome = "outcome"
+	// LabelVouched says whether a wait skipped its first read.
+	LabelVouched = "vouched"
 )
 
 const (
@@ -64,6 +73,8 @@ type httpMetrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	unavailable *prometheus.CounterVec
+	// waits[outcome reached][vouched] are MetricWaits' four series.
+	waits [2][2]prometheus.Counter
 	// series caches each (route, method, code)'s children: observe runs on
 	// every request, and a label lookup hashes the labels each time. The
 	// keys are bounded as the labels are.
@@ -96,7 +107,27 @@ func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
 	for _, r := range reasons {
 		m.unavailable.WithLabelValues(r)
 	}
+	waits := f.NewCounterVec(prometheus.CounterOpts{Name: MetricWaits,
+		Help: "Answered waits (GET ?waitFor=terminal) by outcome (reached, timeout) and by whether the API vouched for the order and skipped the wait's first read."},
+		[]string{LabelOutcome, LabelVouched})
+	for r, outcome := range []string{WaitTimeout, WaitReached} {
+		for v, vouched := range []string{"false", "true"} {
+			m.waits[r][v] = waits.WithLabelValues(outcome, vouched)
+		}
+	}
 	return m
+}
+
+// waited records one answered wait.
+func (m *httpMetrics) waited(reached, vouched bool) {
+	m.waits[b2i(reached)][b2i(vouched)].Inc()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // observe records one answered request.

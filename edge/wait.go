@@ -160,34 +160,38 @@ func (s *Server) waitOrder(w http.ResponseWriter, r *http.Request, id string, ti
 			}
 			st = next
 		case <-deadline.C:
-			s.endWait(w, r, id)
+			s.endWait(w, r, id, known)
 			return
 		case <-s.waits.stopping():
-			s.endWait(w, r, id)
+			s.endWait(w, r, id, known)
 			return
 		case <-r.Context().Done():
 			s.fail(w, r, fmt.Errorf("wait for order %s: %w", id, r.Context().Err()))
 			return
 		}
 	}
-	s.answerWait(w, r, st)
+	s.answerWait(w, r, st, known)
 }
 
 // endWait answers a wait that ran out with the state read now.
-func (s *Server) endWait(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) endWait(w http.ResponseWriter, r *http.Request, id string, vouched bool) {
 	st, err := s.readOrder(r, id)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("read order %s: %w", id, err))
 		return
 	}
-	s.answerWait(w, r, st)
+	s.answerWait(w, r, st, vouched)
 }
 
-func (s *Server) answerWait(w http.ResponseWriter, r *http.Request, st *contracts.OrderState) {
+// answerWait answers a wait with st; vouched says whether it skipped its
+// first read (MetricWaits).
+func (s *Server) answerWait(w http.ResponseWriter, r *http.Request, st *contracts.OrderState, vouched bool) {
 	outcome := WaitTimeout
-	if readmodel.Terminal(st.GetStatus()) {
+	reached := readmodel.Terminal(st.GetStatus())
+	if reached {
 		outcome = WaitReached
 	}
+	s.metrics.waited(reached, vouched)
 	w.Header().Set(HeaderWait, outcome)
 	s.writeMessage(w, r, http.StatusOK, &contracts.GetOrderStateRes{State: st})
 }

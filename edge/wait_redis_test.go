@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -81,6 +82,7 @@ type redisWaits struct {
 	commands *commandLog   // what the API process sent
 	feed     *readmodel.TerminalFeed
 	orders   *fakeOrders
+	reg      *telemetry.Registry // the API process's metrics
 	base     string
 	events   *eventstore.Redis
 	append   *readmodel.ProjectedAppend
@@ -91,7 +93,7 @@ type redisWaits struct {
 func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tLog{t}, nil))
-	w := &redisWaits{t: t, commands: &commandLog{names: map[string]int{}}, orders: &fakeOrders{started: map[string]bool{}},
+	w := &redisWaits{t: t, commands: &commandLog{names: map[string]int{}}, orders: &fakeOrders{started: map[string]bool{}}, reg: telemetry.NewRegistry(),
 		fences: map[string]eventstore.Fence{}, versions: map[string]int64{}}
 	w.api = redis.NewClient(&redis.Options{Network: network, Addr: addr, PoolSize: 8})
 	w.api.AddHook(w.commands)
@@ -103,7 +105,7 @@ func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	carts := &fakeCarts{carts: map[string]commerce.Cart{cartOK: {CartID: cartOK,
 		Lines: []*contracts.OrderLine{{Sku: "sku-a", Quantity: 1}}, Amount: 100, Currency: "EUR"}}}
 	srv, err := New(Config{NodeID: "api-t", Idempotency: &fakeIdempotency{m: map[string]commerce.Mapping{}}, Carts: carts,
-		ReadModel: rm, Terminal: w.feed, Orders: w.orders, Topology: &fakeTopology{}, Logger: log})
+		ReadModel: rm, Terminal: w.feed, Orders: w.orders, Topology: &fakeTopology{}, Logger: log, Metrics: w.reg})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -271,6 +273,8 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 	require.Equal(t, waits, sent["hmget"], "the terminal notice carries the record: no wait reads it again: %v", sent)
 	require.Zero(t, w.orders.calls())
 	require.Zero(t, w.feed.Waiters())
+	require.EqualValues(t, waits, w.waits(WaitReached, false), "orders this API did not start: every wait read")
+	require.Zero(t, w.waits(WaitReached, true))
 	t.Logf("API commands for %d waits: %v", waits, sent)
 }
 
@@ -323,6 +327,14 @@ func startRedisWaits(t *testing.T) (*redisWaits, *redis.Client, context.Context)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return w, admin, ctx
+}
+
+// waits is MetricWaits' series for an outcome, vouched or not.
+func (w *redisWaits) waits(outcome string, vouched bool) float64 {
+	w.t.Helper()
+	v, err := telemetry.Sum(w.reg.Gatherer(), MetricWaits, map[string]string{LabelOutcome: outcome, LabelVouched: fmt.Sprint(vouched)})
+	require.NoError(w.t, err)
+	return v
 }
 
 // start is POST /orders through the API, whose (fake) grain records the
@@ -398,4 +410,8 @@ func TestRedisWaitAfterItsOwnStartReadsNothing(t *testing.T) {
 	require.Equal(t, contracts.OrderStatus_Confirmed, got.state.GetStatus())
 	require.Equal(t, 2, reads())
 	require.Equal(t, 4, w.orders.calls(), "the four starts, and no grain call for a wait")
+	require.EqualValues(t, 2, w.waits(WaitReached, true), "answered without a read, by MetricWaits")
+	require.EqualValues(t, 1, w.waits(WaitTimeout, true))
+	require.EqualValues(t, 1, w.waits(WaitReached, false), "the wait after the resubscription")
+	require.Zero(t, w.waits(WaitTimeout, false))
 }
