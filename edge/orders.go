@@ -43,13 +43,14 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
-	cart, m, created, lockToken, err := s.cartAndKey(ctx, req, commerce.Mapping{
+	rsv, err := s.cartAndKey(ctx, req, commerce.Mapping{
 		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	cart, m := rsv.Cart, rsv.Mapping
 	if m.Fingerprint != fp {
 		s.fail(w, r, ErrIdempotencyKeyReused)
 		return
@@ -68,19 +69,19 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		// Started but without a projection (deleted, or a crash between
 		// the two): the grain's repeated start repairs it like a pending one.
 	}
-	if created {
+	if rsv.Created {
 		// This request minted the OrderId: its grain has nothing to read.
 		ctx = placement.WithMintedIdentity(ctx, grain.KindName, m.OrderID)
-		if lockToken != "" {
+		if rsv.LockToken != "" {
 			// The reservation took the order's creation lock too.
-			ctx = placement.WithHeldCreation(ctx, grain.KindName, m.OrderID, lockToken)
+			ctx = placement.WithHeldCreation(ctx, grain.KindName, m.OrderID, rsv.LockToken)
 		}
 	}
 	// Tracked from before the start, so that this process's wait for
 	// the order's outcome need not read what the start just told it.
 	tracked := func() {}
-	if tr, ok := s.cfg.Terminal.(readmodel.StartTracker); ok {
-		tracked = tr.Track(m.OrderID)
+	if s.tracker != nil {
+		tracked = s.tracker.Track(m.OrderID)
 	}
 	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
 		OrderId:           m.OrderID,
@@ -108,25 +109,25 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 // cartAndKey loads the start's cart and reserves its idempotency key for
 // candidate; it returns the cart, the mapping in force, whether this call
 // created it, and the token of the order's creation lock when the
-// reservation took that too (see CartReserver). A cart that does not
+// reservation took that too (see CartReserver), as one reservation. A cart that does not
 // exist, or that the API refuses, leaves no mapping behind: without a
 // CartReserver the cart is checked before the key is reserved; with one
 // (one round trip) a mapping the step created for a refused cart is given
 // back, with its lock.
-func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, candidate commerce.Mapping) (commerce.Cart, commerce.Mapping, bool, string, error) {
+func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, candidate commerce.Mapping) (commerce.CartReservation, error) {
 	if s.cfg.CartReserve == nil {
 		cart, err := s.cfg.Carts.GetCart(ctx, req.CartId)
 		if err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, "", cartError(err)
+			return commerce.CartReservation{}, cartError(err)
 		}
 		if err := checkCart(cart); err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, "", err
+			return commerce.CartReservation{}, err
 		}
 		m, created, err := s.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, candidate)
 		if err != nil {
-			return commerce.Cart{}, commerce.Mapping{}, false, "", fmt.Errorf("reserve idempotency key: %w", err)
+			return commerce.CartReservation{}, fmt.Errorf("reserve idempotency key: %w", err)
 		}
-		return cart, m, created, "", nil
+		return commerce.CartReservation{Cart: cart, Mapping: m, Created: created}, nil
 	}
 	res, err := s.cfg.CartReserve.ReserveForCart(ctx, req.CartId, req.IdempotencyKey, candidate)
 	if err == nil {
@@ -141,9 +142,9 @@ func (s *Server) cartAndKey(ctx context.Context, req *contracts.StartOrderReq, c
 					slog.String("idempotencyKey", req.IdempotencyKey), slog.Any("error", uerr))
 			}
 		}
-		return commerce.Cart{}, commerce.Mapping{}, false, "", err
+		return commerce.CartReservation{}, err
 	}
-	return res.Cart, res.Mapping, res.Created, res.LockToken, nil
+	return res, nil
 }
 
 // cartError is a failed cart load as the API answers it: an unknown cart

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 // DefaultRequestTimeout bounds a request when Config.RequestTimeout is 0.
@@ -45,6 +46,9 @@ type Server struct {
 	served    atomic.Bool
 	adminUp   atomic.Bool
 	waits     waitGate // ends the waits in flight at Shutdown (wait.go)
+	// tracker is cfg.Terminal when it vouches for the starts it saw
+	// (readmodel.StartTracker), else nil.
+	tracker readmodel.StartTracker
 }
 
 // New builds a Server from cfg.
@@ -68,6 +72,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), metrics: newHTTPMetrics(cfg.Metrics)}
+	s.tracker, _ = cfg.Terminal.(readmodel.StartTracker)
 	s.engine = s.newEngine()
 	s.routes()
 	s.http = s.newHTTPServer(s.engine)

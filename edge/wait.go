@@ -130,8 +130,8 @@ func (s *Server) waitOrder(w http.ResponseWriter, r *http.Request, id string, ti
 		st    *contracts.OrderState
 		known bool
 	)
-	if tr, ok := s.cfg.Terminal.(readmodel.StartTracker); ok {
-		st, known = tr.Known(id)
+	if s.tracker != nil {
+		st, known = s.tracker.Known(id)
 	}
 	if !known {
 		var err error
