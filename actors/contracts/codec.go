@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -46,9 +47,11 @@ func MarshalJSON(m proto.Message) ([]byte, error) {
 	if !r.IsValid() {
 		return nil, fmt.Errorf("%w: nil %s", ErrUnencodable, r.Descriptor().FullName())
 	}
-	var e encoder
-	if err := e.message(r, string(r.Descriptor().Name())); err != nil {
-		return nil, err
+	// Events and states are a few hundred bytes: one allocation covers
+	// nearly all of them.
+	e := encoder{buf: make([]byte, 0, 512)}
+	if err := e.message(r); err != nil {
+		return nil, located(err, r)
 	}
 	return e.buf, nil
 }
@@ -70,7 +73,8 @@ func UnmarshalJSON(b []byte, m proto.Message) error {
 		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	}
 	r := m.ProtoReflect()
-	if err := checkEnums(r, string(r.Descriptor().Name())); err != nil {
+	if err := checkEnums(r); err != nil {
+		err = located(err, r)
 		proto.Reset(m)
 		return err
 	}
@@ -91,7 +95,46 @@ type encoder struct {
 	buf []byte
 }
 
-func (e *encoder) message(m protoreflect.Message, path string) error {
+// pathError is a value the spec cannot express, or a missing enum, deep in
+// a message. Its location ("OrderState.lines[0].sku") is put together only
+// as the error travels up, one segment per level: on the hot path no value
+// is wrong, and a path string built per field was a large part of a
+// workflow step's encoding.
+type pathError struct {
+	sentinel error
+	// rev holds the segments innermost first: ".sku", "[0]", ".lines".
+	rev []string
+	why string
+}
+
+func (e *pathError) Error() string { return e.why }
+
+// under records that err happened inside seg, if it is a pathError.
+func under(err error, seg string) error {
+	if pe, ok := err.(*pathError); ok {
+		pe.rev = append(pe.rev, seg)
+	}
+	return err
+}
+
+func index(i int) string { return "[" + strconv.Itoa(i) + "]" }
+
+// located turns err into its public form, with its full location under
+// the root message's name.
+func located(err error, root protoreflect.Message) error {
+	pe, ok := err.(*pathError)
+	if !ok {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString(string(root.Descriptor().Name()))
+	for i := len(pe.rev) - 1; i >= 0; i-- {
+		b.WriteString(pe.rev[i])
+	}
+	return fmt.Errorf("%w: %s: %s", pe.sentinel, b.String(), pe.why)
+}
+
+func (e *encoder) message(m protoreflect.Message) error {
 	e.buf = append(e.buf, '{')
 	fields := m.Descriptor().Fields()
 	first := true
@@ -106,18 +149,18 @@ func (e *encoder) message(m protoreflect.Message, path string) error {
 		first = false
 		e.buf = appendString(e.buf, string(fd.Name()))
 		e.buf = append(e.buf, ':')
-		if err := e.field(fd, m.Get(fd), path+"."+string(fd.Name())); err != nil {
-			return err
+		if err := e.field(fd, m.Get(fd)); err != nil {
+			return under(err, "."+string(fd.Name()))
 		}
 	}
 	e.buf = append(e.buf, '}')
 	return nil
 }
 
-func (e *encoder) field(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
+func (e *encoder) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 	switch {
 	case fd.IsMap():
-		return unencodable(path, "map fields are not part of the contract")
+		return unencodable("map fields are not part of the contract")
 	case fd.IsList():
 		list := v.List()
 		e.buf = append(e.buf, '[')
@@ -125,23 +168,23 @@ func (e *encoder) field(fd protoreflect.FieldDescriptor, v protoreflect.Value, p
 			if i > 0 {
 				e.buf = append(e.buf, ',')
 			}
-			if err := e.singular(fd, list.Get(i), path+"["+strconv.Itoa(i)+"]"); err != nil {
-				return err
+			if err := e.singular(fd, list.Get(i)); err != nil {
+				return under(err, index(i))
 			}
 		}
 		e.buf = append(e.buf, ']')
 		return nil
 	default:
-		return e.singular(fd, v, path)
+		return e.singular(fd, v)
 	}
 }
 
-func (e *encoder) singular(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
+func (e *encoder) singular(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		e.buf = strconv.AppendBool(e.buf, v.Bool())
 	case protoreflect.EnumKind:
-		name, err := enumName(fd, v.Enum(), path)
+		name, err := enumName(fd, v.Enum())
 		if err != nil {
 			return err
 		}
@@ -155,7 +198,7 @@ func (e *encoder) singular(fd protoreflect.FieldDescriptor, v protoreflect.Value
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
 		f := v.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return unencodable(path, "non-finite number")
+			return unencodable("non-finite number")
 		}
 		bits := 64
 		if fd.Kind() == protoreflect.FloatKind {
@@ -165,32 +208,32 @@ func (e *encoder) singular(fd protoreflect.FieldDescriptor, v protoreflect.Value
 	case protoreflect.StringKind:
 		s := v.String()
 		if !utf8.ValidString(s) {
-			return unencodable(path, "invalid UTF-8")
+			return unencodable("invalid UTF-8")
 		}
 		e.buf = appendString(e.buf, s)
 	case protoreflect.BytesKind:
 		e.buf = appendString(e.buf, base64.StdEncoding.EncodeToString(v.Bytes()))
 	case protoreflect.MessageKind:
-		return e.message(v.Message(), path)
+		return e.message(v.Message())
 	default:
-		return unencodable(path, "unsupported field kind "+fd.Kind().String())
+		return unencodable("unsupported field kind " + fd.Kind().String())
 	}
 	return nil
 }
 
-func enumName(fd protoreflect.FieldDescriptor, n protoreflect.EnumNumber, path string) (string, error) {
+func enumName(fd protoreflect.FieldDescriptor, n protoreflect.EnumNumber) (string, error) {
 	if n == 0 {
-		return "", unencodable(path, "enum "+string(fd.Enum().Name())+" is unset")
+		return "", unencodable("enum " + string(fd.Enum().Name()) + " is unset")
 	}
 	ev := fd.Enum().Values().ByNumber(n)
 	if ev == nil {
-		return "", unencodable(path, fmt.Sprintf("enum %s has no value %d", fd.Enum().Name(), n))
+		return "", unencodable(fmt.Sprintf("enum %s has no value %d", fd.Enum().Name(), n))
 	}
 	return string(ev.Name()), nil
 }
 
-func unencodable(path, why string) error {
-	return fmt.Errorf("%w: %s: %s", ErrUnencodable, path, why)
+func unencodable(why string) error {
+	return &pathError{sentinel: ErrUnencodable, why: why}
 }
 
 // appendString writes s as a JSON string. Only what JSON requires is
@@ -199,8 +242,15 @@ func unencodable(path, why string) error {
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	// Ids and names need no escaping: copy runs of plain bytes at once.
+	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		start = i + 1
 		switch {
 		case c == '"' || c == '\\':
 			b = append(b, '\\', c)
@@ -210,48 +260,47 @@ func appendString(b []byte, s string) []byte {
 			b = append(b, '\\', 'r')
 		case c == '\t':
 			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		default:
-			b = append(b, c)
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
 // checkEnums enforces after decoding what MarshalJSON enforces before
 // writing: protojson turns a missing enum into the unset placeholder
 // silently, which would let a body without "status" pass as valid.
-func checkEnums(m protoreflect.Message, path string) error {
+func checkEnums(m protoreflect.Message) error {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.IsMap() || (fd.HasPresence() && !m.Has(fd)) {
 			continue
 		}
-		fpath := path + "." + string(fd.Name())
+		seg := "." + string(fd.Name())
 		switch fd.Kind() {
 		case protoreflect.EnumKind:
 			if fd.IsList() {
 				list := m.Get(fd).List()
 				for j := range list.Len() {
 					if !namedEnum(fd, list.Get(j).Enum()) {
-						return invalidEnum(fd, fpath+"["+strconv.Itoa(j)+"]")
+						return under(under(invalidEnum(fd), index(j)), seg)
 					}
 				}
 			} else if !namedEnum(fd, m.Get(fd).Enum()) {
-				return invalidEnum(fd, fpath)
+				return under(invalidEnum(fd), seg)
 			}
 		case protoreflect.MessageKind:
 			if fd.IsList() {
 				list := m.Get(fd).List()
 				for j := range list.Len() {
-					if err := checkEnums(list.Get(j).Message(), fpath+"["+strconv.Itoa(j)+"]"); err != nil {
-						return err
+					if err := checkEnums(list.Get(j).Message()); err != nil {
+						return under(under(err, index(j)), seg)
 					}
 				}
-			} else if err := checkEnums(m.Get(fd).Message(), fpath); err != nil {
-				return err
+			} else if err := checkEnums(m.Get(fd).Message()); err != nil {
+				return under(err, seg)
 			}
 		}
 	}
@@ -265,6 +314,6 @@ func namedEnum(fd protoreflect.FieldDescriptor, n protoreflect.EnumNumber) bool 
 	return n != 0 && fd.Enum().Values().ByNumber(n) != nil
 }
 
-func invalidEnum(fd protoreflect.FieldDescriptor, path string) error {
-	return fmt.Errorf("%w: %s: %s missing, unset or undeclared", ErrInvalidJSON, path, fd.Enum().Name())
+func invalidEnum(fd protoreflect.FieldDescriptor) error {
+	return &pathError{sentinel: ErrInvalidJSON, why: string(fd.Enum().Name()) + " missing, unset or undeclared"}
 }

@@ -104,20 +104,26 @@ func TestValidStatusRejectsOthers(t *testing.T) {
 
 func TestMarshalRejectsWhatTheSpecCannotExpress(t *testing.T) {
 	var nilState *OrderState
-	cases := map[string]proto.Message{
-		"nil interface":          nil,
-		"typed nil":              nilState,
-		"unset status":           &OrderState{OrderId: "o"},
-		"undeclared status":      &OrderState{OrderId: "o", Status: 42},
-		"unset status in nested": &GetOrderStateRes{State: &OrderState{OrderId: "o"}},
-		"unset error reason":     &WorkflowError{Message: "x"},
-		"invalid UTF-8":          &GetOrderStateReq{OrderId: "o\xff"},
-		"invalid UTF-8 in list":  &ReserveInventoryReq{Lines: []*OrderLine{{Sku: "\xc3"}}},
+	cases := map[string]struct {
+		m proto.Message
+		// at is where the error says the value is.
+		at string
+	}{
+		"nil interface":          {nil, "nil message"},
+		"typed nil":              {nilState, "nil shoppingmall.contracts.v1.OrderState"},
+		"unset status":           {&OrderState{OrderId: "o"}, "OrderState.status: enum OrderStatus is unset"},
+		"undeclared status":      {&OrderState{OrderId: "o", Status: 42}, "OrderState.status: enum OrderStatus has no value 42"},
+		"unset status in nested": {&GetOrderStateRes{State: &OrderState{OrderId: "o"}}, "GetOrderStateRes.state.status: enum OrderStatus is unset"},
+		"unset error reason":     {&WorkflowError{Message: "x"}, "WorkflowError.reason: enum"},
+		"invalid UTF-8":          {&GetOrderStateReq{OrderId: "o\xff"}, "GetOrderStateReq.orderId: invalid UTF-8"},
+		"invalid UTF-8 in list": {&ReserveInventoryReq{Lines: []*OrderLine{{Sku: "a"}, {Sku: "\xc3"}}},
+			"ReserveInventoryReq.lines[1].sku: invalid UTF-8"},
 	}
-	for name, m := range cases {
+	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			b, err := MarshalJSON(m)
+			b, err := MarshalJSON(c.m)
 			require.ErrorIs(t, err, ErrUnencodable, "output %s", b)
+			require.ErrorContains(t, err, c.at)
 			require.Nil(t, b, "no partial output with the error")
 		})
 	}
@@ -161,7 +167,9 @@ func TestUnmarshalRejects(t *testing.T) {
 		})
 	}
 	t.Run("nested missing status", func(t *testing.T) {
-		require.ErrorIs(t, UnmarshalJSON([]byte(`{"state":{"orderId":"o"}}`), &GetOrderStateRes{}), ErrInvalidJSON)
+		err := UnmarshalJSON([]byte(`{"state":{"orderId":"o"}}`), &GetOrderStateRes{})
+		require.ErrorIs(t, err, ErrInvalidJSON)
+		require.ErrorContains(t, err, "GetOrderStateRes.state.status: OrderStatus missing, unset or undeclared")
 	})
 	t.Run("nil target", func(t *testing.T) {
 		require.ErrorIs(t, UnmarshalJSON([]byte(`{}`), nil), ErrInvalidJSON)
