@@ -33,6 +33,16 @@ type compareRow struct {
 
 func some(v float64) *float64 { return &v }
 
+// ioTotal is I/O system calls per order summed over every process the
+// cluster runs (the load generator is not one of them).
+func ioTotal(r *report) float64 {
+	var t float64
+	for _, v := range r.IOSyscallsPerOrder {
+		t += v
+	}
+	return t
+}
+
 // cpuTotal is CPU per order summed over every process the cluster runs,
 // Redis included, the load generator excluded; with it, the API's and
 // the workflow's shares.
@@ -93,6 +103,12 @@ func compare(base, cur *report) comparison {
 		}
 		return some(r.ClientRoundTrips.PerOrder)
 	})
+	add("I/O syscalls per order, all processes", "", true, func(r *report) *float64 {
+		if len(r.IOSyscallsPerOrder) == 0 {
+			return nil
+		}
+		return some(ioTotal(r))
+	})
 	add("Redis commands per order (server side)", "", true, func(r *report) *float64 { return some(r.RedisCommands.PerOrder) })
 	add("Redis time per order", "µs", true, func(r *report) *float64 { return some(r.RedisCommands.UsecPerOrder) })
 	add("GET requests per order (waits + polls)", "", true, func(r *report) *float64 { return some(r.Waits.PerOrder + r.Polls.PerOrder) })
@@ -103,6 +119,12 @@ func compare(base, cur *report) comparison {
 	add("open loop StartOrder p99.9", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartOrderMs.P999 }))
 	add("open loop start -> terminal p99", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P99 }))
 	add("open loop start -> terminal p99.9", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P999 }))
+	add("CPU steal during the load (the hypervisor's share)", "%", true, func(r *report) *float64 {
+		if r.Steal == nil {
+			return nil
+		}
+		return some(100 * r.Steal.Share)
+	})
 	add("ceiling (Redis alone)", "orders/s", false, func(r *report) *float64 {
 		if r.Ceiling.Orders == 0 {
 			return nil

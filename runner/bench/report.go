@@ -110,6 +110,17 @@ func printReport(w io.Writer, r *report) {
 		total += r.CPUPerOrderMs[n]
 	}
 	row("CPU ms/order", "%s; total %.3f (load generator itself %.3f)", strings.Join(cpu, ", "), total, r.CPUPerOrderMs[runnerCPU])
+	if len(r.IOSyscallsPerOrder) > 0 {
+		var parts []string
+		for _, n := range sortedKeys(r.IOSyscallsPerOrder) {
+			parts = append(parts, fmt.Sprintf("%s %.1f", n, r.IOSyscallsPerOrder[n]))
+		}
+		row("I/O syscalls/order", "%s; total %.1f (read and write family, /proc/<pid>/io)", strings.Join(parts, ", "), ioTotal(r))
+	}
+	if r.Steal != nil {
+		row("CPU steal", "%.1f s, %.1f%% of the machine's CPU time during the load (taken by the hypervisor; CPU and latency figures are noisier the higher it is)",
+			r.Steal.Seconds, 100*r.Steal.Share)
+	}
 	row("cold activation (proxy)", "%s = StartOrder latency (every order is a fresh activation)", p(r.Activation.Ms))
 	row("replay read", "%s, %.1f events/stream (eventstore Load from the runner)", p(r.Replay.Ms), r.Replay.Events)
 	if r.Ceiling.Orders > 0 {

@@ -129,3 +129,52 @@ func cpuSeconds(pid int) (float64, error) {
 	}
 	return st.CPUTime(), nil
 }
+
+// ioSyscalls is pid's count of read- and write-family system calls
+// (syscr + syscw) as the kernel counts them.
+func ioSyscalls(pid int) (uint64, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	io, err := p.IO()
+	if err != nil {
+		return 0, err
+	}
+	return io.SyscR + io.SyscW, nil
+}
+
+// machineCPU is the machine's CPU time in seconds, summed over its CPUs.
+type machineCPU struct {
+	Total, Steal float64
+}
+
+func machineTimes() (machineCPU, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return machineCPU{}, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return machineCPU{}, err
+	}
+	c := st.CPUTotal
+	return machineCPU{
+		Total: c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal,
+		Steal: c.Steal,
+	}, nil
+}
+
+type steal struct {
+	Seconds float64 `json:"seconds"`
+	Share   float64 `json:"share"`
+}
+
+// stealBetween is the steal from a to b; nil when either read failed.
+func stealBetween(a, b machineCPU) *steal {
+	if a.Total == 0 || b.Total <= a.Total {
+		return nil
+	}
+	d := b.Steal - a.Steal
+	return &steal{Seconds: d, Share: d / (b.Total - a.Total)}
+}

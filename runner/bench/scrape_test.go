@@ -108,3 +108,44 @@ func TestCPUSecondsFromTheOS(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "cpu time did not grow (x=%d)", x)
 	}
 }
+
+// Every socket read and write a process makes counts, whichever process
+// it is: a pipe's write and read move this process's figure by two.
+func TestIOSyscallsFromTheOS(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	before, err := ioSyscalls(os.Getpid())
+	require.NoError(t, err)
+	_, err = w.Write([]byte("x"))
+	require.NoError(t, err)
+	_, err = r.Read(make([]byte, 1))
+	require.NoError(t, err)
+	after, err := ioSyscalls(os.Getpid())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after-before, uint64(2))
+	_, err = ioSyscalls(-1)
+	require.Error(t, err, "no such process")
+}
+
+func TestReportShowsSyscallsAndStealPerOrder(t *testing.T) {
+	var res loadResult
+	for range 10 {
+		res.Results = append(res.Results, orderResult{Path: pathSuccess, Status: "Confirmed"})
+	}
+	before := snap{IO: map[string]uint64{"api-a": 100, "redis-server": 50}, Machine: machineCPU{Total: 1000, Steal: 10}}
+	after := snap{IO: map[string]uint64{"api-a": 300, "redis-server": 100, "api-b": 7}, Machine: machineCPU{Total: 1200, Steal: 40}}
+	rep := buildReport(options{concurrency: 1, duration: time.Second}, res, before, after)
+	require.Equal(t, map[string]float64{"api-a": 20, "redis-server": 5}, rep.IOSyscallsPerOrder,
+		"per order, only for processes read both times")
+	require.InDelta(t, 25, ioTotal(rep), 1e-9)
+	require.NotNil(t, rep.Steal)
+	require.InDelta(t, 30, rep.Steal.Seconds, 1e-9)
+	require.InDelta(t, 0.15, rep.Steal.Share, 1e-9)
+
+	require.Nil(t, stealBetween(machineCPU{}, after.Machine), "an unread machine has no steal figure")
+	live, err := machineTimes()
+	require.NoError(t, err)
+	require.Positive(t, live.Total)
+}

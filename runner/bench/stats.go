@@ -43,7 +43,15 @@ type snap struct {
 	Metrics map[string]scraped
 	// CPU is user+system time from the OS (procfs), by node, "redis-server"
 	// and the bench itself.
-	CPU      map[string]float64
+	CPU map[string]float64
+	// IO is each process's read- and write-family system calls
+	// (/proc/<pid>/io syscr + syscw), by node and "redis-server": every
+	// socket read and write, so every hop an order makes, counted by the
+	// kernel and free of the CPU figures' noise.
+	IO map[string]uint64
+	// Machine is the whole machine's CPU time, for the share the
+	// hypervisor took (steal) while the load ran.
+	Machine  machineCPU
 	Cmdstats map[string]cmdStat
 	Missing  []string
 	// Dumped names the processes whose Redis counters came from a
@@ -55,7 +63,7 @@ type snap struct {
 // masters of a Redis Cluster), whose CPU is summed under "redis-server",
 // and a cluster's commandstats are summed over its masters.
 func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]proc, redisPIDs ...int) (snap, error) {
-	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}}
+	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}, IO: map[string]uint64{}}
 	for _, name := range sortedKeys(procs) {
 		p := procs[name]
 		m, err := scrapeMetrics(ctx, p.MetricsURL)
@@ -78,12 +86,19 @@ func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]p
 		} else {
 			s.CPU[name] = cpu
 		}
+		if n, err := ioSyscalls(p.PID); err == nil {
+			s.IO[name] = n
+		}
 	}
 	for _, pid := range redisPIDs {
 		if cpu, err := cpuSeconds(pid); err == nil {
 			s.CPU["redis-server"] += cpu
 		}
+		if n, err := ioSyscalls(pid); err == nil {
+			s.IO["redis-server"] += n
+		}
 	}
+	s.Machine, _ = machineTimes()
 	// The load generator shares the machine: its cost is shown, apart.
 	if cpu, err := cpuSeconds(0); err == nil {
 		s.CPU[runnerCPU] = cpu
@@ -283,7 +298,14 @@ type report struct {
 	} `json:"redisCommands"`
 	CPUPerOrderMs map[string]float64 `json:"cpuMsPerOrder"`
 	CPUSeconds    map[string]float64 `json:"cpuSeconds"`
-	Activation    struct {
+	// IOSyscallsPerOrder: read- and write-family system calls per order,
+	// by process, from /proc/<pid>/io.
+	IOSyscallsPerOrder map[string]float64 `json:"ioSyscallsPerOrder,omitempty"`
+	// Steal is the machine's CPU time the hypervisor gave to others while
+	// the load ran, and its share of all the machine's CPU time then:
+	// the higher, the noisier every CPU and latency figure.
+	Steal      *steal `json:"steal,omitempty"`
+	Activation struct {
 		Method string `json:"method"`
 		Ms     pct    `json:"ms"`
 	} `json:"coldActivation"`
@@ -445,6 +467,16 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 			r.CPUPerOrderMs[name] = (a - b) * 1000 / orders
 		}
 	}
+
+	if len(after.IO) > 0 {
+		r.IOSyscallsPerOrder = map[string]float64{}
+		for name, a := range after.IO {
+			if b, ok := before.IO[name]; ok && a >= b {
+				r.IOSyscallsPerOrder[name] = float64(a-b) / orders
+			}
+		}
+	}
+	r.Steal = stealBetween(before.Machine, after.Machine)
 
 	r.Activation.Method = "proxy: every order is fresh, so each POST /orders pays one cold activation " +
 		"(Location Store create lock, activation on a workflow member, stream open and replay of an empty stream, " +
