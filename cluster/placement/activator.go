@@ -1,12 +1,20 @@
 package placement
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/ctxext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 )
 
 // Opener is implemented by grains that open their state when they start
@@ -25,8 +33,15 @@ type hosted struct {
 	reason     ActivationReason
 	// waiting are the requesters to answer once the grain opened; nil
 	// once it has.
-	waiting []*actor.PID
+	waiting []waiter
 	opening bool
+}
+
+// waiter is a requester of an activation still opening, with its request
+// when that carries a first command to deliver.
+type waiter struct {
+	pid *actor.PID
+	req *Activate
 }
 
 // opened is a grain's report that it opened its state (err == nil) or
@@ -70,8 +85,8 @@ type retiring struct{ pid *actor.PID }
 func (a *activator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *Activate:
-		if res := a.activate(ctx, m); res != nil {
-			ctx.Respond(res)
+		if pid := a.activate(ctx, m); pid != nil {
+			a.answer(ctx, waiter{pid: ctx.Sender(), req: m}, pid)
 		}
 	case *opened:
 		a.onOpened(ctx, m)
@@ -105,7 +120,7 @@ func (a *activator) Receive(ctx actor.Context) {
 			// its restarts): another member may do better.
 			reply := &Activated{Error: "grain stopped while opening", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
 			for _, w := range h.waiting {
-				ctx.Send(w, reply)
+				ctx.Send(w.pid, reply)
 			}
 			a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
 			a.forget(ctx, key, h, keepStopQuiet)
@@ -185,16 +200,15 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 			h.opening = false
 			a.served(+1)
 			a.metrics.activations.WithLabelValues(Cause(h.reason)).Inc()
-			reply := &Activated{PidAddress: h.pid.Address, PidId: h.pid.Id}
 			for _, w := range h.waiting {
-				ctx.Send(w, reply)
+				a.answer(ctx, w, h.pid)
 			}
 			h.waiting = nil
 			return
 		}
 		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: m.failure}
 		for _, w := range h.waiting {
-			ctx.Send(w, reply)
+			ctx.Send(w.pid, reply)
 		}
 		a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
 		// The grain stops itself; it was never recorded anywhere, so its
@@ -206,33 +220,40 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 	}
 }
 
-func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
+// activate hosts m's identity. It returns the pid of a grain that serves
+// it already; nil when it answered the requester itself (a refusal) or
+// will once the grain opened.
+func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
+	refuse := func(failure ActivationFailure, text string) *actor.PID {
+		ctx.Respond(&Activated{Error: text, Failure: failure})
+		return nil
+	}
 	key := m.Kind + "/" + m.Identity
 	if h, ok := a.grains[key]; ok {
 		if h.generation != m.Generation {
-			return &Activated{Error: "identity already hosted here with another generation", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+			return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "identity already hosted here with another generation")
 		}
 		if h.opening {
 			if s := ctx.Sender(); s != nil {
-				h.waiting = append(h.waiting, s)
+				h.waiting = append(h.waiting, waiter{pid: s, req: m})
 			}
 			return nil
 		}
-		return &Activated{PidAddress: h.pid.Address, PidId: h.pid.Id}
+		return h.pid
 	}
 	if m.DeadlineUnixMs > 0 && time.Now().UnixMilli() > m.DeadlineUnixMs {
 		// The requester has given up and may already have released the
 		// creation lock: opening now could fence the owner it chose next.
 		a.lookup.log.Warn("activation refused: it arrived after its deadline",
 			slog.String("identity", key), slog.Int64("generation", m.Generation))
-		return &Activated{Error: "activation request arrived after its deadline", Failure: ActivationFailure_ACTIVATION_FAILURE_EXPIRED}
+		return refuse(ActivationFailure_ACTIVATION_FAILURE_EXPIRED, "activation request arrived after its deadline")
 	}
 	if a.lookup.draining.Load() {
-		return &Activated{Error: "member is draining", Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+		return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "member is draining")
 	}
 	kind, ok := a.lookup.cluster.TryGetClusterKind(m.Kind)
 	if !ok || !a.lookup.kinds[m.Kind] {
-		return &Activated{Error: "kind not hosted here: " + m.Kind, Failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED}
+		return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "kind not hosted here: "+m.Kind)
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	act := &Activation{
@@ -263,13 +284,94 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *Activated {
 	a.lookup.log.Debug("activated", slog.String("identity", key), slog.Int64("generation", m.Generation), slog.String("reason", m.Reason.String()))
 	if opens {
 		if s := ctx.Sender(); s != nil {
-			h.waiting = append(h.waiting, s)
+			h.waiting = append(h.waiting, waiter{pid: s, req: m})
 		}
 		return nil
 	}
 	a.served(+1)
 	a.metrics.activations.WithLabelValues(Cause(m.Reason)).Inc()
-	return &Activated{PidAddress: pid.Address, PidId: pid.Id}
+	return pid
+}
+
+// answer tells a requester that pid serves its activation. A request with
+// a first command is answered once the grain is recorded Ready and has
+// answered that command (deliverFirst), off the activator's turn: the
+// Location round trip and the command must not hold up other activations.
+func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID) {
+	if w.pid == nil {
+		return
+	}
+	if w.req == nil || w.req.First == nil {
+		ctx.Send(w.pid, &Activated{PidAddress: pid.Address, PidId: pid.Id})
+		return
+	}
+	sys, req := ctx.ActorSystem(), w.req
+	go func() { sys.Root.Send(w.pid, a.deliverFirst(sys, req, pid)) }()
+}
+
+// deliverFirst records pid as req's Ready owner under req.Token, then
+// sends it req.First and returns its reply. A grain that could not be
+// recorded is stopped before it received anything, so no command ever
+// reaches a grain whose record does not name it.
+func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *actor.PID) *Activated {
+	dl := deadlineOf(req)
+	if dl.IsZero() {
+		dl = time.Now().Add(a.lookup.cfg.ActivationTimeout)
+	}
+	if time.Now().After(dl) {
+		// The requester has moved on to another member (or given up):
+		// this grain must not become the owner now.
+		sys.Root.Stop(pid)
+		return &Activated{Error: "grain opened after the activation's deadline", Failure: ActivationFailure_ACTIVATION_FAILURE_EXPIRED}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	defer cancel()
+	err := a.lookup.store.CommitReady(ctx, req.Kind, req.Identity, req.Token, location.Record{
+		Owner: a.lookup.Self(), PIDAddress: pid.Address, PIDID: pid.Id, Generation: req.Generation,
+	})
+	if err != nil && recordedAt(ctx, a.lookup.store, req, pid) {
+		// The commit landed before (a repeated request) or despite its
+		// error: the grain is the owner, and serves.
+		err = nil
+	}
+	if err != nil {
+		// Should the commit have landed after all, the record names a
+		// stopped pid, which the next caller repairs on its dead letter.
+		sys.Root.Stop(pid)
+		failure := ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
+		if errors.Is(err, location.ErrLockLost) {
+			failure = ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST
+		}
+		return &Activated{Error: "record Ready: " + err.Error(), Failure: failure}
+	}
+	done := &Activated{PidAddress: pid.Address, PidId: pid.Id}
+	msg, err := unpackMessage(req.First)
+	if err != nil {
+		// Recorded Ready all the same: the requester sends the command
+		// itself, as to any owner.
+		a.lookup.log.Warn("first command not delivered", slog.String("identity", req.Kind+"/"+req.Identity), slog.Any("error", err))
+		return done
+	}
+	// The command gets its caller's whole deadline, not the activation's.
+	wait := time.Until(time.UnixMilli(req.FirstDeadlineUnixMs))
+	if req.FirstDeadlineUnixMs == 0 || wait <= 0 {
+		wait = a.lookup.cfg.ActivationTimeout
+	}
+	f := actor.NewFuture(sys, wait)
+	env := &actor.MessageEnvelope{Message: msg, Sender: f.PID()}
+	for k, v := range req.FirstHeaders {
+		env.SetHeader(k, v)
+	}
+	sys.Root.Send(pid, env)
+	res, err := f.Result()
+	if err != nil {
+		done.Error, done.Failure = "first command: "+err.Error(), ActivationFailure_ACTIVATION_FAILURE_UNANSWERED
+		return done
+	}
+	if done.Reply, err = packMessage(res); err != nil {
+		done.Error, done.Failure = "first command: "+err.Error(), ActivationFailure_ACTIVATION_FAILURE_UNANSWERED
+	}
+	return done
 }
 
 // served moves the count of serving grains by delta and shows it.
@@ -395,3 +497,39 @@ func (a *Activation) Leaving(self *actor.PID) {
 // Reported tells whether the grain already reported its first open: a
 // grain that starts again after that was restarted after a failure.
 func (a *Activation) Reported() bool { return a.reported.Load() }
+
+// packMessage encodes a first command or its reply for Activate.first and
+// Activated.reply.
+func packMessage(m any) (*Message, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("placement: %T is not a protobuf message", m)
+	}
+	data, err := proto.Marshal(pm)
+	if err != nil {
+		return nil, fmt.Errorf("placement: encode %T: %w", m, err)
+	}
+	return &Message{Type: string(pm.ProtoReflect().Descriptor().FullName()), Data: data}, nil
+}
+
+// unpackMessage decodes what packMessage encoded; the type must be linked
+// into this binary.
+func unpackMessage(m *Message) (proto.Message, error) {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(m.GetType()))
+	if err != nil {
+		return nil, fmt.Errorf("placement: message type %q: %w", m.GetType(), err)
+	}
+	out := mt.New().Interface()
+	if err := proto.Unmarshal(m.GetData(), out); err != nil {
+		return nil, fmt.Errorf("placement: decode %s: %w", m.GetType(), err)
+	}
+	return out, nil
+}
+
+// recordedAt reports whether the Location record names pid as req's Ready
+// owner.
+func recordedAt(ctx context.Context, store location.Store, req *Activate, pid *actor.PID) bool {
+	rec, err := store.Get(ctx, req.Kind, req.Identity)
+	return err == nil && rec.Status == location.Ready && rec.Generation == req.Generation &&
+		rec.PIDAddress == pid.Address && rec.PIDID == pid.Id
+}

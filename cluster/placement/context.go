@@ -69,11 +69,19 @@ func (c *Context) request(ctx context.Context, identity, kind string, message an
 	repaired := false
 	for attempt := 0; ; attempt++ {
 		*resends = attempt
-		pid, err := c.lookup.Resolve(ctx, kind, identity)
-		if err != nil {
+		// A new identity's first command travels with its activation.
+		pid, res, err := c.lookup.resolveSending(ctx, kind, identity, message)
+		if pid == nil && err != nil {
 			return nil, err
 		}
-		res, err := c.await(ctx, pid, message)
+		switch {
+		case err != nil:
+			// Recorded at pid, and the command delivered, but unanswered:
+			// it may have run, so it is not resent.
+			return nil, err
+		case res == nil:
+			res, err = c.await(ctx, pid, message)
+		}
 		var retry, dead bool
 		switch {
 		case errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):

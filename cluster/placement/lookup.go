@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
@@ -420,7 +421,8 @@ func (l *Lookup) Forget(kind, id string, pid *actor.PID) {
 // ErrUnavailable at once; nothing is activated anywhere.
 func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
 	if token, ok := heldToken(ctx, kind, id); ok {
-		return l.resolveHeld(ctx, kind, id, token)
+		pid, _, err := l.resolveHeld(ctx, kind, id, token, nil)
+		return pid, err
 	}
 	if pid, ok := l.cluster.PidCache.Get(id, kind); ok && pid != nil {
 		if !l.goneAddress(pid.Address) {
@@ -461,17 +463,51 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // it and holds its creation lock (WithHeldCreation): no other resolution
 // can be creating it, so none is joined, and nothing can be cached for
 // it. Having claimed the lock, it gives it back on every failure, as
-// create does, so a retry need not wait for the lock to expire.
-func (l *Lookup) resolveHeld(ctx context.Context, kind, id, token string) (*actor.PID, error) {
+// create does, so a retry need not wait for the lock to expire. With
+// first, the member records the grain Ready itself and delivers first to
+// it, and the grain's reply comes back (see Activate.first); it is nil
+// when first was not delivered.
+func (l *Lookup) resolveHeld(ctx context.Context, kind, id, token string, first *firstCommand) (*actor.PID, any, error) {
 	if err := l.WaitReady(ctx); err != nil {
 		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
-		return nil, err
+		return nil, nil, err
 	}
-	pid, err := l.create(ctx, kind, id, token, 1, ActivationReason_ACTIVATION_REASON_COLD)
-	if err == nil {
+	pid, reply, err := l.create(ctx, kind, id, token, 1, ActivationReason_ACTIVATION_REASON_COLD, first)
+	if pid != nil {
 		l.cluster.PidCache.Set(id, kind, pid)
 	}
-	return pid, err
+	return pid, reply, err
+}
+
+// firstCommand is a command sent with its identity's activation.
+type firstCommand struct {
+	msg      *Message
+	headers  map[string]string
+	deadline time.Time
+}
+
+// resolveSending is Resolve for a caller about to send message. When
+// the caller holds the identity's creation lock (WithHeldCreation), the
+// message travels with the activation, and the grain's reply is returned
+// too; otherwise, and whenever the reply is nil, the caller sends message
+// itself.
+func (l *Lookup) resolveSending(ctx context.Context, kind, id string, message any) (*actor.PID, any, error) {
+	token, ok := heldToken(ctx, kind, id)
+	if !ok {
+		pid, err := l.Resolve(ctx, kind, id)
+		return pid, nil, err
+	}
+	msg, err := packMessage(message)
+	if err != nil {
+		pid, _, err := l.resolveHeld(ctx, kind, id, token, nil)
+		return pid, nil, err
+	}
+	first := &firstCommand{msg: msg, deadline: deadline(ctx)}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		first.headers = map[string]string{}
+		telemetry.Propagator().Inject(ctx, propagation.MapCarrier(first.headers))
+	}
+	return l.resolveHeld(ctx, kind, id, token, first)
 }
 
 func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
@@ -488,7 +524,8 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 			if rec.TakenOver {
 				reason = ActivationReason_ACTIVATION_REASON_TAKEOVER
 			}
-			return l.create(ctx, kind, id, token, gen, reason)
+			pid, _, err := l.create(ctx, kind, id, token, gen, reason, nil)
+			return pid, err
 		case rec.Status == location.Ready:
 			if !l.Live(rec.Owner) {
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
@@ -522,12 +559,19 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // so one frozen member cannot fail a cold start. A grain that could not
 // open its state aborts the creation: the lock is given back and the next
 // command activates again.
-func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, reason ActivationReason) (*actor.PID, error) {
+//
+// With first, the member records the grain Ready (the lock's token goes
+// with the request) and answers with the grain's reply to first, returned
+// here. Skipping such a member is as safe: the record names at most one
+// grain, since a commit takes the lock it needs, and a grain receives
+// first only once its commit succeeded. A pid with an error is a grain
+// recorded Ready that did not answer first in time.
+func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, reason ActivationReason, first *firstCommand) (*actor.PID, any, error) {
 	abort := func() { _ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token) }
 	candidates := l.Eligible(kind)
 	if len(candidates) == 0 {
 		abort()
-		return nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
+		return nil, nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
 	}
 	start := int(l.rr.Add(1))
 	var lastErr error
@@ -538,16 +582,19 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			// create the identity on a third member meanwhile.
 			if err := l.store.ExtendCreate(ctx, kind, id, token, l.cfg.CreateLockTTL); err != nil {
 				abort()
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		pid, err := l.activateOn(ctx, m, kind, id, gen, reason)
+		pid, reply, err := l.activateOn(ctx, m, kind, id, gen, reason, token, first)
 		if err != nil {
+			if pid != nil {
+				return pid, nil, err
+			}
 			lastErr = err
 			var af *activationError
 			if errors.As(err, &af) && !af.tryNext() {
 				abort()
-				return nil, err
+				return nil, nil, err
 			}
 			if ctx.Err() != nil {
 				break
@@ -558,6 +605,9 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			}
 			continue
 		}
+		if first != nil {
+			return pid, reply, nil
+		}
 		err = l.store.CommitReady(context.WithoutCancel(ctx), kind, id, token, location.Record{
 			Owner: m.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen,
 		})
@@ -566,15 +616,15 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			// the commit have landed after all, the record names a stopped
 			// pid, which the next caller repairs on its dead letter.
 			l.cluster.ActorSystem.Root.Stop(pid)
-			return nil, err
+			return nil, nil, err
 		}
-		return pid, nil
+		return pid, nil, nil
 	}
 	abort()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: activating %s: %v", location.ErrTimeout, id, lastErr)
+		return nil, nil, fmt.Errorf("%w: activating %s: %v", location.ErrTimeout, id, lastErr)
 	}
-	return nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
+	return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
 }
 
 // activationError is a member's refusal or failure to activate.
@@ -601,46 +651,109 @@ func (e *activationError) Unwrap() error {
 		return location.ErrStoreUnavailable
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
 		return ErrOpen
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST:
+		return location.ErrLockLost
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_UNANSWERED:
+		return location.ErrTimeout
 	}
 	return nil
 }
 
 // tryNext tells whether another member may succeed where this one failed:
-// not when the grain's state itself could not be opened.
+// not when the grain's state itself could not be opened, nor when the
+// creation lock is gone.
 func (e *activationError) tryNext() bool {
 	switch e.failure {
-	case ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+	case ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED,
+		ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST, ActivationFailure_ACTIVATION_FAILURE_UNANSWERED:
 		return false
 	}
 	return true
 }
 
-func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id string, gen int64, reason ActivationReason) (*actor.PID, error) {
+func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id string, gen int64, reason ActivationReason,
+	token string, first *firstCommand) (*actor.PID, any, error) {
 	timeout := l.cfg.ActivationTimeout
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return nil, &activationError{member: m.Id, timeout: true}
+		return nil, nil, &activationError{member: m.Id, timeout: true}
 	}
 	deadline := time.Now().Add(timeout)
-	res, err := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName),
-		&Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
-			Minted: IsMinted(ctx, kind, id)}, timeout).Result()
+	req := &Activate{Kind: kind, Identity: id, Generation: gen, Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
+		Minted: IsMinted(ctx, kind, id)}
+	wait := timeout
+	if first != nil {
+		req.Token, req.First, req.FirstHeaders = token, first.msg, first.headers
+		req.FirstDeadlineUnixMs = first.deadline.UnixMilli()
+		wait = time.Until(first.deadline)
+	}
+	f := l.cluster.ActorSystem.Root.RequestFuture(actor.NewPID(m.Address(), ActivatorName), req, wait)
+	res, err := l.activationResult(ctx, f, timeout, first != nil, m, kind, id, gen)
 	if err != nil {
 		if errors.Is(err, actor.ErrTimeout) {
-			return nil, &activationError{member: m.Id, timeout: true}
+			return nil, nil, &activationError{member: m.Id, timeout: true}
 		}
-		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: err.Error()}
+		return nil, nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: err.Error()}
 	}
 	a, ok := res.(*Activated)
 	if !ok {
-		return nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: fmt.Sprintf("unexpected reply %T", res)}
+		return nil, nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_REFUSED, text: fmt.Sprintf("unexpected reply %T", res)}
+	}
+	var pid *actor.PID
+	if a.PidId != "" {
+		pid = actor.NewPID(a.PidAddress, a.PidId)
 	}
 	if a.Error != "" {
-		return nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error}
+		if a.Failure != ActivationFailure_ACTIVATION_FAILURE_UNANSWERED {
+			pid = nil
+		}
+		return pid, nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error}
 	}
-	return actor.NewPID(a.PidAddress, a.PidId), nil
+	if a.Reply == nil {
+		return pid, nil, nil
+	}
+	reply, err := unpackMessage(a.Reply)
+	if err != nil {
+		// The grain ran the command; what it said is lost to this caller.
+		return pid, nil, &activationError{member: m.Id, failure: ActivationFailure_ACTIVATION_FAILURE_UNANSWERED, text: err.Error()}
+	}
+	return pid, reply, nil
+}
+
+// activationResult waits for an activation's answer for timeout. One that
+// carries a first command may take longer, since the grain also runs it:
+// past timeout, it is waited for only if the member recorded the grain
+// Ready meanwhile (it owns the identity and runs the command); otherwise
+// it is a timeout, and the caller may try another member.
+func (l *Lookup) activationResult(ctx context.Context, f *actor.Future, timeout time.Duration, withFirst bool,
+	m *pcluster.Member, kind, id string, gen int64) (any, error) {
+	if !withFirst {
+		return f.Result()
+	}
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-t.C:
+	}
+	rec, err := l.store.Get(ctx, kind, id)
+	if err != nil || rec.Status != location.Ready || rec.Owner != m.Id || rec.Generation != gen {
+		return nil, actor.ErrTimeout
+	}
+	r := <-done
+	return r.res, r.err
 }
 
 // Release gives up authority for an identity owned by pid (explicit close

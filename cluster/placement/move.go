@@ -59,7 +59,7 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
 	}
 	report(MoveStarted, target.Id, gen)
-	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, gen, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	pid, _, err := l.activateOn(ctx, target, p.Kind, p.Identity, gen, ActivationReason_ACTIVATION_REASON_RELOCATION, "", nil)
 	if err != nil {
 		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
 		report(MoveAborted, target.Id, gen)
@@ -130,7 +130,7 @@ func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (location.Record,
 		report(MoveAborted, "", rec.Generation)
 		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
 	}
-	pid, err := l.activateOn(ctx, target, p.Kind, p.Identity, rec.Generation, ActivationReason_ACTIVATION_REASON_RELOCATION)
+	pid, _, err := l.activateOn(ctx, target, p.Kind, p.Identity, rec.Generation, ActivationReason_ACTIVATION_REASON_RELOCATION, "", nil)
 	if err != nil {
 		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
 		report(MoveAborted, target.Id, rec.Generation)

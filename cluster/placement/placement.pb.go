@@ -97,6 +97,15 @@ const (
 	ActivationFailure_ACTIVATION_FAILURE_REFUSED ActivationFailure = 3
 	// The request arrived after its deadline.
 	ActivationFailure_ACTIVATION_FAILURE_EXPIRED ActivationFailure = 4
+	// The grain opened, but recording it Ready under Activate.token failed:
+	// the lock was lost (another creator owns the attempt now). The grain
+	// was stopped and nothing was delivered to it. A Location Store that
+	// did not answer is ACTIVATION_FAILURE_STORE_UNAVAILABLE.
+	ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST ActivationFailure = 5
+	// The grain was recorded Ready and Activate.first delivered to it, but
+	// it did not answer by firstDeadlineUnixMs: the command may have run.
+	// Activated names the grain.
+	ActivationFailure_ACTIVATION_FAILURE_UNANSWERED ActivationFailure = 6
 )
 
 // Enum value maps for ActivationFailure.
@@ -107,6 +116,8 @@ var (
 		2: "ACTIVATION_FAILURE_OPEN_FAILED",
 		3: "ACTIVATION_FAILURE_REFUSED",
 		4: "ACTIVATION_FAILURE_EXPIRED",
+		5: "ACTIVATION_FAILURE_LOCK_LOST",
+		6: "ACTIVATION_FAILURE_UNANSWERED",
 	}
 	ActivationFailure_value = map[string]int32{
 		"ACTIVATION_FAILURE_UNSPECIFIED":       0,
@@ -114,6 +125,8 @@ var (
 		"ACTIVATION_FAILURE_OPEN_FAILED":       2,
 		"ACTIVATION_FAILURE_REFUSED":           3,
 		"ACTIVATION_FAILURE_EXPIRED":           4,
+		"ACTIVATION_FAILURE_LOCK_LOST":         5,
+		"ACTIVATION_FAILURE_UNANSWERED":        6,
 	}
 )
 
@@ -159,9 +172,23 @@ type Activate struct {
 	// The requester minted the identity itself just before asking (a new
 	// order's id that won its idempotency reservation), so no state can
 	// exist for it: a first cold generation may skip reading it.
-	Minted        bool `protobuf:"varint,6,opt,name=minted,proto3" json:"minted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Minted bool `protobuf:"varint,6,opt,name=minted,proto3" json:"minted,omitempty"`
+	// first, when set, is the command the requester would send next. The
+	// activator records the grain Ready itself, under token (the creation
+	// lock the requester holds), and only then delivers first to it, with
+	// firstHeaders (the trace context), answering with the grain's reply in
+	// Activated.reply: one exchange instead of an activation, a Ready
+	// commit by the requester and a command. A grain still receives no
+	// command before its record names it Ready.
+	Token        string            `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
+	First        *Message          `protobuf:"bytes,8,opt,name=first,proto3" json:"first,omitempty"`
+	FirstHeaders map[string]string `protobuf:"bytes,9,rep,name=firstHeaders,proto3" json:"firstHeaders,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// firstDeadlineUnixMs is when the requester stops waiting for first's
+	// answer: its caller's deadline, later than deadlineUnixMs, which bounds
+	// the activation and the Ready commit.
+	FirstDeadlineUnixMs int64 `protobuf:"varint,10,opt,name=firstDeadlineUnixMs,proto3" json:"firstDeadlineUnixMs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Activate) Reset() {
@@ -236,22 +263,107 @@ func (x *Activate) GetMinted() bool {
 	return false
 }
 
+func (x *Activate) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *Activate) GetFirst() *Message {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *Activate) GetFirstHeaders() map[string]string {
+	if x != nil {
+		return x.FirstHeaders
+	}
+	return nil
+}
+
+func (x *Activate) GetFirstDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.FirstDeadlineUnixMs
+	}
+	return 0
+}
+
+// Message is an encoded protobuf message and its full type name.
+type Message struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Message) Reset() {
+	*x = Message{}
+	mi := &file_cluster_placement_placement_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Message) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Message) ProtoMessage() {}
+
+func (x *Message) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_placement_placement_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Message.ProtoReflect.Descriptor instead.
+func (*Message) Descriptor() ([]byte, []int) {
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Message) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Message) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // Activated answers Activate with the grain's pid, or an error text and
 // its class. A grain that opens its state on start is answered only after
 // it opened, so a recorded Ready owner is always a serving one.
 type Activated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PidAddress    string                 `protobuf:"bytes,1,opt,name=pidAddress,proto3" json:"pidAddress,omitempty"`
-	PidId         string                 `protobuf:"bytes,2,opt,name=pidId,proto3" json:"pidId,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Failure       ActivationFailure      `protobuf:"varint,4,opt,name=failure,proto3,enum=shoppingmall.placement.v1.ActivationFailure" json:"failure,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PidAddress string                 `protobuf:"bytes,1,opt,name=pidAddress,proto3" json:"pidAddress,omitempty"`
+	PidId      string                 `protobuf:"bytes,2,opt,name=pidId,proto3" json:"pidId,omitempty"`
+	Error      string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Failure    ActivationFailure      `protobuf:"varint,4,opt,name=failure,proto3,enum=shoppingmall.placement.v1.ActivationFailure" json:"failure,omitempty"`
+	// reply is the grain's answer to Activate.first. Unset when first was,
+	// or when the grain was recorded Ready but first could not be
+	// delivered: the requester then sends it as any command.
+	Reply         *Message `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Activated) Reset() {
 	*x = Activated{}
-	mi := &file_cluster_placement_placement_proto_msgTypes[1]
+	mi := &file_cluster_placement_placement_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +375,7 @@ func (x *Activated) String() string {
 func (*Activated) ProtoMessage() {}
 
 func (x *Activated) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_placement_placement_proto_msgTypes[1]
+	mi := &file_cluster_placement_placement_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +388,7 @@ func (x *Activated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activated.ProtoReflect.Descriptor instead.
 func (*Activated) Descriptor() ([]byte, []int) {
-	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{1}
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Activated) GetPidAddress() string {
@@ -307,6 +419,13 @@ func (x *Activated) GetFailure() ActivationFailure {
 	return ActivationFailure_ACTIVATION_FAILURE_UNSPECIFIED
 }
 
+func (x *Activated) GetReply() *Message {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
 // Retry is a grain's answer to a command it did not process because it is
 // moving or stopping. The cluster context resolves the owner again and
 // resends; the caller never sees it.
@@ -319,7 +438,7 @@ type Retry struct {
 
 func (x *Retry) Reset() {
 	*x = Retry{}
-	mi := &file_cluster_placement_placement_proto_msgTypes[2]
+	mi := &file_cluster_placement_placement_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +450,7 @@ func (x *Retry) String() string {
 func (*Retry) ProtoMessage() {}
 
 func (x *Retry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_placement_placement_proto_msgTypes[2]
+	mi := &file_cluster_placement_placement_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +463,7 @@ func (x *Retry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retry.ProtoReflect.Descriptor instead.
 func (*Retry) Descriptor() ([]byte, []int) {
-	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{2}
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Retry) GetReason() string {
@@ -366,7 +485,7 @@ type GoneRecorded struct {
 
 func (x *GoneRecorded) Reset() {
 	*x = GoneRecorded{}
-	mi := &file_cluster_placement_placement_proto_msgTypes[3]
+	mi := &file_cluster_placement_placement_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +497,7 @@ func (x *GoneRecorded) String() string {
 func (*GoneRecorded) ProtoMessage() {}
 
 func (x *GoneRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_placement_placement_proto_msgTypes[3]
+	mi := &file_cluster_placement_placement_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +510,7 @@ func (x *GoneRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoneRecorded.ProtoReflect.Descriptor instead.
 func (*GoneRecorded) Descriptor() ([]byte, []int) {
-	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{3}
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GoneRecorded) GetMemberId() string {
@@ -405,7 +524,7 @@ var File_cluster_placement_placement_proto protoreflect.FileDescriptor
 
 const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\n" +
-	"!cluster/placement/placement.proto\x12\x19shoppingmall.placement.v1\"\xdf\x01\n" +
+	"!cluster/placement/placement.proto\x12\x19shoppingmall.placement.v1\"\xfd\x03\n" +
 	"\bActivate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1e\n" +
@@ -414,14 +533,26 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"generation\x12C\n" +
 	"\x06reason\x18\x04 \x01(\x0e2+.shoppingmall.placement.v1.ActivationReasonR\x06reason\x12&\n" +
 	"\x0edeadlineUnixMs\x18\x05 \x01(\x03R\x0edeadlineUnixMs\x12\x16\n" +
-	"\x06minted\x18\x06 \x01(\bR\x06minted\"\x9f\x01\n" +
+	"\x06minted\x18\x06 \x01(\bR\x06minted\x12\x14\n" +
+	"\x05token\x18\a \x01(\tR\x05token\x128\n" +
+	"\x05first\x18\b \x01(\v2\".shoppingmall.placement.v1.MessageR\x05first\x12Y\n" +
+	"\ffirstHeaders\x18\t \x03(\v25.shoppingmall.placement.v1.Activate.FirstHeadersEntryR\ffirstHeaders\x120\n" +
+	"\x13firstDeadlineUnixMs\x18\n" +
+	" \x01(\x03R\x13firstDeadlineUnixMs\x1a?\n" +
+	"\x11FirstHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\aMessage\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xd9\x01\n" +
 	"\tActivated\x12\x1e\n" +
 	"\n" +
 	"pidAddress\x18\x01 \x01(\tR\n" +
 	"pidAddress\x12\x14\n" +
 	"\x05pidId\x18\x02 \x01(\tR\x05pidId\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12F\n" +
-	"\afailure\x18\x04 \x01(\x0e2,.shoppingmall.placement.v1.ActivationFailureR\afailure\"\x1f\n" +
+	"\afailure\x18\x04 \x01(\x0e2,.shoppingmall.placement.v1.ActivationFailureR\afailure\x128\n" +
+	"\x05reply\x18\x05 \x01(\v2\".shoppingmall.placement.v1.MessageR\x05reply\"\x1f\n" +
 	"\x05Retry\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"*\n" +
 	"\fGoneRecorded\x12\x1a\n" +
@@ -430,13 +561,15 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
 	"\x1cACTIVATION_REASON_RELOCATION\x10\x02\x12\x1e\n" +
-	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xc5\x01\n" +
+	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\x8a\x02\n" +
 	"\x11ActivationFailure\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_OPEN_FAILED\x10\x02\x12\x1e\n" +
 	"\x1aACTIVATION_FAILURE_REFUSED\x10\x03\x12\x1e\n" +
-	"\x1aACTIVATION_FAILURE_EXPIRED\x10\x04B;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
+	"\x1aACTIVATION_FAILURE_EXPIRED\x10\x04\x12 \n" +
+	"\x1cACTIVATION_FAILURE_LOCK_LOST\x10\x05\x12!\n" +
+	"\x1dACTIVATION_FAILURE_UNANSWERED\x10\x06B;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
 
 var (
 	file_cluster_placement_placement_proto_rawDescOnce sync.Once
@@ -451,23 +584,28 @@ func file_cluster_placement_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_placement_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_placement_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_cluster_placement_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_cluster_placement_placement_proto_goTypes = []any{
 	(ActivationReason)(0),  // 0: shoppingmall.placement.v1.ActivationReason
 	(ActivationFailure)(0), // 1: shoppingmall.placement.v1.ActivationFailure
 	(*Activate)(nil),       // 2: shoppingmall.placement.v1.Activate
-	(*Activated)(nil),      // 3: shoppingmall.placement.v1.Activated
-	(*Retry)(nil),          // 4: shoppingmall.placement.v1.Retry
-	(*GoneRecorded)(nil),   // 5: shoppingmall.placement.v1.GoneRecorded
+	(*Message)(nil),        // 3: shoppingmall.placement.v1.Message
+	(*Activated)(nil),      // 4: shoppingmall.placement.v1.Activated
+	(*Retry)(nil),          // 5: shoppingmall.placement.v1.Retry
+	(*GoneRecorded)(nil),   // 6: shoppingmall.placement.v1.GoneRecorded
+	nil,                    // 7: shoppingmall.placement.v1.Activate.FirstHeadersEntry
 }
 var file_cluster_placement_placement_proto_depIdxs = []int32{
 	0, // 0: shoppingmall.placement.v1.Activate.reason:type_name -> shoppingmall.placement.v1.ActivationReason
-	1, // 1: shoppingmall.placement.v1.Activated.failure:type_name -> shoppingmall.placement.v1.ActivationFailure
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 1: shoppingmall.placement.v1.Activate.first:type_name -> shoppingmall.placement.v1.Message
+	7, // 2: shoppingmall.placement.v1.Activate.firstHeaders:type_name -> shoppingmall.placement.v1.Activate.FirstHeadersEntry
+	1, // 3: shoppingmall.placement.v1.Activated.failure:type_name -> shoppingmall.placement.v1.ActivationFailure
+	3, // 4: shoppingmall.placement.v1.Activated.reply:type_name -> shoppingmall.placement.v1.Message
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_cluster_placement_placement_proto_init() }
@@ -481,7 +619,7 @@ func file_cluster_placement_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_placement_placement_proto_rawDesc), len(file_cluster_placement_placement_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

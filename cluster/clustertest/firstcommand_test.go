@@ -1,0 +1,187 @@
+package clustertest
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+)
+
+// holdCreation takes orderID's creation lock under lockToken, as the
+// edge's key reservation does on one Redis server, and returns a context
+// that tells the lookup it holds the lock under heldToken.
+func (h *harness) holdCreation(t *testing.T, orderID, lockToken, heldToken string) context.Context {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	require.NotNil(t, h.stores.CreationLocks, "commerce and the Location Store share one server")
+	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, orderID)
+	require.True(t, ok)
+	rdb := h.redis.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	require.NoError(t, rdb.SetNX(ctx, lock.Lock, lockToken, time.Minute).Err())
+	require.NoError(t, rdb.HSet(ctx, lock.Record, lock.StatusField, lock.Creating).Err())
+	return placement.WithHeldCreation(placement.WithMintedIdentity(ctx, grain.KindName, orderID), grain.KindName, orderID, heldToken)
+}
+
+// A new order's start travels with its activation: the workflow member
+// records the grain Ready under the lock the API holds, then delivers the
+// start to it, and the API gets the grain's answer back. The API makes no
+// Location round trip of its own, and caches the owner it learnt.
+func TestMintedStartTravelsWithItsActivation(t *testing.T) {
+	h := newHarness(t)
+	w := h.startWorkflow("workflow-a")
+	ctx := ctxT(t, 30*time.Second)
+	apiReg := telemetry.NewRegistry()
+	apiStores, err := node.OpenStores(ctx, node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: apiReg.RedisHook})
+	require.NoError(t, err)
+	t.Cleanup(apiStores.Close)
+	m, err := cluster.Start(ctx, cluster.Config{NodeName: "api-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: apiStores.Location, Logger: h.logger("api-a"), FrameworkLogLevel: quietFramework})
+	require.NoError(t, err)
+	t.Cleanup(m.Crash)
+	waitMembers(t, m.Lookup, 1)
+	client := grain.NewClient(m.Lookup)
+	apiLocation := func() float64 {
+		v, err := telemetry.Sum(apiReg.Gatherer(), telemetry.MetricRedisRoundTrips, map[string]string{telemetry.LabelStore: node.StoreLocation})
+		require.NoError(t, err)
+		return v
+	}
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	startCtx := h.holdCreation(t, req.OrderId, "held-by-the-edge", "held-by-the-edge")
+	before := apiLocation()
+	res, recorded, err := client.StartOrderWorkflow(startCtx, req)
+	require.NoError(t, err)
+	require.True(t, recorded, "this call recorded the start")
+	require.Equal(t, req.OrderId, res.GetState().GetOrderId())
+	require.Equal(t, before, apiLocation(), "the API made no Location round trip: the member recorded the grain Ready")
+
+	rec, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.Equal(t, int64(1), rec.Generation)
+	require.Equal(t, w.Member.Lookup.Self(), rec.Owner)
+	cached, ok := m.Lookup.Cluster().PidCache.Get(req.OrderId, grain.KindName)
+	require.True(t, ok, "the API caches the owner its start reached")
+	require.Equal(t, rec.PIDID, cached.Id)
+	require.Equal(t, rec.PIDAddress, cached.Address)
+
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+	// A second command goes to the cached owner as any command does.
+	_, recorded, err = client.StartOrderWorkflow(ctx, req)
+	require.NoError(t, err)
+	require.False(t, recorded, "the start was recorded once")
+}
+
+// A start whose creation lock was lost before the member could record the
+// grain Ready reaches no grain: the member stops the grain it opened, and
+// nothing is appended, projected or recorded.
+func TestMintedStartWithALostLockRunsNothing(t *testing.T) {
+	h := newHarness(t)
+	w := h.startWorkflow("workflow-a")
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	// The lock is another creator's by now.
+	startCtx := h.holdCreation(t, req.OrderId, "another-creator", "held-by-the-edge")
+	_, _, err := a.client.StartOrderWorkflow(startCtx, req)
+	require.ErrorIs(t, err, location.ErrLockLost)
+
+	ctx := ctxT(t, 10*time.Second)
+	require.Empty(t, h.eventTypes(t, req.OrderId), "nothing appended")
+	_, _, err = h.stores.ReadModel.Get(ctx, req.OrderId)
+	require.ErrorIs(t, err, readmodel.ErrNotFound, "nothing projected")
+	rec, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Creating, rec.Status, "the other creator's attempt is untouched")
+	require.Eventually(t, func() bool {
+		hosted, err := w.Member.Lookup.Hosted()
+		if err != nil {
+			return false
+		}
+		for _, g := range hosted {
+			if g.Identity == req.OrderId {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the grain that could not be recorded was stopped")
+	_, cached := a.member.Lookup.Cluster().PidCache.Get(req.OrderId, grain.KindName)
+	require.False(t, cached, "nothing cached for an owner that never was")
+}
+
+// slowKind's grain answers its first request only after longer than an
+// activation may take, and counts its activations and requests.
+const slowKind = "test.slow"
+
+type slowGrain struct{ started, served *atomic.Int32 }
+
+func (g slowGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		g.started.Add(1)
+	case *contracts.GetOrderStateReq:
+		g.served.Add(1)
+		time.Sleep(1500 * time.Millisecond) // past the lookup's 1 s activation timeout
+		ctx.Respond(m)
+	}
+}
+
+// A first command that takes longer than an activation may is waited for
+// once its member recorded the grain Ready: the lookup does not take the
+// slow answer for a frozen member and activate the identity elsewhere.
+func TestSlowFirstCommandIsWaitedForNotRetriedElsewhere(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t, 30*time.Second)
+	started, served := new(atomic.Int32), new(atomic.Int32)
+	kind := func() *pcluster.Kind {
+		return pcluster.NewKind(slowKind, actor.PropsFromProducer(func() actor.Actor { return slowGrain{started, served} }))
+	}
+	start := func(name string, kinds ...*pcluster.Kind) *cluster.Member {
+		m, err := cluster.Start(ctx, cluster.Config{NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
+			RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Kinds: kinds,
+			Logger: h.logger(name), FrameworkLogLevel: quietFramework})
+		require.NoError(t, err)
+		t.Cleanup(m.Crash)
+		return m
+	}
+	start("host-a", kind())
+	start("host-b", kind())
+	caller := start("caller")
+	require.Eventually(t, func() bool { return len(caller.Lookup.Eligible(slowKind)) == 2 }, 10*time.Second, 10*time.Millisecond)
+
+	const id = "slow-1"
+	acquired, gen, _, err := h.stores.Location.BeginCreate(ctx, slowKind, id, "held", time.Minute)
+	require.NoError(t, err)
+	require.True(t, acquired)
+	require.Equal(t, int64(1), gen)
+	held := placement.WithHeldCreation(ctx, slowKind, id, "held")
+	msg := &contracts.GetOrderStateReq{OrderId: id}
+	t0 := time.Now()
+	res, err := placement.NewContext(caller.Lookup).RequestContext(held, id, slowKind, msg)
+	require.NoError(t, err)
+	require.True(t, proto.Equal(msg, res.(proto.Message)), "the grain's own answer")
+	require.Greater(t, time.Since(t0), time.Second, "answered after the activation timeout")
+	require.Equal(t, int32(1), started.Load(), "activated on one member only")
+	require.Equal(t, int32(1), served.Load(), "the command ran once")
+	rec, err := h.stores.Location.Get(ctx, slowKind, id)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+}
