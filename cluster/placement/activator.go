@@ -10,11 +10,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/ctxext"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // Opener is implemented by grains that open their state when they start
@@ -324,7 +326,10 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 		sys.Root.Stop(pid)
 		return &Activated{Error: "grain opened after the activation's deadline", Failure: ActivationFailure_ACTIVATION_FAILURE_EXPIRED}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	// The commit belongs to the caller's trace, as it did when the caller
+	// made it.
+	ctx := telemetry.Propagator().Extract(context.Background(), propagation.MapCarrier(req.FirstHeaders))
+	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
 	err := a.lookup.store.CommitReady(ctx, req.Kind, req.Identity, req.Token, location.Record{
 		Owner: a.lookup.Self(), PIDAddress: pid.Address, PIDID: pid.Id, Generation: req.Generation,

@@ -215,6 +215,12 @@ func TestTraceFollowsARequestAcrossMembers(t *testing.T) {
 		require.True(t, ok, "%s names its store", s.Name())
 		t.Logf("under the turn: %s (%v)", s.Name(), s.Attributes())
 	}
+	// The workflow member records a new order's grain Ready before it
+	// delivers the start: that commit is the call's too.
+	commit := find(tr.wfSpans, func(s sdktrace.ReadOnlySpan) bool {
+		return isRedis(s) && hasAttr(s, telemetry.AttrStore, node.StoreLocation) && childOf(call)(s)
+	})
+	require.NotEmpty(t, commit, "the Ready commit on the workflow member sits under the API's grain call")
 	var inTrace int
 	for _, s := range append(tr.apiSpans.Ended(), tr.wfSpans.Ended()...) {
 		if s.SpanContext().TraceID() == callerTrace {
