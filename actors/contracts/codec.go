@@ -251,14 +251,14 @@ func appendString(b []byte, s string) []byte {
 		}
 		b = append(b, s[start:i]...)
 		start = i + 1
-		switch {
-		case c == '"' || c == '\\':
+		switch c {
+		case '"', '\\':
 			b = append(b, '\\', c)
-		case c == '\n':
+		case '\n':
 			b = append(b, '\\', 'n')
-		case c == '\r':
+		case '\r':
 			b = append(b, '\\', 'r')
-		case c == '\t':
+		case '\t':
 			b = append(b, '\\', 't')
 		default:
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])

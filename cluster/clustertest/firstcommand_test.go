@@ -50,12 +50,9 @@ func TestMintedStartTravelsWithItsActivation(t *testing.T) {
 	apiStores, err := node.OpenStores(ctx, node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: apiReg.RedisHook})
 	require.NoError(t, err)
 	t.Cleanup(apiStores.Close)
-	m, err := cluster.Start(ctx, cluster.Config{NodeName: "api-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
-		RefreshTTL: 100 * time.Millisecond, Location: apiStores.Location, Logger: h.logger("api-a"), FrameworkLogLevel: quietFramework})
-	require.NoError(t, err)
-	t.Cleanup(m.Crash)
+	a := h.startAPIOn("api-a", apiStores.Location)
+	m, client := a.member, a.client
 	waitMembers(t, m.Lookup, 1)
-	client := grain.NewClient(m.Lookup)
 	apiLocation := func() float64 {
 		v, err := telemetry.Sum(apiReg.Gatherer(), telemetry.MetricRedisRoundTrips, map[string]string{telemetry.LabelStore: node.StoreLocation})
 		require.NoError(t, err)

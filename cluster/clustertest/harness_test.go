@@ -110,13 +110,17 @@ type api struct {
 	client *grain.Client
 }
 
-func (h *harness) startAPI(name string) *api {
+func (h *harness) startAPI(name string) *api { return h.startAPIOn(name, h.stores.Location) }
+
+// startAPIOn starts an API member whose lookup uses loc: a Location Store
+// client of its own, to count the API's round trips apart.
+func (h *harness) startAPIOn(name string, loc location.Store) *api {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m, err := cluster.Start(ctx, cluster.Config{
 		NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
-		RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Logger: h.logger(name),
+		RefreshTTL: 100 * time.Millisecond, Location: loc, Logger: h.logger(name),
 		FrameworkLogLevel: quietFramework,
 	})
 	require.NoError(h.t, err)

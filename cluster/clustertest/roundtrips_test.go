@@ -37,12 +37,9 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(w.Member.Crash)
-	m, err := cluster.Start(ctx, cluster.Config{NodeName: "api-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
-		RefreshTTL: 100 * time.Millisecond, Location: stores.Location, Logger: h.logger("api-a"), FrameworkLogLevel: quietFramework})
-	require.NoError(t, err)
-	t.Cleanup(m.Crash)
+	a := h.startAPIOn("api-a", stores.Location)
+	m, client := a.member, a.client
 	waitMembers(t, m.Lookup, 1)
-	client := grain.NewClient(m.Lookup)
 
 	// Warm the scripts so NOSCRIPT fallbacks are not counted.
 	warm := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)

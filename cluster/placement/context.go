@@ -136,16 +136,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
 	default:
 	}
-	f := c.requestFuture(ctx, pid, message, timeout)
-	type result struct {
-		res any
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := f.Result()
-		done <- result{res, err}
-	}()
+	done := awaitFuture(c.requestFuture(ctx, pid, message, timeout))
 	select {
 	case r := <-done:
 		if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
@@ -157,6 +148,23 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
 	}
+}
+
+// futureResult is what a future resolved to.
+type futureResult struct {
+	res any
+	err error
+}
+
+// awaitFuture waits for f on a goroutine of its own, so the caller can
+// wait for other things too.
+func awaitFuture(f *actor.Future) <-chan futureResult {
+	done := make(chan futureResult, 1)
+	go func() {
+		res, err := f.Result()
+		done <- futureResult{res, err}
+	}()
+	return done
 }
 
 func deadline(ctx context.Context) time.Time {

@@ -732,15 +732,7 @@ func (l *Lookup) activationResult(ctx context.Context, f *actor.Future, timeout 
 	if !withFirst {
 		return f.Result()
 	}
-	type result struct {
-		res any
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := f.Result()
-		done <- result{res, err}
-	}()
+	done := awaitFuture(f)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
