@@ -869,10 +869,11 @@ type heldCreation struct {
 // creation lock under token, taken for a Missing identity in the same
 // step that minted it (see location.Creation): the first resolution of
 // kind/id under ctx activates generation 1 with that token instead of
-// taking the lock itself, a Location round trip fewer. A claim that no
-// longer holds (the lock expired) fails at CommitReady with
+// taking the lock itself, a Location round trip fewer; a command sent
+// under ctx travels with that activation (Activate.first). A claim that
+// no longer holds (the lock expired) fails at the Ready commit with
 // location.ErrLockLost, as any creator's does, and the grain it started
-// is stopped.
+// is stopped before it received anything.
 func WithHeldCreation(ctx context.Context, kind, id, token string) context.Context {
 	return context.WithValue(ctx, heldCreationKey{}, heldCreation{key: kind + "/" + id, token: token, used: new(atomic.Bool)})
 }

@@ -9,9 +9,10 @@ import (
 // The activator's metrics' full names. Each member counts the grains it
 // hosts; a member that hosts no kind (an API member) shows them at zero.
 const (
-	// MetricActivations counts activations whose grain opened and was
-	// answered to its requester, by cause (LabelCause). The requester
-	// records it Ready right after.
+	// MetricActivations counts activations whose grain opened, by cause
+	// (LabelCause). The requester records it Ready right after; for an
+	// activation that carries a first command (Activate.first), this
+	// member does, before it delivers the command.
 	MetricActivations = telemetry.Namespace + "_activations_total"
 	// MetricActivationsAborted counts activations whose grain could not
 	// open its state, or stopped before it reported its open, by cause:
