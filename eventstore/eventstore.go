@@ -18,6 +18,9 @@ var (
 	// ErrFenced: the writer's fence token is no longer the current one (a
 	// newer owner activated); nothing was appended.
 	ErrFenced = errors.New("eventstore: writer fenced off")
+	// ErrPrecondition: a Require companion of a projected append found its
+	// key not holding the required value; nothing was written.
+	ErrPrecondition = errors.New("eventstore: precondition of the append failed")
 	// ErrCorrupt: a stored entry cannot be decoded into an Envelope.
 	ErrCorrupt = errors.New("eventstore: corrupt entry")
 	// ErrUnavailable: the store could not be reached.

@@ -51,14 +51,22 @@ type Projection struct {
 // package only runs the op. Like an Index entry its key need not carry
 // the order's hash tag, so only a client that talks to one server may
 // carry companions: AppendProjectedWith refuses them otherwise.
+//
+// A Require companion is the other way round: a condition of another
+// store's that the step checks before anything else, so that the append
+// and every companion land only while that store says they may.
 type Companion struct {
 	Op  CompanionOp
 	Key string
-	// Value is what SetIfAbsent stores, and what HashSetIf writes to
-	// Field.
+	// Value is what SetIfAbsent stores, what HashSetIf and HashSet write
+	// to Field, what ListPushCapped pushes, what SetAdd adds, and what
+	// Require wants the key to hold.
 	Value []byte
-	// Field, IfField and IfValue are HashSetIf's.
+	// Field is the hash field of HashSetIf, HashSet and HashDelete;
+	// IfField and IfValue are HashSetIf's condition.
 	Field, IfField, IfValue string
+	// Cap is how many entries ListPushCapped keeps, the newest.
+	Cap int
 }
 
 // CompanionOp is what a Companion does to its key.
@@ -74,6 +82,22 @@ const (
 	// its IfField holds IfValue; otherwise nothing is written and the
 	// companion reports not applied.
 	HashSetIf
+	// HashSet sets Field to Value in the hash at Key.
+	HashSet
+	// HashDelete removes Field from the hash at Key.
+	HashDelete
+	// Delete removes Key.
+	Delete
+	// ListPushCapped appends Value to the list at Key and trims the list
+	// to its Cap newest entries.
+	ListPushCapped
+	// SetAdd adds Value to the set at Key.
+	SetAdd
+	// Require writes nothing: the step goes on only if the string at Key
+	// holds Value, and otherwise fails with ErrPrecondition before any
+	// other check, so that nothing at all is written. It counts as
+	// applied whenever the step's checks passed.
+	Require
 )
 
 // luaOp is the op as appendProjectedScript reads it.
@@ -83,8 +107,44 @@ func (o CompanionOp) luaOp() string {
 		return "setnx"
 	case HashSetIf:
 		return "hsetif"
+	case HashSet:
+		return "hset"
+	case HashDelete:
+		return "hdel"
+	case Delete:
+		return "del"
+	case ListPushCapped:
+		return "rpushcap"
+	case SetAdd:
+		return "sadd"
+	case Require:
+		return "require"
 	}
 	return ""
+}
+
+// valid tells whether c carries what its op needs.
+func (c Companion) valid() bool {
+	switch {
+	case c.Key == "" || c.Op.luaOp() == "":
+		return false
+	case c.Op == HashSetIf:
+		return c.Field != "" && c.IfField != ""
+	case c.Op == HashSet || c.Op == HashDelete:
+		return c.Field != ""
+	case c.Op == ListPushCapped:
+		return c.Cap > 0
+	}
+	return true
+}
+
+// ifValue is the companion's last script argument: HashSetIf's
+// condition, or ListPushCapped's cap.
+func (c Companion) ifValue() string {
+	if c.Op == ListPushCapped {
+		return strconv.Itoa(c.Cap)
+	}
+	return c.IfValue
 }
 
 // IndexEntry is Projection.Index; the zero value updates nothing.
@@ -129,15 +189,21 @@ const (
 	companionArgs = 5
 )
 
-// appendProjectedScript is appendLua, then the caller's projection under
-// the Projection guard, then its index entry, then its companions.
-// Nothing is written when a check fails.
+// appendProjectedScript is the Require companions' checks, appendLua,
+// then the caller's projection under the Projection guard, then its index
+// entry, then its companions. Nothing is written when a check fails.
 //
 // KEYS: stream, fence, cmds, projection, one per companion[, index].
-// Reply: {0, newVersion, applied} or appendLua's; applied has a '1' or a
-// '0' per companion.
+// Reply: {0, newVersion, applied}, {4, key} for a failed Require, or
+// appendLua's; applied has a '1' or a '0' per companion.
 var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) +
-	` + ` + strconv.Itoa(companionArgs) + ` * tonumber(ARGV[` + strconv.Itoa(projectedArgs) + `])` + appendLua + `
+	` + ` + strconv.Itoa(companionArgs) + ` * tonumber(ARGV[` + strconv.Itoa(projectedArgs) + `])
+for i = 0, tonumber(ARGV[14]) - 1 do
+  local a = 15 + i * 5
+  if ARGV[a] == 'require' and redis.call('GET', KEYS[5 + i]) ~= ARGV[a + 1] then
+    return {4, KEYS[5 + i]}
+  end
+end` + appendLua + `
 local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
 if not cur or cur <= tonumber(ARGV[7]) then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[7], ARGV[6], ARGV[8])
@@ -154,16 +220,29 @@ end
 local applied = ''
 for i = 0, nc - 1 do
   local a = 15 + i * 5
-  local k = KEYS[5 + i]
-  if ARGV[a] == 'setnx' then
+  local k, op = KEYS[5 + i], ARGV[a]
+  local done = '1'
+  if op == 'setnx' then
     redis.call('SET', k, ARGV[a + 1], 'NX')
-    applied = applied .. '1'
-  elseif ARGV[a] == 'hsetif' and redis.call('HGET', k, ARGV[a + 3]) == ARGV[a + 4] then
+  elseif op == 'hsetif' then
+    if redis.call('HGET', k, ARGV[a + 3]) == ARGV[a + 4] then
+      redis.call('HSET', k, ARGV[a + 2], ARGV[a + 1])
+    else
+      done = '0'
+    end
+  elseif op == 'hset' then
     redis.call('HSET', k, ARGV[a + 2], ARGV[a + 1])
-    applied = applied .. '1'
-  else
-    applied = applied .. '0'
+  elseif op == 'hdel' then
+    redis.call('HDEL', k, ARGV[a + 2])
+  elseif op == 'del' then
+    redis.call('DEL', k)
+  elseif op == 'rpushcap' then
+    redis.call('RPUSH', k, ARGV[a + 1])
+    redis.call('LTRIM', k, -tonumber(ARGV[a + 4]), -1)
+  elseif op == 'sadd' then
+    redis.call('SADD', k, ARGV[a + 1])
   end
+  applied = applied .. done
 end
 return {0, version, applied}
 `)
@@ -186,8 +265,9 @@ func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVer
 // order, in the same script once the append's checks passed; applied
 // tells, per companion, whether it wrote (SetIfAbsent always counts as
 // applied: its key holds the first write either way). When a check fails
-// no companion runs. Companions need a single-server client (ErrConfig
-// otherwise).
+// no companion runs; a failed Require is ErrPrecondition, checked before
+// the append's own checks. Companions need a single-server client
+// (ErrConfig otherwise).
 func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection, companions []Companion) (version int64, applied []bool, err error) {
 	k, err := r.keys.order(orderID)
 	if err != nil {
@@ -210,11 +290,11 @@ func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expecte
 	}
 	compArgs := make([]any, 0, companionArgs*len(companions))
 	for i, c := range companions {
-		if c.Key == "" || c.Op.luaOp() == "" || (c.Op == HashSetIf && (c.Field == "" || c.IfField == "")) {
-			return 0, nil, fmt.Errorf("eventstore: append %s: companion %d needs an op, a key and, for HashSetIf, both fields", orderID, i)
+		if !c.valid() {
+			return 0, nil, fmt.Errorf("eventstore: append %s: companion %d needs an op, a key and what its op uses (fields, a cap)", orderID, i)
 		}
 		keys = append(keys, c.Key)
-		compArgs = append(compArgs, c.Op.luaOp(), c.Value, c.Field, c.IfField, c.IfValue)
+		compArgs = append(compArgs, c.Op.luaOp(), c.Value, c.Field, c.IfField, c.ifValue())
 	}
 	if ix.Op != IndexNone {
 		if ix.Key == "" || ix.Member == "" || ix.Op.luaOp() == "" {

@@ -30,6 +30,9 @@ const (
 	statusFenced    = 1
 	statusConflict  = 2
 	statusDuplicate = 3
+	// statusPrecondition: a Require companion failed (projected appends
+	// only).
+	statusPrecondition = 4
 )
 
 // Config configures the Redis Streams store.
@@ -282,6 +285,9 @@ func (r *Redis) runAppendReply(ctx context.Context, script *redis.Script, keys [
 		v, _ := replyInt(reply, 2)
 		return nil, fmt.Errorf("%w: append to %s: sourceCommandId %q recorded at version %d",
 			ErrDuplicateCommand, orderID, cmd, v)
+	case statusPrecondition:
+		key, _ := reply[1].(string)
+		return nil, fmt.Errorf("%w: append to %s: %s does not hold the required value", ErrPrecondition, orderID, key)
 	default:
 		return nil, fmt.Errorf("eventstore: append %s: unexpected script status %d", orderID, status)
 	}

@@ -447,6 +447,68 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 	require.Len(t, got, 2, "a refused companion refuses the append")
 }
 
+// A Require companion gates the whole step: while its key holds another
+// value nothing is written, not even a projection or another companion,
+// and the error says so before any of the append's own checks; once it
+// holds the value, the plain writes (HashSet, HashDelete, Delete,
+// ListPushCapped, SetAdd) all land with the append.
+func TestRedisAppendProjectedWithRequire(t *testing.T) {
+	s, c, ctx, f := openedO1(t)
+	ev := oneEvent
+	proj := eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")}
+	require.NoError(t, c.Set(ctx, "lock", "other-token", 0).Err())
+	require.NoError(t, c.HSet(ctx, "rec", "takeover", "1").Err())
+	require.NoError(t, c.RPush(ctx, "hist", "h1", "h2", "h3").Err())
+	comps := []eventstore.Companion{
+		{Op: eventstore.Require, Key: "lock", Value: []byte("my-token")},
+		{Op: eventstore.HashSet, Key: "rec", Field: "status", Value: []byte("Ready")},
+		{Op: eventstore.HashDelete, Key: "rec", Field: "takeover"},
+		{Op: eventstore.Delete, Key: "lock"},
+		{Op: eventstore.ListPushCapped, Key: "hist", Value: []byte("h4"), Cap: 3},
+		{Op: eventstore.SetAdd, Key: "owned", Value: []byte("o1")},
+	}
+
+	// Another token: nothing at all, even with a wrong expected version.
+	for _, expected := range []int64{0, 7} {
+		_, _, err := s.AppendProjectedWith(ctx, "o1", expected, f, ev("e1"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: expected + 1, State: []byte("s")}, comps)
+		require.ErrorIs(t, err, eventstore.ErrPrecondition)
+	}
+	require.Zero(t, c.Exists(ctx, "rm:{o1}", "owned", "sm:es:{o1}:stream").Val())
+	require.Equal(t, "other-token", c.Get(ctx, "lock").Val())
+	require.Equal(t, map[string]string{"takeover": "1"}, c.HGetAll(ctx, "rec").Val())
+	require.Equal(t, []string{"h1", "h2", "h3"}, c.LRange(ctx, "hist", 0, -1).Val())
+
+	// The required value: everything lands in the one step.
+	require.NoError(t, c.Set(ctx, "lock", "my-token", 0).Err())
+	v, applied, err := s.AppendProjectedWith(ctx, "o1", 0, f, ev("e1"), proj, comps)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v)
+	require.Equal(t, []bool{true, true, true, true, true, true}, applied)
+	require.Zero(t, c.Exists(ctx, "lock").Val())
+	require.Equal(t, map[string]string{"status": "Ready"}, c.HGetAll(ctx, "rec").Val())
+	require.Equal(t, []string{"h2", "h3", "h4"}, c.LRange(ctx, "hist", 0, -1).Val(), "capped to the newest")
+	require.True(t, c.SIsMember(ctx, "owned", "o1").Val())
+	require.Equal(t, "1", c.HGet(ctx, "rm:{o1}", "version").Val())
+
+	// A step whose lock is gone now fails again, and appends nothing.
+	_, _, err = s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, comps)
+	require.ErrorIs(t, err, eventstore.ErrPrecondition)
+	got, err := s.Load(ctx, "o1")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+
+	for _, bad := range []eventstore.Companion{
+		{Op: eventstore.HashSet, Key: "rec"},
+		{Op: eventstore.HashDelete, Key: "rec"},
+		{Op: eventstore.ListPushCapped, Key: "hist", Value: []byte("x")},
+		{Op: eventstore.Require},
+	} {
+		_, _, err := s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, []eventstore.Companion{bad})
+		require.Error(t, err, "%+v is refused", bad)
+		require.NotErrorIs(t, err, eventstore.ErrPrecondition)
+	}
+}
+
 // openedO1 is a store on a fresh redis-server, its raw client, and the
 // fence of order o1 opened at generation 1.
 func openedO1(t *testing.T) (*eventstore.Redis, *redis.Client, context.Context, eventstore.Fence) {

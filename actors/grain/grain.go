@@ -7,7 +7,8 @@
 // Every state change happens inside one actor turn; the background
 // continuation is a chain of self-messages, never a goroutine. This
 // package may import the application (actors/workflow), the contracts and
-// cluster/...; it must not import edge or any store implementation.
+// cluster/...; it must not import edge or open any store: of eventstore it
+// uses only the Companion values a start's append carries (ready.go).
 package grain
 
 import (
@@ -183,7 +184,11 @@ type orderGrain struct {
 // that can serve it.
 func (*orderGrain) OpensOnStart() {}
 
-var _ placement.Opener = (*orderGrain)(nil)
+// CarriesReady implements placement.ReadyCarrier: a new order's start
+// records the grain Ready in the step that records the order (ready.go).
+func (*orderGrain) CarriesReady() {}
+
+var _ placement.ReadyCarrier = (*orderGrain)(nil)
 
 func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.cfg.TurnTimeout)
@@ -389,6 +394,15 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	var failed error
 	defer func() { g.endCommand(span, failed) }()
 	_, starting := ctx.Message().(*contracts.StartOrderWorkflowReq)
+	carried := g.carryReady(starting)
+	if !carried {
+		// Nothing is written before the record names this grain Ready.
+		if err := g.act.EnsureReady(c); err != nil {
+			failed = err
+			ctx.Respond(toWire(err))
+			return
+		}
+	}
 	if g.order == nil || (g.order.Deferred() && !starting) {
 		// A restarted grain whose reopen has not succeeded yet, or a
 		// deferred open before a command that answers from the fold (a
@@ -406,6 +420,10 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	}
 	res, err := run(c)
 	failed = err
+	if carried {
+		w := g.order.FirstWritten()
+		g.act.ReadyWritten(w == workflow.FirstWriteLanded, w == workflow.FirstWriteRefused)
+	}
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
 		// A newer owner exists: nothing this command did was recorded, and
@@ -637,6 +655,12 @@ func (g *orderGrain) leave(ctx actor.Context, record leaveRecord) {
 	g.retire(ctx)
 	if record != keepRecord {
 		c, cancel := g.turnCtx()
+		// A commit left to this grain and not made yet is made first, so
+		// that the release finds the record it gives back, as when the
+		// activator committed before the first command.
+		if err := g.act.EnsureReady(c); err != nil {
+			g.cfg.Logger.Warn("recording the activation before leaving failed", slog.String("order", g.act.Identity), slog.Any("error", err))
+		}
 		gen := location.KeepGeneration
 		if record == discardRecord {
 			gen = location.GiveBackGeneration

@@ -211,7 +211,7 @@ type startAppend struct {
 }
 
 // AppendStart implements workflow.StartAppender.
-func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (int64, bool, error) {
+func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
 	envelope, err := proto.Marshal(start)
 	if err != nil {
 		return 0, false, err
@@ -224,14 +224,15 @@ func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVe
 	if err != nil {
 		return 0, false, err
 	}
-	v, applied, err := a.projected.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, []eventstore.Companion{
-		{Op: eventstore.SetIfAbsent, Key: envKey, Value: envelope},
-		{Op: eventstore.HashSetIf, Key: mark.Key, IfField: mark.IfField, IfValue: mark.IfValue, Field: mark.Field, Value: []byte(mark.Value)},
-	})
+	companions := make([]eventstore.Companion, 0, 2+len(with))
+	companions = append(companions,
+		eventstore.Companion{Op: eventstore.SetIfAbsent, Key: envKey, Value: envelope},
+		eventstore.Companion{Op: eventstore.HashSetIf, Key: mark.Key, IfField: mark.IfField, IfValue: mark.IfValue, Field: mark.Field, Value: []byte(mark.Value)})
+	v, applied, err := a.projected.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, append(companions, with...))
 	if err != nil {
 		return v, false, err
 	}
-	return v, len(applied) == 2 && applied[1], nil
+	return v, len(applied) >= 2 && applied[1], nil
 }
 
 // OpenStores is NewStores followed by one Ping, for callers (tests, tools)

@@ -95,7 +95,7 @@ func TestOneRedisWiresTheStartAppend(t *testing.T) {
 
 	fence, _, err := st.Events.Open(ctx, "o1", 1)
 	require.NoError(t, err)
-	v, marked, err := st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"))
+	v, marked, err := st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"), nil)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
 	require.True(t, marked)
@@ -110,12 +110,12 @@ func TestOneRedisWiresTheStartAppend(t *testing.T) {
 	require.EqualValues(t, 1, gv)
 
 	// A refused append writes none of it.
-	_, _, err = st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"))
+	_, _, err = st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"), nil)
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 
 	fence2, _, err := st.Events.Open(ctx, "o2", 1)
 	require.NoError(t, err)
-	_, marked, err = st.StartAppend.AppendStart(ctx, "o2", 0, fence2, ev("o2"), created("o2"), start("o2", "k2"))
+	_, marked, err = st.StartAppend.AppendStart(ctx, "o2", 0, fence2, ev("o2"), created("o2"), start("o2", "k2"), nil)
 	require.NoError(t, err)
 	require.False(t, marked, "k2 maps to another order")
 	m, err = idem.Get(ctx, "k2")

@@ -42,6 +42,52 @@ type Order struct {
 	inDoubt *inDoubt
 	// deferred: made by OpenFresh, and neither read nor written since.
 	deferred bool
+	// firstWrite rides in the start's append (CarryFirstWrite) until that
+	// append was attempted; firstWritten is what came of it.
+	firstWrite   []eventstore.Companion
+	firstWritten FirstWrite
+}
+
+// FirstWrite is what came of the writes an order carried into its first
+// append (CarryFirstWrite).
+type FirstWrite uint8
+
+const (
+	// FirstWriteNotMade: no append carried them (none attempted, or the
+	// append's own checks refused it), or its outcome is unknown.
+	FirstWriteNotMade FirstWrite = iota
+	// FirstWriteLanded: they landed with the order's start.
+	FirstWriteLanded
+	// FirstWriteRefused: a Require among them failed; nothing was written.
+	FirstWriteRefused
+)
+
+// CarryFirstWrite hands the order writes of another store's that must
+// land with its start's append, in the same atomic step, or not at all
+// (an activation recorded Ready by the write that records the order's
+// first event). Only a Deferred order takes them, on a Service with a
+// StartAppender (CarriesFirstWrite); it reports whether it took them.
+// While it carries them, Start writes nothing but that append: when the
+// append is refused or lost, Start returns its error and leaves the rest
+// to a later command. FirstWritten tells the outcome.
+func (o *Order) CarryFirstWrite(with []eventstore.Companion) bool {
+	if !o.Deferred() || len(with) == 0 {
+		return false
+	}
+	o.firstWrite = with
+	return true
+}
+
+// CarriesFirstWrite reports whether the service's starts can carry
+// another store's writes (Order.CarryFirstWrite): it has a StartAppender.
+func (s *Service) CarriesFirstWrite() bool { return s.cfg.StartAppend != nil }
+
+// FirstWritten is what came of the writes CarryFirstWrite handed over.
+func (o *Order) FirstWritten() FirstWrite {
+	if o == nil {
+		return FirstWriteNotMade
+	}
+	return o.firstWritten
 }
 
 // Deferred reports whether the order came from OpenFresh and the store

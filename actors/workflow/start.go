@@ -28,6 +28,9 @@ import (
 // tells whether this call appended the event, and state is the fold when
 // it did.
 func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrderWorkflowReq) (state *contracts.OrderState, recorded bool, err error) {
+	carried := len(o.firstWrite) > 0 && s.cfg.StartAppend != nil
+	// Carried writes ride in this start's append or in none.
+	defer func() { o.firstWrite = nil }()
 	if err := validateStart(o, req); err != nil {
 		return nil, false, err
 	}
@@ -69,6 +72,16 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return view(o.state), true, err
 	}
 	if err != nil {
+		if carried {
+			// The writes it carried say whether this order may write at
+			// all: without them landed, nothing more is written here (no
+			// answer from the stream, whose projection write would come
+			// first). An outcome in doubt is settled as below.
+			if o.stale {
+				o.startInDoubt = req
+			}
+			return nil, false, err
+		}
 		if isAppendRace(err) {
 			// Someone recorded a start first; the stream decides whether it
 			// was this command.
@@ -236,7 +249,16 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	switch {
 	case p == Project && start != nil && s.cfg.StartAppend != nil:
 		projected = true
-		version, marked, err = s.cfg.StartAppend.AppendStart(ctx, o.id, o.state.Version, o.fence, envs, view(next), start)
+		with := o.firstWrite
+		o.firstWrite = nil
+		version, marked, err = s.cfg.StartAppend.AppendStart(ctx, o.id, o.state.Version, o.fence, envs, view(next), start, with)
+		switch {
+		case len(with) == 0:
+		case err == nil:
+			o.firstWritten = FirstWriteLanded
+		case errors.Is(err, eventstore.ErrPrecondition):
+			o.firstWritten = FirstWriteRefused
+		}
 	case projected:
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
 	default:

@@ -80,8 +80,12 @@ type ProjectedAppender interface {
 // checks fail. marked is false when the mapping is not this order's; the
 // caller then marks it separately, which reports why. Wired only when
 // every store involved lives on one Redis server.
+//
+// with are more companions for the same step (Order.CarryFirstWrite):
+// they run after the start's own, and a Require among them is checked
+// before anything is written (eventstore.ErrPrecondition otherwise).
 type StartAppender interface {
-	AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (version int64, marked bool, err error)
+	AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (version int64, marked bool, err error)
 }
 
 // Config wires a Service. Every field is required unless marked optional.

@@ -788,6 +788,69 @@ func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
 	assert.Equal(t, marks+1, e.d.Idempotency.MarkStartedCalls.Load())
 }
 
+// Writes an order carries into its start (CarryFirstWrite: another
+// store's, such as its activation's Ready commit) ride in the start's
+// append and nowhere else. Only a deferred order takes them, on a service
+// with a StartAppender. They land with the start; refused, nothing is
+// written and nothing answered from the stream; a start that loses the
+// append's race returns the race instead of answering from the stream
+// (which would write the projection before the writes it carries); a
+// start that never reaches its append drops them.
+func TestCarriedWritesRideInTheStartsAppendOnly(t *testing.T) {
+	e := newEnv(t)
+	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
+	sa := &workflowtest.StartAppender{Projected: pa, Envelopes: e.d.Envelopes, Idempotency: e.d.Idempotency}
+	require.False(t, e.svc.CarriesFirstWrite(), "no StartAppender")
+	cfg := e.d.Config
+	cfg.ProjectedAppend, cfg.StartAppend = pa, sa
+	e.svc = mustService(t, cfg)
+	require.True(t, e.svc.CarriesFirstWrite())
+	carried := []eventstore.Companion{{Op: eventstore.Require, Key: "lock", Value: []byte("tok")}}
+	fresh := func(id string) *workflow.Order {
+		o, err := e.svc.OpenFresh(id, 1)
+		require.NoError(t, err)
+		require.True(t, o.CarryFirstWrite(carried))
+		return o
+	}
+	require.False(t, e.open("ord-opened", 1).CarryFirstWrite(carried), "an opened order writes its own way")
+
+	o := fresh("ord-c1")
+	req := e.d.StartReq("ord-c1", "key-c1", methodOK)
+	_, recorded, err := e.svc.Start(e.ctx, o, req)
+	require.NoError(t, err)
+	require.True(t, recorded)
+	assert.Equal(t, workflow.FirstWriteLanded, o.FirstWritten())
+	assert.Equal(t, carried, sa.With())
+
+	// The stream exists: a carried start returns the race.
+	o = fresh("ord-c1")
+	puts := e.d.ReadModel.Puts.Load()
+	_, recorded, err = e.svc.Start(e.ctx, o, req)
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+	assert.False(t, recorded)
+	assert.Equal(t, workflow.FirstWriteNotMade, o.FirstWritten())
+	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no projection written from the stream")
+
+	sa.RefuseWith = fmt.Errorf("%w: lock", eventstore.ErrPrecondition)
+	o = fresh("ord-c2")
+	_, recorded, err = e.svc.Start(e.ctx, o, e.d.StartReq("ord-c2", "key-c2", methodOK))
+	require.ErrorIs(t, err, eventstore.ErrPrecondition)
+	assert.False(t, recorded)
+	assert.Equal(t, workflow.FirstWriteRefused, o.FirstWritten())
+	assert.Empty(t, e.d.Events.Types("ord-c2"), "nothing written")
+
+	o = fresh("ord-c3")
+	bad := e.d.StartReq("ord-c3", "key-c3", methodOK)
+	bad.CartId = ""
+	_, _, err = e.svc.Start(e.ctx, o, bad)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+	assert.Equal(t, workflow.FirstWriteNotMade, o.FirstWritten())
+	_, recorded, err = e.svc.Start(e.ctx, o, e.d.StartReq("ord-c3", "key-c3", methodOK))
+	require.NoError(t, err, "the refused start dropped what it carried")
+	assert.True(t, recorded)
+	assert.Empty(t, sa.With())
+}
+
 // With a ProjectedAppender every append travels with its projection: the
 // read model follows the stream append by append and no separate
 // projection write happens; a terminal append recorded with its

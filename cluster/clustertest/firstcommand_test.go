@@ -15,6 +15,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
@@ -84,6 +85,91 @@ func TestMintedStartTravelsWithItsActivation(t *testing.T) {
 	_, recorded, err = client.StartOrderWorkflow(ctx, req)
 	require.NoError(t, err)
 	require.False(t, recorded, "the start was recorded once")
+}
+
+// The workflow member records a new order's grain Ready in the step that
+// records the order's start: the member makes no Location round trip of
+// its own for the start, and the Location Store holds what a separate
+// commit leaves (the Ready record, the activation in the history, the
+// owner's index entry, no lock).
+func TestMintedStartRecordsReadyInTheStartsAppend(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t, 30*time.Second)
+	wfReg := telemetry.NewRegistry()
+	wfStores, err := node.OpenStores(ctx, node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: wfReg.RedisHook})
+	require.NoError(t, err)
+	t.Cleanup(wfStores.Close)
+	w := h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = wfStores })
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+	roundTrips := func(store string) float64 {
+		v, err := telemetry.Sum(wfReg.Gatherer(), telemetry.MetricRedisRoundTrips, map[string]string{telemetry.LabelStore: store})
+		require.NoError(t, err)
+		return v
+	}
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	startCtx := h.holdCreation(t, req.OrderId, "held-by-the-edge", "held-by-the-edge")
+	locBefore := roundTrips(node.StoreLocation)
+	_, recorded, err := a.client.StartOrderWorkflow(startCtx, req)
+	require.NoError(t, err)
+	require.True(t, recorded)
+	require.Equal(t, locBefore, roundTrips(node.StoreLocation), "no Location round trip at the member: the start's append recorded the grain")
+
+	rec, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.Equal(t, int64(1), rec.Generation)
+	require.Equal(t, w.Member.Lookup.Self(), rec.Owner)
+	hist, err := h.stores.Location.History(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.Equal(t, location.OwnershipActivated, hist[0].Kind)
+	owned, err := h.stores.Location.Owned(ctx, w.Member.Lookup.Self(), grain.KindName)
+	require.NoError(t, err)
+	require.Contains(t, owned, req.OrderId, "the owner's index lists it, for a takeover")
+	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
+	require.True(t, ok)
+	require.Zero(t, h.redis.Client().Exists(ctx, lock.Lock).Val(), "the creation lock is consumed")
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+}
+
+// A minted start that fails before its append (here: invalid) writes
+// nothing of its own. The grain, which owns nothing, leaves as it did
+// when the member committed before the command: it records its
+// activation first, so that its release gives the generation back and
+// frees the creation, and no record names a grain that is gone.
+func TestMintedStartRefusedBeforeItsAppendLeavesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.startWorkflow("workflow-a")
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	startCtx := h.holdCreation(t, req.OrderId, "held-by-the-edge", "held-by-the-edge")
+	bad := proto.Clone(req).(*contracts.StartOrderWorkflowReq)
+	bad.CartId = ""
+	_, _, err := a.client.StartOrderWorkflow(startCtx, bad)
+	require.Error(t, err)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+
+	ctx := ctxT(t, 10*time.Second)
+	require.Empty(t, h.eventTypes(t, req.OrderId), "nothing appended")
+	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		hist, err := h.stores.Location.History(ctx, grain.KindName, req.OrderId)
+		return err == nil && len(hist) == 0 && h.redis.Client().Exists(ctx, lock.Lock, lock.Record).Val() == 0
+	}, 10*time.Second, 10*time.Millisecond, "recorded, then given back: no lock, no record, no history left")
+	// The valid start activates the order anew, at generation 1.
+	_, recorded, err := a.client.StartOrderWorkflow(ctx, req)
+	require.NoError(t, err)
+	require.True(t, recorded)
+	rec, err := h.stores.Location.Get(ctx, grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.Equal(t, int64(1), rec.Generation)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
 }
 
 // A start whose creation lock was lost before the member could record the

@@ -94,12 +94,13 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	// and Authorize as one script each (on a Redis Cluster they are
 	// stepped: begin, a hold per SKU, finish; the method's seed, then the
 	// payment record). Every store on one server: the start's append
-	// carries its projection, its envelope and its idempotency mark.
+	// carries its projection, its envelope, its idempotency mark and the
+	// grain's Ready commit.
 	require.LessOrEqual(t, delta[node.StoreCommerce], int64(2), "reserve 1 + authorize 1 (the mapping's mark rides in the start)")
 	require.Zero(t, delta[node.StoreRelocation], "the first envelope rides in the start's append")
 	require.LessOrEqual(t, delta[node.StoreEvents], int64(3), "start, then one projected append per step: the first cold generation of a minted OrderId opens nothing")
-	require.Equal(t, int64(1), delta[node.StoreLocation], "the cold lookup: its Ready commit (pipelined with the owner index), the lock held already")
-	require.LessOrEqual(t, n, int64(6), "start (with projection, envelope and mark), then the module calls + projected append per step (the confirmation rides with the payment), plus the cold lookup's Ready commit")
+	require.Zero(t, delta[node.StoreLocation], "the lock held already, the grain's Ready commit (record, history, owner index) rides in the start's append")
+	require.LessOrEqual(t, n, int64(5), "start (with projection, envelope, mark and the Ready commit), then the module calls + projected append per step (the confirmation rides with the payment)")
 	require.Zero(t, rdb.Exists(ctx, lock.Lock).Val(), "the commit ended the held lock")
 	require.Zero(t, delta[node.StoreReadModel], "on one Redis server the active-order index entry and its removal ride in the projected appends: no read-model round trip of their own")
 

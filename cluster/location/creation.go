@@ -1,6 +1,8 @@
 package location
 
 import (
+	"strconv"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,4 +35,50 @@ func (s *Redis) CreationFor(kind, id string) (Creation, bool) {
 func (s *Redis) SingleServer() bool {
 	_, ok := s.rdb.(*redis.Client)
 	return ok
+}
+
+// ReadyWrites is CommitReady spelled out as plain writes, for a writer
+// that makes them inside a step of its own on the same Redis server (an
+// order's first append carries them: the activation is recorded in the
+// round trip that records the order's first event). The step must check
+// that Lock holds Token before it writes anything, its own writes
+// included, and then apply, in this order: Set's fields to Record, Clear's
+// fields removed from Record, Lock deleted, HistoryEntry pushed to History
+// keeping its HistoryCap newest entries, OwnedEntry added to the owner's
+// index Owned. Applied that way they leave what CommitReady leaves; a
+// step that finds another token in Lock has lost the lock, as
+// CommitReady's ErrLockLost.
+type ReadyWrites struct {
+	Lock, Token  string
+	Record       string
+	Set          [][2]string
+	Clear        []string
+	History      string
+	HistoryEntry string
+	HistoryCap   int
+	Owned        string
+	OwnedEntry   string
+}
+
+// ReadyWritesFor returns CommitReady(kind, id, token, rec) as
+// ReadyWrites, or false when the store's client is not one server or id
+// is not a valid identity (as CreationFor).
+func (s *Redis) ReadyWritesFor(kind, id, token string, rec Record) (ReadyWrites, bool) {
+	if !s.SingleServer() || checkIdentity(id) != nil || token == "" {
+		return ReadyWrites{}, false
+	}
+	return ReadyWrites{
+		Lock: s.keys.lock(kind, id), Token: token,
+		Record: s.keys.record(kind, id),
+		Set: [][2]string{
+			{"status", string(Ready)}, {"owner", rec.Owner}, {"pidAddress", rec.PIDAddress},
+			{"pidId", rec.PIDID}, {"generation", strconv.FormatInt(rec.Generation, 10)},
+		},
+		Clear:        []string{"takeover"},
+		History:      s.keys.history(kind, id),
+		HistoryEntry: historyEntry(OwnershipActivated, rec.Owner, rec.Generation, nowUnixMs()),
+		HistoryCap:   HistoryCap,
+		Owned:        s.keys.owned(rec.Owner),
+		OwnedEntry:   ownedEntry(kind, id),
+	}, true
 }

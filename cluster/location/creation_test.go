@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -66,4 +67,64 @@ func TestCreationNeedsASingleServer(t *testing.T) {
 	_, ok := s.CreationFor(kind, "o1")
 	require.False(t, ok)
 	require.False(t, s.SingleServer())
+}
+
+// ReadyWrites applied as they say (the lock checked first, then each
+// write in order) leave what CommitReady leaves: the same record, no
+// lock, the same history entry and index entry; with another token in
+// the lock they must not be applied, as CommitReady's ErrLockLost.
+func TestReadyWritesAreCommitReady(t *testing.T) {
+	s := newStore(t)
+	rec := Record{Owner: "m1", PIDAddress: "a:1", PIDID: "p1", Generation: 1}
+	for _, id := range []string{"o1", "o2"} {
+		c, ok := s.CreationFor(kind, id)
+		require.True(t, ok)
+		takeCreation(t, s, c, "held-"+id, 5*time.Second)
+		require.NoError(t, s.rdb.HSet(ctx(t), c.Record, "takeover", "m0").Err())
+	}
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o1", "held-o1", rec))
+
+	w, ok := s.ReadyWritesFor(kind, "o2", "held-o2", rec)
+	require.True(t, ok)
+	_, ok = s.ReadyWritesFor(kind, "o2", "", rec)
+	require.False(t, ok, "no token, no writes")
+	require.Equal(t, "held-o2", s.rdb.Get(ctx(t), w.Lock).Val(), "the lock the writes must check")
+	_, err := s.rdb.TxPipelined(ctx(t), func(p redis.Pipeliner) error {
+		for _, f := range w.Set {
+			p.HSet(ctx(t), w.Record, f[0], f[1])
+		}
+		for _, f := range w.Clear {
+			p.HDel(ctx(t), w.Record, f)
+		}
+		p.Del(ctx(t), w.Lock)
+		p.RPush(ctx(t), w.History, w.HistoryEntry)
+		p.LTrim(ctx(t), w.History, int64(-w.HistoryCap), -1)
+		p.SAdd(ctx(t), w.Owned, w.OwnedEntry)
+		return nil
+	})
+	require.NoError(t, err)
+
+	for _, id := range []string{"o1", "o2"} {
+		got, err := s.Get(ctx(t), kind, id)
+		require.NoError(t, err)
+		require.Equal(t, Ready, got.Status, id)
+		require.Equal(t, rec.Owner, got.Owner, id)
+		require.Equal(t, rec.PIDID, got.PIDID, id)
+		require.Equal(t, rec.PIDAddress, got.PIDAddress, id)
+		require.Equal(t, rec.Generation, got.Generation, id)
+		require.False(t, got.TakenOver, id)
+		require.Zero(t, s.rdb.Exists(ctx(t), s.keys.lock(kind, id)).Val(), id)
+		h, err := s.History(ctx(t), kind, id)
+		require.NoError(t, err)
+		require.Len(t, h, 1, id)
+		require.Equal(t, OwnershipActivated, h[0].Kind, id)
+		require.Equal(t, rec.Owner, h[0].Member, id)
+		require.Equal(t, rec.Generation, h[0].Generation, id)
+	}
+	owned, err := s.Owned(ctx(t), rec.Owner, kind)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"o1", "o2"}, owned)
+	a, _ := s.rdb.HGetAll(ctx(t), s.keys.record(kind, "o1")).Result()
+	b, _ := s.rdb.HGetAll(ctx(t), s.keys.record(kind, "o2")).Result()
+	require.Equal(t, a, b, "field for field the same record")
 }

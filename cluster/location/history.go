@@ -101,6 +101,11 @@ func (s *Redis) History(ctx context.Context, kind, id string) ([]OwnershipEvent,
 	return out, nil
 }
 
+// historyEntry is one stored history entry as historyLua writes it.
+func historyEntry(kind OwnershipKind, member string, gen, unixMs int64) string {
+	return string(kind) + "|" + strconv.FormatInt(gen, 10) + "|" + strconv.FormatInt(unixMs, 10) + "|" + member
+}
+
 // ParseOwnershipEvent decodes one stored history entry,
 // "kind|generation|unixMs|member", for readers of the raw list (an offline
 // checker reading a saved Redis).

@@ -29,8 +29,23 @@ type Opener interface {
 	OpensOnStart()
 }
 
+// ReadyCarrier is implemented by Opener grains that can record their
+// own activation Ready in the step of their first write. For such a
+// grain, an activation whose first command travels with it under a held
+// creation lock leaves the Ready commit to the grain (Activation.TakeReady
+// and EnsureReady) instead of making it before delivering the command:
+// one Location round trip fewer, and still no write of the grain's lands
+// before its record names it Ready.
+type ReadyCarrier interface {
+	Opener
+	// CarriesReady marks the grain; it is never called.
+	CarriesReady()
+}
+
 type hosted struct {
 	pid        *actor.PID
+	act        *Activation
+	carries    bool
 	generation int64
 	reason     ActivationReason
 	// waiting are the requesters to answer once the grain opened; nil
@@ -88,7 +103,7 @@ func (a *activator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *Activate:
 		if pid := a.activate(ctx, m); pid != nil {
-			a.answer(ctx, waiter{pid: ctx.Sender(), req: m}, pid)
+			a.answer(ctx, waiter{pid: ctx.Sender(), req: m}, pid, nil)
 		}
 	case *opened:
 		a.onOpened(ctx, m)
@@ -203,7 +218,7 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 			a.served(+1)
 			a.metrics.activations.WithLabelValues(Cause(h.reason)).Inc()
 			for _, w := range h.waiting {
-				a.answer(ctx, w, h.pid)
+				a.answer(ctx, w, h.pid, h)
 			}
 			h.waiting = nil
 			return
@@ -264,7 +279,7 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 		report: func(o *opened) { root.Send(self, o) },
 		retire: func(pid *actor.PID) { root.Send(self, &retiring{pid: pid}) },
 	}
-	var opens bool
+	var opens, carries bool
 	// Props must come from the Kind and carry the cluster identity, or the
 	// grain never sees ClusterInit. The activation lives in the context's
 	// extensions, which survive a restart after a panic: protoactor makes
@@ -273,11 +288,12 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 		Clone(actor.WithOnInit(func(c actor.Context) {
 			c.Set(&activationExt{act: act})
 			_, opens = c.Actor().(Opener)
+			_, carries = c.Actor().(ReadyCarrier)
 		}), actor.WithDispatcher(hostDispatcher))
 	pid := ctx.SpawnPrefix(props, m.Identity)
 	ctx.Watch(pid)
 	kind.Inc()
-	h := &hosted{pid: pid, generation: m.Generation, reason: m.Reason, opening: opens}
+	h := &hosted{pid: pid, act: act, carries: carries, generation: m.Generation, reason: m.Reason, opening: opens}
 	a.grains[key] = h
 	if a.keys == nil {
 		a.keys = map[string]string{}
@@ -299,7 +315,10 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 // a first command is answered once the grain is recorded Ready and has
 // answered that command (deliverFirst), off the activator's turn: the
 // Location round trip and the command must not hold up other activations.
-func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID) {
+//
+// h is the grain just opened, nil for one that served already: only a
+// ReadyCarrier just opened may take its Ready commit over.
+func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID, h *hosted) {
 	if w.pid == nil {
 		return
 	}
@@ -307,15 +326,28 @@ func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID) {
 		ctx.Send(w.pid, &Activated{PidAddress: pid.Address, PidId: pid.Id})
 		return
 	}
+	var act *Activation
+	if h != nil && h.carries {
+		act = h.act
+	}
 	sys, req := ctx.ActorSystem(), w.req
-	go func() { sys.Root.Send(w.pid, a.deliverFirst(sys, req, pid)) }()
+	go func() { sys.Root.Send(w.pid, a.deliverFirst(sys, req, pid, act)) }()
 }
 
 // deliverFirst records pid as req's Ready owner under req.Token, then
 // sends it req.First and returns its reply. A grain that could not be
 // recorded is stopped before it received anything, so no command ever
 // reaches a grain whose record does not name it.
-func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *actor.PID) *Activated {
+//
+// With act (a ReadyCarrier just opened) and a store that can spell the
+// commit out (location.ReadyWrites), the commit is left to the grain
+// instead: the command goes first, and the grain records itself Ready in
+// the step of its first write, or commits before any other write. What
+// the grain reports then decides: landed, the reply goes back; the lock
+// lost, the grain is stopped unless the record names it all the same;
+// not made or unknown, the commit is made here before anything is
+// answered.
+func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *actor.PID, act *Activation) *Activated {
 	dl := deadlineOf(req)
 	if dl.IsZero() {
 		dl = time.Now().Add(a.lookup.cfg.ActivationTimeout)
@@ -331,30 +363,19 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 	ctx := telemetry.Propagator().Extract(context.Background(), propagation.MapCarrier(req.FirstHeaders))
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
-	err := a.lookup.store.CommitReady(ctx, req.Kind, req.Identity, req.Token, location.Record{
-		Owner: a.lookup.Self(), PIDAddress: pid.Address, PIDID: pid.Id, Generation: req.Generation,
-	})
-	if err != nil && recordedAt(ctx, a.lookup.store, req, pid) {
-		// The commit landed before (a repeated request) or despite its
-		// error: the grain is the owner, and serves.
-		err = nil
-	}
-	if err != nil {
-		// Should the commit have landed after all, the record names a
-		// stopped pid, which the next caller repairs on its dead letter.
-		sys.Root.Stop(pid)
-		failure := ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
-		if errors.Is(err, location.ErrLockLost) {
-			failure = ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST
+	rec := location.Record{Owner: a.lookup.Self(), PIDAddress: pid.Address, PIDID: pid.Id, Generation: req.Generation}
+	msg, unpackErr := unpackMessage(req.First)
+	d := a.deferReady(act, req, rec, pid, unpackErr == nil)
+	if d == nil {
+		if failed := a.commitOrStop(ctx, sys, req, pid, rec); failed != nil {
+			return failed
 		}
-		return &Activated{Error: "record Ready: " + err.Error(), Failure: failure}
 	}
 	done := &Activated{PidAddress: pid.Address, PidId: pid.Id}
-	msg, err := unpackMessage(req.First)
-	if err != nil {
+	if unpackErr != nil {
 		// Recorded Ready all the same: the requester sends the command
 		// itself, as to any owner.
-		a.lookup.log.Warn("first command not delivered", slog.String("identity", req.Kind+"/"+req.Identity), slog.Any("error", err))
+		a.lookup.log.Warn("first command not delivered", slog.String("identity", req.Kind+"/"+req.Identity), slog.Any("error", unpackErr))
 		return done
 	}
 	// The command gets its caller's whole deadline, not the activation's.
@@ -369,6 +390,23 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 	}
 	sys.Root.Send(pid, env)
 	res, err := f.Result()
+	if d != nil {
+		// The command's wait may have used up the activation's deadline.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), a.lookup.cfg.ActivationTimeout)
+		outcome := d.resolve(cctx, true)
+		ccancel()
+		switch {
+		case outcome == nil:
+		case errors.Is(outcome, location.ErrLockLost) && recordedAt(cctx, a.lookup.store, req, pid):
+			// Another request of this activation recorded the grain first,
+			// so the grain's own write was refused: it owns the identity,
+			// and the requester sends the command itself.
+			return done
+		default:
+			sys.Root.Stop(pid)
+			return readyFailed(outcome)
+		}
+	}
 	if err != nil {
 		done.Error, done.Failure = "first command: "+err.Error(), ActivationFailure_ACTIVATION_FAILURE_UNANSWERED
 		return done
@@ -377,6 +415,66 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 		done.Error, done.Failure = "first command: "+err.Error(), ActivationFailure_ACTIVATION_FAILURE_UNANSWERED
 	}
 	return done
+}
+
+// commitReady records pid as req's Ready owner under req.Token; a commit
+// that fails while the record names pid anyway (a repeated request, or a
+// commit that landed despite its error) counts as made.
+func (a *activator) commitReady(ctx context.Context, req *Activate, pid *actor.PID, rec location.Record) error {
+	err := a.lookup.store.CommitReady(ctx, req.Kind, req.Identity, req.Token, rec)
+	if err != nil && recordedAt(ctx, a.lookup.store, req, pid) {
+		return nil
+	}
+	return err
+}
+
+// commitOrStop is commitReady that stops the grain when the commit
+// failed, and says why for the requester.
+func (a *activator) commitOrStop(ctx context.Context, sys *actor.ActorSystem, req *Activate, pid *actor.PID, rec location.Record) *Activated {
+	if err := a.commitReady(ctx, req, pid, rec); err != nil {
+		// Should the commit have landed after all, the record names a
+		// stopped pid, which the next caller repairs on its dead letter.
+		sys.Root.Stop(pid)
+		return readyFailed(err)
+	}
+	return nil
+}
+
+func readyFailed(err error) *Activated {
+	failure := ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
+	if errors.Is(err, location.ErrLockLost) {
+		failure = ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST
+	}
+	return &Activated{Error: "record Ready: " + err.Error(), Failure: failure}
+}
+
+// readyWriter is a Location Store that can spell CommitReady out as
+// writes for another store's step (location.Redis on one server).
+type readyWriter interface {
+	ReadyWritesFor(kind, id, token string, rec location.Record) (location.ReadyWrites, bool)
+}
+
+// deferReady leaves req's Ready commit to act's grain, when act carries
+// it and the store can spell it out, and returns the hand-over; nil means
+// the activator commits first, as for any grain. Only the first request
+// of an activation may hand it over.
+func (a *activator) deferReady(act *Activation, req *Activate, rec location.Record, pid *actor.PID, deliverable bool) *deferredReady {
+	if act == nil || req.Token == "" || !deliverable {
+		return nil
+	}
+	rw, ok := a.lookup.store.(readyWriter)
+	if !ok {
+		return nil
+	}
+	w, ok := rw.ReadyWritesFor(req.Kind, req.Identity, req.Token, rec)
+	if !ok {
+		return nil
+	}
+	d := newDeferredReady(w, func(ctx context.Context) error { return a.commitReady(ctx, req, pid, rec) })
+	if !act.ready.CompareAndSwap(nil, d) {
+		return nil
+	}
+	return d
 }
 
 // served moves the count of serving grains by delta and shows it.

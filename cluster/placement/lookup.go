@@ -70,6 +70,9 @@ type Activation struct {
 	report   func(*opened)
 	retire   func(*actor.PID)
 	reported atomic.Bool
+	// ready is the Ready commit the activator left to the grain
+	// (ReadyCarrier); nil while there is none.
+	ready atomic.Pointer[deferredReady]
 }
 
 // Placement is what a grain may ask of the placement that activated it.

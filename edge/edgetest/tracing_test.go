@@ -215,12 +215,17 @@ func TestTraceFollowsARequestAcrossMembers(t *testing.T) {
 		require.True(t, ok, "%s names its store", s.Name())
 		t.Logf("under the turn: %s (%v)", s.Name(), s.Attributes())
 	}
-	// The workflow member records a new order's grain Ready before it
-	// delivers the start: that commit is the call's too.
+	// The workflow member records a new order's grain Ready in the
+	// start's append, under the turn: no Location command of its own.
 	commit := find(tr.wfSpans, func(s sdktrace.ReadOnlySpan) bool {
-		return isRedis(s) && hasAttr(s, telemetry.AttrStore, node.StoreLocation) && childOf(call)(s)
+		return isRedis(s) && hasAttr(s, telemetry.AttrStore, node.StoreLocation) && s.SpanContext().TraceID() == callerTrace
 	})
-	require.NotEmpty(t, commit, "the Ready commit on the workflow member sits under the API's grain call")
+	require.Empty(t, commit, "the Ready commit rides in the start's append")
+	var appended bool
+	for _, s := range wfRedis {
+		appended = appended || hasAttr(s, telemetry.AttrStore, node.StoreEvents)
+	}
+	require.True(t, appended, "the start's append, which carries the Ready commit, sits under the turn")
 	var inTrace int
 	for _, s := range append(tr.apiSpans.Ended(), tr.wfSpans.Ended()...) {
 		if s.SpanContext().TraceID() == callerTrace {

@@ -801,16 +801,37 @@ func (p *ProjectedAppender) AppendProjected(ctx context.Context, orderID string,
 // landed, the first envelope and the started mark, which are not counted
 // as those stores' own calls (they are part of this step). Calls counts
 // the steps.
+//
+// It runs no companion: a call that carries some (Order.CarryFirstWrite)
+// records them in With, and fails with RefuseWith, when set, before
+// anything is written, as a failed Require does.
 type StartAppender struct {
 	Projected   *ProjectedAppender
 	Envelopes   *Envelopes
 	Idempotency *Idempotency
 	Calls       atomic.Int64
+	RefuseWith  error
+
+	mu   sync.Mutex
+	with []eventstore.Companion
+}
+
+// With is what the last call carried.
+func (s *StartAppender) With() []eventstore.Companion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.with
 }
 
 // AppendStart implements workflow.StartAppender.
-func (s *StartAppender) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq) (int64, bool, error) {
+func (s *StartAppender) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
 	s.Calls.Add(1)
+	s.mu.Lock()
+	s.with = with
+	s.mu.Unlock()
+	if len(with) > 0 && s.RefuseWith != nil {
+		return 0, false, s.RefuseWith
+	}
 	v, err := s.Projected.Events.Append(ctx, orderID, expectedVersion, fence, events)
 	if err != nil {
 		return 0, false, err

@@ -1,0 +1,47 @@
+package grain
+
+import (
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// carryReady hands a new order's start the writes that record this grain
+// Ready, when its activator left the commit to the grain: the start's
+// append then carries them (workflow.Order.CarryFirstWrite), and the one
+// round trip records the activation and the order. It reports whether
+// the start carries them; otherwise the caller makes sure of the record
+// before anything is written (placement.Activation.EnsureReady).
+func (g *orderGrain) carryReady(starting bool) bool {
+	if !starting || !g.order.Deferred() || !g.cfg.Service.CarriesFirstWrite() {
+		return false
+	}
+	w, ok := g.act.TakeReady()
+	if !ok {
+		return false
+	}
+	if !g.order.CarryFirstWrite(readyCompanions(w)) {
+		// Taken but not carried: the activator makes the commit, and
+		// EnsureReady waits for nobody. Not reached while the order is
+		// Deferred, which the check above made sure of.
+		g.act.ReadyWritten(false, false)
+		return false
+	}
+	return true
+}
+
+// readyCompanions spells w out as companions of the start's append: the
+// lock's check first, then the writes in the order ReadyWrites gives.
+func readyCompanions(w location.ReadyWrites) []eventstore.Companion {
+	c := make([]eventstore.Companion, 0, 5+len(w.Set)+len(w.Clear))
+	c = append(c, eventstore.Companion{Op: eventstore.Require, Key: w.Lock, Value: []byte(w.Token)})
+	for _, f := range w.Set {
+		c = append(c, eventstore.Companion{Op: eventstore.HashSet, Key: w.Record, Field: f[0], Value: []byte(f[1])})
+	}
+	for _, f := range w.Clear {
+		c = append(c, eventstore.Companion{Op: eventstore.HashDelete, Key: w.Record, Field: f})
+	}
+	return append(c,
+		eventstore.Companion{Op: eventstore.Delete, Key: w.Lock},
+		eventstore.Companion{Op: eventstore.ListPushCapped, Key: w.History, Value: []byte(w.HistoryEntry), Cap: w.HistoryCap},
+		eventstore.Companion{Op: eventstore.SetAdd, Key: w.Owned, Value: []byte(w.OwnedEntry)})
+}

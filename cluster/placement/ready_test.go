@@ -1,0 +1,120 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+)
+
+// lockCommit is a commit under a creation lock, taking about a round
+// trip: the first call consumes the lock, every later one finds it gone.
+func lockCommit(calls *atomic.Int32) func(context.Context) error {
+	return func(context.Context) error {
+		n := calls.Add(1)
+		time.Sleep(200 * time.Microsecond)
+		if n == 1 {
+			return nil
+		}
+		return location.ErrLockLost
+	}
+}
+
+// The grain (EnsureReady) and the activator (resolve after the reply)
+// may both ask for a commit left to the grain, at once: it is made
+// exactly once, and both get its outcome, not the lock the other one
+// consumed.
+func TestDeferredReadyIsCommittedOnceWhoeverAsks(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		var calls atomic.Int32
+		act := &Activation{}
+		act.ready.Store(newDeferredReady(location.ReadyWrites{}, lockCommit(&calls)))
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for g := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g%2 == 0 {
+					errs[g] = act.EnsureReady(context.Background())
+				} else {
+					errs[g] = act.ready.Load().resolve(context.Background(), true)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int32(1), calls.Load(), "one commit")
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+	}
+}
+
+// Writes the grain took settle the commit by what it reports: landed or
+// lost, nobody commits again; neither, the next to ask commits. The
+// activator waits for writes taken and not yet returned.
+func TestDeferredReadyTakenWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		recorded, lost bool
+		wantCommits    int32
+		wantErr        error
+	}{
+		{name: "landed", recorded: true, wantCommits: 0},
+		{name: "lock lost", lost: true, wantCommits: 0, wantErr: location.ErrLockLost},
+		{name: "not made or unknown", wantCommits: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			act := &Activation{}
+			d := newDeferredReady(location.ReadyWrites{Token: "tok"}, lockCommit(&calls))
+			act.ready.Store(d)
+			w, ok := act.TakeReady()
+			require.True(t, ok)
+			require.Equal(t, "tok", w.Token)
+			_, ok = act.TakeReady()
+			require.False(t, ok, "taken once")
+
+			done := make(chan error, 1)
+			go func() { done <- d.resolve(context.Background(), true) }()
+			select {
+			case err := <-done:
+				t.Fatalf("the activator did not wait for the grain's report: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			act.ReadyWritten(tc.recorded, tc.lost)
+			err := <-done
+			if tc.wantErr != nil {
+				require.True(t, errors.Is(err, tc.wantErr), "got %v", err)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, tc.wantCommits, calls.Load())
+			require.Equal(t, err, act.EnsureReady(context.Background()), "the grain gets the same outcome, without another commit")
+			require.Equal(t, tc.wantCommits, calls.Load())
+		})
+	}
+}
+
+// A commit the store failed settles nothing: the next to ask tries again.
+func TestDeferredReadyStoreFailureIsRetried(t *testing.T) {
+	var calls atomic.Int32
+	down := errors.New("store down")
+	act := &Activation{}
+	act.ready.Store(newDeferredReady(location.ReadyWrites{}, func(context.Context) error {
+		if calls.Add(1) == 1 {
+			return down
+		}
+		return nil
+	}))
+	require.ErrorIs(t, act.EnsureReady(context.Background()), down)
+	require.NoError(t, act.EnsureReady(context.Background()))
+	require.Equal(t, int32(2), calls.Load())
+	require.NoError(t, (&Activation{}).EnsureReady(context.Background()), "nothing left to the grain: nothing to do")
+}
