@@ -84,7 +84,11 @@ type Stores struct {
 	// creation lock in the same script (location.Redis.CreationFor);
 	// nil otherwise.
 	CreationLocks *location.Redis
-	clients       []storeClient
+	// ReadyInStart: the Location Store shares the one Redis server of
+	// StartAppend, so a new order's start may carry its grain's Ready
+	// commit (grain.Config.ReadyInStart).
+	ReadyInStart bool
+	clients      []storeClient
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
 	own []redis.UniversalClient
@@ -196,6 +200,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		cmp.Or(urls.Commerce, urls.Default) == same && cmp.Or(urls.Relocation, urls.Default) == same &&
 		commerceStore.SingleServer() && relocations.SingleServer() {
 		s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
+		s.ReadyInStart = cmp.Or(urls.Location, urls.Default) == same && locations.SingleServer()
 	}
 	return s, nil
 }
@@ -476,13 +481,14 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		return nil, err
 	}
 	gcfg := grain.Config{
-		Service:     svc,
-		Relocations: cfg.Stores.Relocation,
-		IdleTimeout: cfg.IdleTimeout,
-		Evidence:    cfg.Evidence,
-		Now:         now,
-		Logger:      cfg.Logger,
-		Metrics:     cfg.Metrics,
+		Service:      svc,
+		Relocations:  cfg.Stores.Relocation,
+		ReadyInStart: cfg.Stores.ReadyInStart,
+		IdleTimeout:  cfg.IdleTimeout,
+		Evidence:     cfg.Evidence,
+		Now:          now,
+		Logger:       cfg.Logger,
+		Metrics:      cfg.Metrics,
 
 		TracerProvider: cfg.TracerProvider,
 	}

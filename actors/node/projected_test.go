@@ -42,15 +42,18 @@ func TestOneRedisWiresTheProjectedAppend(t *testing.T) {
 
 // Split deployments keep separate writes: the read model apart, no
 // projected append; commerce apart, the projected append but no start
-// step (its mapping lives elsewhere).
+// step (its mapping lives elsewhere); the Location Store apart, the start
+// step but without the grain's Ready commit in it.
 func TestSplitStoresKeepSeparateWrites(t *testing.T) {
 	for _, tc := range []struct {
-		name              string
-		urls              func(a, b string) RedisURLs
-		projected, starts bool
+		name                     string
+		urls                     func(a, b string) RedisURLs
+		projected, starts, ready bool
 	}{
-		{"read model apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, ReadModel: b} }, false, false},
-		{"commerce apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Commerce: b} }, true, false},
+		{"read model apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, ReadModel: b} }, false, false, false},
+		{"commerce apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Commerce: b} }, true, false, false},
+		{"location apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Location: b} }, true, true, false},
+		{"one server", func(a, _ string) RedisURLs { return RedisURLs{Default: a} }, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := redistest.Start(t), redistest.Start(t)
@@ -61,6 +64,7 @@ func TestSplitStoresKeepSeparateWrites(t *testing.T) {
 			defer st.Close()
 			require.Equal(t, tc.projected, st.ProjectedAppend != nil)
 			require.Equal(t, tc.starts, st.StartAppend != nil)
+			require.Equal(t, tc.ready, st.ReadyInStart)
 		})
 	}
 }

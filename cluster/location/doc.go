@@ -5,8 +5,11 @@
 // creation lock and the ownership history; per member, its node name,
 // its gone record and the takeover index of what it was made owner of.
 // Every change of a record is one Lua script that also appends to its
-// history (redis.go, history.go); gone records (gone.go) and the
-// takeover's index, scan and reset (takeover.go) sit beside them.
+// history (redis.go, history.go); two are spelled out for another store's
+// script on the same server instead: taking a minted identity's creation
+// lock (Creation) and committing its activation Ready (ReadyWrites)
+// (creation.go). Gone records (gone.go) and the takeover's index, scan
+// and reset (takeover.go) sit beside them.
 //
 // It is the store only: the protoactor IdentityLookup that reads it, the
 // activator that hosts grains, the cluster context, relocation and

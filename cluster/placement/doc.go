@@ -3,7 +3,8 @@
 // through the Location Store and cold-activates a Missing one, each
 // member's activator that hosts grains and answers an activation only
 // once the grain opened its state (and, for an activation that carries
-// its identity's first command, once the grain was recorded Ready and
+// its identity's first command, once the grain was recorded Ready, by the
+// activator or by a ReadyCarrier grain's first write (ready.go), and
 // answered that command), the cluster context that turns a dead
 // owner into a fast, typed ErrUnavailable, planned relocation (move.go),
 // the gone records' in-memory view and self-fencing (gone.go,

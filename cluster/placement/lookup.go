@@ -467,9 +467,9 @@ func (l *Lookup) Resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // can be creating it, so none is joined, and nothing can be cached for
 // it. Having claimed the lock, it gives it back on every failure, as
 // create does, so a retry need not wait for the lock to expire. With
-// first, the member records the grain Ready itself and delivers first to
-// it, and the grain's reply comes back (see Activate.first); it is nil
-// when first was not delivered.
+// first, the member (or, for a ReadyCarrier, the grain's first write)
+// records the grain Ready and the grain's reply to first comes back (see
+// Activate.first); it is nil when first was not delivered.
 func (l *Lookup) resolveHeld(ctx context.Context, kind, id, token string, first *firstCommand) (*actor.PID, any, error) {
 	if err := l.WaitReady(ctx); err != nil {
 		_ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token)
@@ -566,8 +566,9 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // With first, the member records the grain Ready (the lock's token goes
 // with the request) and answers with the grain's reply to first, returned
 // here. Skipping such a member is as safe: the record names at most one
-// grain, since a commit takes the lock it needs, and a grain receives
-// first only once its commit succeeded. A pid with an error is a grain
+// grain, since a commit takes the lock it needs, and nothing a grain
+// writes lands before its commit (a ReadyCarrier's first write is the
+// commit, checked against the lock). A pid with an error is a grain
 // recorded Ready that did not answer first in time.
 func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, reason ActivationReason, first *firstCommand) (*actor.PID, any, error) {
 	abort := func() { _ = l.store.AbortCreate(context.WithoutCancel(ctx), kind, id, token) }

@@ -12,7 +12,8 @@ const (
 	// MetricActivations counts activations whose grain opened, by cause
 	// (LabelCause). The requester records it Ready right after; for an
 	// activation that carries a first command (Activate.first), this
-	// member does, before it delivers the command.
+	// member does, before it delivers the command, or a ReadyCarrier
+	// grain does in its first write.
 	MetricActivations = telemetry.Namespace + "_activations_total"
 	// MetricActivationsAborted counts activations whose grain could not
 	// open its state, or stopped before it reported its open, by cause:

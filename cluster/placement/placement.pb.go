@@ -178,8 +178,10 @@ type Activate struct {
 	// lock the requester holds), and only then delivers first to it, with
 	// firstHeaders (the trace context), answering with the grain's reply in
 	// Activated.reply: one exchange instead of an activation, a Ready
-	// commit by the requester and a command. A grain still receives no
-	// command before its record names it Ready.
+	// commit by the requester and a command. A grain that can (a
+	// ReadyCarrier) records itself Ready instead, in the step of its first
+	// write, checked against token. Either way nothing a grain writes lands
+	// before its record names it Ready.
 	Token        string            `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
 	First        *Message          `protobuf:"bytes,8,opt,name=first,proto3" json:"first,omitempty"`
 	FirstHeaders map[string]string `protobuf:"bytes,9,rep,name=firstHeaders,proto3" json:"firstHeaders,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
