@@ -182,8 +182,9 @@ smoke: redis
 	GO=$(GO) bash scripts/smoke.sh -run-dir $(RUN_DIR)/smoke $(REDIS_CLUSTER_FLAG)
 
 # Benchmarks, never part of `make test`. First the warm grain call through
-# our Location Store lookup next to protoactor's disthash (ratio printed),
-# then the whole cluster under load (runner/bench; results and plot in
+# our Location Store lookup next to protoactor's disthash, and a new
+# order's start with its grain's Ready commit in the start's append next
+# to the commit made first (ratios printed), then the whole cluster under load (runner/bench; results and plot in
 # $(RUN_DIR)/bench): a closed-loop peak, then an open loop at a fixed rate
 # (half that peak) with latencies from each order's scheduled start.
 # BENCH_FLAGS may add -concurrency, -duration, -orders, -open-loop-rate,
@@ -195,8 +196,9 @@ smoke: redis
 # passes' ratios, cancelling the position effect (bench-compare-both.json).
 bench: redis
 	@mkdir -p $(RUN_DIR)
-	@set -o pipefail; $(GO) test -run '^$$' -bench WarmCall -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
+	@set -o pipefail; $(GO) test -run '^$$' -bench 'WarmCall|MintedStart' -benchtime 2s -count 3 ./cluster/clustertest/ | tee $(RUN_DIR)/warmcall.txt
 	@awk '/WarmCall\/location/ {l+=$$3; nl++} /WarmCall\/disthash/ {d+=$$3; nd++} END { if (nl && nd) printf "warm call (mean of %d runs): location %d ns/op, disthash %d ns/op, location/disthash = %.2f\n", nl, l/nl, d/nd, (l/nl)/(d/nd); else { print "warm call: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
+	@awk '/MintedStart\/ready-in-start/ {a+=$$3; na++} /MintedStart\/ready-committed-first/ {c+=$$3; nc++} END { if (na && nc) printf "minted start (mean of %d runs): Ready in the start %d ns/op, Ready committed first %d ns/op, in-start/first = %.2f\n", na, a/na, c/nc, (a/na)/(c/nc); else { print "minted start: ratio unavailable"; exit 1 } }' $(RUN_DIR)/warmcall.txt
 	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench $(if $(BENCH_BASELINE),-baseline $(BENCH_BASELINE)) $(REDIS_CLUSTER_FLAG) $(BENCH_FLAGS)
 
 # Restate side by side (never part of `make test`): installs restate-server

@@ -30,7 +30,7 @@ import (
 // harness runs several members in one process on the in-memory test
 // provider, against a real redis-server.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	redis  *redisserver.Server
 	agent  *test.InMemAgent
 	stores *node.Stores
@@ -38,14 +38,14 @@ type harness struct {
 	logs   map[string]*workflowtest.Evidence
 }
 
-type tlogWriter struct{ t *testing.T }
+type tlogWriter struct{ t testing.TB }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -129,13 +129,13 @@ func (h *harness) startAPIOn(name string, loc location.Store) *api {
 }
 
 // waitMembers waits until the lookup sees n members hosting the kind.
-func waitMembers(t *testing.T, l *placement.Lookup, n int) {
+func waitMembers(t testing.TB, l *placement.Lookup, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return len(l.Eligible(grain.KindName)) == n }, 10*time.Second, 10*time.Millisecond,
 		"expected %d workflow members", n)
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -147,7 +147,7 @@ var orderSeq struct {
 }
 
 // startReq builds a start command for a fresh order of the demo catalogue.
-func (h *harness) startReq(t *testing.T, cartID, method string) *contracts.StartOrderWorkflowReq {
+func (h *harness) startReq(t testing.TB, cartID, method string) *contracts.StartOrderWorkflowReq {
 	orderSeq.Lock()
 	orderSeq.n++
 	n := orderSeq.n
