@@ -93,6 +93,8 @@ type openLoopRun struct {
 	// MaxInFlight is the most orders in flight at once.
 	MaxInFlight int64
 	Elapsed     time.Duration
+	// Steal is the machine's steal over the phase; nil when unread.
+	Steal *steal
 }
 
 // runOpenLoop sends order i at start+dueAt(i) through do, each in its own
@@ -198,9 +200,13 @@ dispatch:
 
 // openLoop runs the phase against the cluster.
 func (l *load) openLoop(ctx context.Context, cfg openLoopConfig, report progress) openLoopRun {
-	return runOpenLoop(ctx, cfg, report, func(ctx context.Context, _ int64, phaseStart, scheduled time.Time) orderResult {
+	before, _ := machineTimes()
+	run := runOpenLoop(ctx, cfg, report, func(ctx context.Context, _ int64, phaseStart, scheduled time.Time) orderResult {
 		return l.one(ctx, l.seq.Add(1), phaseStart, scheduled)
 	})
+	after, _ := machineTimes()
+	run.Steal = stealBetween(before, after)
+	return run
 }
 
 // hdrPct is a latency distribution in milliseconds, read from an
@@ -271,6 +277,9 @@ type openLoopStats struct {
 	StartToTerminalMs hdrPct `json:"startToTerminalMs"`
 	Polls             int64  `json:"polls"`
 	Waits             int64  `json:"waits"`
+	// Steal is the machine's steal while the phase ran: the open loop's
+	// latencies move with it more than anything else on a shared host.
+	Steal *steal `json:"steal,omitempty"`
 	// Goals are printed beside the figures; the bench asserts none.
 	Goals struct {
 		StartOrderP99Ms       float64 `json:"startOrderP99Ms"`
@@ -291,7 +300,7 @@ func buildOpenLoop(cfg openLoopConfig, rateSource string, peak float64, run open
 		RatePerSec: cfg.Rate, RateSource: rateSource, DurationSec: cfg.Duration.Seconds(),
 		ElapsedSec: run.Elapsed.Seconds(), MaxInFlight: cfg.MaxInFlight,
 		MissedStarts: run.Missed, LateStarts: run.Late, LateThresholdMs: ms(lateStart),
-		MaxStartLagMs: ms(run.MaxLag), PeakInFlight: run.MaxInFlight,
+		MaxStartLagMs: ms(run.MaxLag), PeakInFlight: run.MaxInFlight, Steal: run.Steal,
 	}
 	if peak > 0 {
 		st.RateOverPeak = cfg.Rate / peak

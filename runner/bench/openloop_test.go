@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,7 +182,8 @@ func TestHdrPercentilesReadTheHistogram(t *testing.T) {
 }
 
 func TestBuildOpenLoopCountsAndGoals(t *testing.T) {
-	run := openLoopRun{Scheduled: 5, Sent: 4, Missed: 1, Late: 2, MaxLag: 3 * time.Millisecond, Elapsed: time.Second}
+	run := openLoopRun{Scheduled: 5, Sent: 4, Missed: 1, Late: 2, MaxLag: 3 * time.Millisecond, Elapsed: time.Second,
+		Steal: stealBetween(machineCPU{Total: 100, Steal: 1}, machineCPU{Total: 300, Steal: 21})}
 	for i := 0; i < 3; i++ {
 		run.Results = append(run.Results, orderResult{Path: pathSuccess, Status: "Confirmed", StartLat: 5 * time.Millisecond, E2E: 40 * time.Millisecond, Waits: 1})
 	}
@@ -197,6 +199,13 @@ func TestBuildOpenLoopCountsAndGoals(t *testing.T) {
 	require.EqualValues(t, 3, st.StartOrderMs.N, "an order that failed to start has no StartOrder latency")
 	require.True(t, st.Goals.StartOrderP99Met)
 	require.True(t, st.Goals.StartToTerminalP99Met)
+	require.NotNil(t, st.Steal, "the phase's steal is reported with its latencies")
+	require.InDelta(t, 0.1, st.Steal.Share, 1e-9)
+	rep := &report{OpenLoop: st}
+	require.InDelta(t, 10.0, *openLoopSteal(rep), 1e-9, "compared in percent")
+	var out strings.Builder
+	printReport(&out, rep)
+	require.Contains(t, out.String(), "10.0% of the machine's CPU time during the open loop")
 
 	run.Results = append(run.Results, orderResult{Path: pathSuccess, Status: "Confirmed", StartLat: 30 * time.Millisecond, E2E: 200 * time.Millisecond})
 	st = buildOpenLoop(openLoopConfig{Rate: 5, Duration: time.Second}, "src", 10, run)

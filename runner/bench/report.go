@@ -140,6 +140,9 @@ func printReport(w io.Writer, r *report) {
 		row("  StartOrder (from due)", "%s  %s", hp(ol.StartOrderMs), goal(ol.StartOrderMs, ol.Goals.StartOrderP99Ms))
 		row("  start -> terminal (from due)", "%s  %s", hp(ol.StartToTerminalMs), goal(ol.StartToTerminalMs, ol.Goals.StartToTerminalP99Ms))
 		row("  GETs", "%d waits, %d polls", ol.Waits, ol.Polls)
+		if ol.Steal != nil {
+			row("  CPU steal", "%.1f s, %.1f%% of the machine's CPU time during the open loop", ol.Steal.Seconds, 100*ol.Steal.Share)
+		}
 		if ol.Counts.FirstError != "" {
 			row("  first error", "%s", ol.Counts.FirstError)
 		}
