@@ -336,8 +336,9 @@ func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID, h *hoste
 
 // deliverFirst records pid as req's Ready owner under req.Token, then
 // sends it req.First and returns its reply. A grain that could not be
-// recorded is stopped before it received anything, so no command ever
-// reaches a grain whose record does not name it.
+// recorded is stopped before it received anything, so no command reaches
+// a grain whose record does not name it, but for the case below, where no
+// write of the grain's can land before the record names it.
 //
 // With act (a ReadyCarrier just opened) and a store that can spell the
 // commit out (location.ReadyWrites), the commit is left to the grain
