@@ -136,6 +136,11 @@ type peerRow struct {
 	// the load generator excluded; CPUByProcess splits it.
 	CPUMsPerOrder float64            `json:"cpuMsPerOrder"`
 	CPUByProcess  map[string]float64 `json:"cpuMsPerOrderByProcess"`
+	// StealPct and OpenLoopStealPct are the machine's steal during each
+	// phase, in percent: rows measured under different steal compare
+	// less well than their ratio says.
+	StealPct         *float64 `json:"stealPct,omitempty"`
+	OpenLoopStealPct *float64 `json:"openLoopStealPct,omitempty"`
 	// Effects is the check that each order's module effects happened
 	// once (Restate rows; ours proves it in its own tests).
 	Effects *effectsCheck `json:"effects,omitempty"`
@@ -147,6 +152,10 @@ func rowFromReport(label, system, durability string, r *report) peerRow {
 	row.Orders.Errors, row.Orders.Unexpected, row.Orders.FirstError = r.Orders.Errors, r.Orders.Unexpected, r.Orders.FirstError
 	row.ThroughputPerSec = r.Throughput.OrdersPerSec
 	row.ClosedStartOrderMs, row.ClosedStartToTermMs = r.StartOrderMs, r.StartToTerminalMs
+	if r.Steal != nil {
+		row.StealPct = some(100 * r.Steal.Share)
+	}
+	row.OpenLoopStealPct = openLoopSteal(r)
 	if ol := r.OpenLoop; ol != nil {
 		row.OpenLoopRatePerSec = ol.RatePerSec
 		so, e2e := ol.StartOrderMs, ol.StartToTerminalMs
@@ -367,7 +376,7 @@ func printPeers(w io.Writer, res peersResult) {
 		res.Config.MixSuccessPct, res.Config.MixInventoryPct, res.Config.MixPaymentPct, res.Config.Concurrency, res.Config.DurationSec,
 		100*res.Config.OpenLoopShare, res.Config.OpenLoopSec)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "system\tthroughput/s\topen-loop rate/s\tStartOrder p99 ms\tstart->terminal p99 ms\tCPU ms/order\torders ok")
+	fmt.Fprintln(tw, "system\tthroughput/s\topen-loop rate/s\tStartOrder p99 ms\tstart->terminal p99 ms\tCPU ms/order\tsteal % (closed / open)\torders ok")
 	for _, r := range res.Rows {
 		so, e2e := "n/a", "n/a"
 		if r.OpenLoopStartOrderMs != nil {
@@ -380,7 +389,8 @@ func printPeers(w io.Writer, res peersResult) {
 		if !r.ok() {
 			okText = "NO"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%.3f\t%s (%d terminal)\n", r.Label, r.ThroughputPerSec, r.OpenLoopRatePerSec, so, e2e, r.CPUMsPerOrder, okText, r.Orders.Terminal)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%.3f\t%s / %s\t%s (%d terminal)\n", r.Label, r.ThroughputPerSec, r.OpenLoopRatePerSec, so, e2e, r.CPUMsPerOrder,
+			pctOrNA(r.StealPct), pctOrNA(r.OpenLoopStealPct), okText, r.Orders.Terminal)
 	}
 	tw.Flush()
 	for _, r := range res.Rows {
@@ -528,6 +538,7 @@ func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack
 // from procfs by process, and Redis' INFO commandstats.
 func restateSnapshot(ctx context.Context, rdb *redis.Client, st *restateStack) (snap, error) {
 	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}}
+	s.Machine, _ = machineTimes()
 	for name, pid := range st.pids() {
 		cpu, err := cpuSeconds(pid)
 		if err != nil {
@@ -684,4 +695,11 @@ func cpuModel() string {
 		}
 	}
 	return ""
+}
+
+func pctOrNA(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", *v)
 }

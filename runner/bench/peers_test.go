@@ -179,3 +179,24 @@ func TestRestateOrderIDIsDeterministicPerKey(t *testing.T) {
 	require.NotEqual(t, restateOrderID("k"), restateOrderID("k2"))
 	require.True(t, strings.HasPrefix(restateOrderID("k"), "ord-"))
 }
+
+// Each row carries the machine's steal during its closed and open loop,
+// from its report, and the table prints it beside the CPU, "n/a" where it
+// was not read.
+func TestPeerRowsCarryTheSteal(t *testing.T) {
+	r := &report{Steal: stealBetween(machineCPU{Total: 100}, machineCPU{Total: 200, Steal: 25})}
+	r.OpenLoop = &openLoopStats{Steal: stealBetween(machineCPU{Total: 100}, machineCPU{Total: 300, Steal: 10})}
+	row := rowFromReport("ours", "shoppingmall", "d", r)
+	require.InDelta(t, 25.0, *row.StealPct, 1e-9)
+	require.InDelta(t, 5.0, *row.OpenLoopStealPct, 1e-9)
+	bare := rowFromReport("restate", "restate", "d", &report{})
+	require.Nil(t, bare.StealPct)
+	require.Nil(t, bare.OpenLoopStealPct)
+
+	o, err := parseOptions([]string{"-peers"})
+	require.NoError(t, err)
+	var out strings.Builder
+	printPeers(&out, buildPeers(o, []peerRow{row, bare}))
+	require.Contains(t, out.String(), "25.0 / 5.0")
+	require.Contains(t, out.String(), "n/a / n/a")
+}
