@@ -428,6 +428,8 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	failed = err
 	if carried {
 		w := g.order.FirstWritten()
+		// A start refused before it reached Start carries nothing on.
+		g.order.CarryFirstWrite(nil)
 		g.act.ReadyWritten(w == workflow.FirstWriteLanded, w == workflow.FirstWriteRefused)
 	}
 	switch {

@@ -69,9 +69,12 @@ const (
 // StartAppender (CarriesFirstWrite); it reports whether it took them.
 // While it carries them, Start writes nothing but that append: when the
 // append is refused or lost, Start returns its error and leaves the rest
-// to a later command. FirstWritten tells the outcome.
+// to a later command. FirstWritten tells the outcome. A start that ends
+// before its append drops them; so does CarryFirstWrite(nil), for a
+// command that never reached Start.
 func (o *Order) CarryFirstWrite(with []eventstore.Companion) bool {
 	if !o.Deferred() || len(with) == 0 {
+		o.firstWrite = nil
 		return false
 	}
 	o.firstWrite = with

@@ -849,6 +849,13 @@ func TestCarriedWritesRideInTheStartsAppendOnly(t *testing.T) {
 	require.NoError(t, err, "the refused start dropped what it carried")
 	assert.True(t, recorded)
 	assert.Empty(t, sa.With())
+
+	// A command that never reached Start drops them by hand.
+	o = fresh("ord-c4")
+	assert.False(t, o.CarryFirstWrite(nil))
+	_, _, err = e.svc.Start(e.ctx, o, e.d.StartReq("ord-c4", "key-c4", methodOK))
+	require.NoError(t, err)
+	assert.Empty(t, sa.With(), "nothing carried")
 }
 
 // With a ProjectedAppender every append travels with its projection: the
