@@ -189,8 +189,10 @@ type Cluster struct {
 	redis *redisserver.Server
 	port  int // Redis TCP port
 	// redisCluster is the Redis Cluster with Config.RedisCluster (redis
-	// is nil then).
-	redisCluster *redisserver.Cluster
+	// is nil then); redisClusterPorts are its masters' ports, then their
+	// bus ports, reserved with the nodes' own.
+	redisCluster      *redisserver.Cluster
+	redisClusterPorts []int
 
 	// apis and workflows name the API and workflow nodes, in start order.
 	apis      []string
@@ -260,13 +262,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	a, w := len(apis), len(workflows)
-	// Redis, then per API its HTTP, admin, automanaged and metrics ports,
-	// then per workflow its automanaged, operations and metrics ports.
-	ports, err := freePorts(1 + 4*a + 3*w)
+	ports, clusterPorts, err := reservePorts(a, w, cfg.RedisCluster)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{}),
+		redisClusterPorts: clusterPorts}
 	next := ports[1:]
 	take := func() int { p := next[0]; next = next[1:]; return p }
 	for _, name := range apis {
@@ -339,6 +340,26 @@ func (c *Cluster) redisPIDPath() string { return filepath.Join(c.cfg.RunDir, "pi
 // explicit pick can take such a port. Each candidate is checked by binding
 // it, then released.
 func freePorts(n int) ([]int, error) { return redisserver.FreePorts(n) }
+
+// reservePorts reserves, in one freePorts call, the ports of a cluster of
+// a APIs and w workflows: Redis, then per API its HTTP, admin,
+// automanaged and metrics ports, then per workflow its automanaged,
+// operations and metrics ports; and with redisCluster, apart, a Redis
+// Cluster's master ports then bus ports. One reservation, because ports
+// picked in two calls may meet before the first ones are bound (a master
+// once took a workflow's operations port, which then failed to start).
+func reservePorts(a, w int, redisCluster bool) (nodes, cluster []int, err error) {
+	n := 1 + 4*a + 3*w
+	extra := 0
+	if redisCluster {
+		extra = 2 * redisserver.DefaultMasters
+	}
+	ports, err := freePorts(n + extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ports[:n], ports[n:], nil
+}
 
 func (c *Cluster) args(n *node) []string {
 	common := []string{

@@ -15,9 +15,13 @@ import (
 // Config.RedisCluster under RunDir/redis-cluster and records each
 // master's PID in RunDir/pids/redis-N.pid.
 func (c *Cluster) startRedisCluster(ctx context.Context) error {
+	n := len(c.redisClusterPorts) / 2
 	rc, err := redisserver.StartCluster(ctx, redisserver.ClusterConfig{
 		Bin:         c.cfg.RedisBin,
 		Dir:         filepath.Join(c.cfg.RunDir, "redis-cluster"),
+		Masters:     n,
+		Ports:       c.redisClusterPorts[:n],
+		BusPorts:    c.redisClusterPorts[n:],
 		Persist:     c.cfg.RedisPersist,
 		AppendFsync: c.cfg.RedisAppendFsync,
 	})
