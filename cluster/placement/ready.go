@@ -13,7 +13,7 @@ import (
 // its first write (TakeReady), and returns them with what came of it
 // (ReadyWritten). Otherwise the commit is made by whichever asks first,
 // the grain before a write of its own (EnsureReady) or the activator once
-// the first command was answered (settle), never by both at once: the
+// the first command was answered (resolve), never by both at once: the
 // mutex is held across the commit, so the second finds the outcome.
 type deferredReady struct {
 	writes location.ReadyWrites
