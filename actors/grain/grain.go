@@ -430,7 +430,7 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 		w := g.order.FirstWritten()
 		// A start refused before it reached Start carries nothing on.
 		g.order.CarryFirstWrite(nil)
-		g.act.ReadyWritten(w == workflow.FirstWriteLanded, w == workflow.FirstWriteRefused)
+		g.act.ReadyWritten(readyWrite(w))
 	}
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
@@ -505,6 +505,20 @@ func (g *orderGrain) onStep(ctx actor.Context) {
 	}
 	c, cancel := g.turnCtx()
 	defer cancel()
+	// A start whose append carried the Ready commit and has no known
+	// outcome leaves the commit to be settled here, before anything else
+	// is written.
+	if err := g.act.EnsureReady(c); err != nil {
+		if errors.Is(err, location.ErrLockLost) {
+			g.cfg.Logger.Info("activation never recorded; stopping", slog.String("order", g.act.Identity),
+				slog.Int64("generation", g.act.Generation))
+			g.leave(ctx, keepRecord)
+			return
+		}
+		g.cfg.Logger.Warn("recording the activation failed; retrying", slog.String("order", g.act.Identity), slog.Any("error", err))
+		g.retryLater(ctx, &step{})
+		return
+	}
 	c, span := g.startStep(c)
 	progressed, err := g.cfg.Service.Step(c, g.order)
 	g.afterStep(ctx, progressed, err)

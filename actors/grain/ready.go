@@ -1,7 +1,9 @@
 package grain
 
 import (
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
@@ -23,7 +25,7 @@ func (g *orderGrain) carryReady(starting bool) bool {
 		// Taken but not carried: the activator makes the commit, and
 		// EnsureReady waits for nobody. Not reached while the order is
 		// Deferred, which the check above made sure of.
-		g.act.ReadyWritten(false, false)
+		g.act.ReadyWritten(placement.ReadyNotWritten)
 		return false
 	}
 	return true
@@ -44,4 +46,18 @@ func readyCompanions(w location.ReadyWrites) []eventstore.Companion {
 		eventstore.Companion{Op: eventstore.Delete, Key: w.Lock},
 		eventstore.Companion{Op: eventstore.ListPushCapped, Key: w.History, Value: []byte(w.HistoryEntry), Cap: w.HistoryCap},
 		eventstore.Companion{Op: eventstore.SetAdd, Key: w.Owned, Value: []byte(w.OwnedEntry)})
+}
+
+// readyWrite tells the activation what came of the writes a start
+// carried (workflow.Order.FirstWritten).
+func readyWrite(w workflow.FirstWrite) placement.ReadyWrite {
+	switch w {
+	case workflow.FirstWriteLanded:
+		return placement.ReadyLanded
+	case workflow.FirstWriteRefused:
+		return placement.ReadyLockLost
+	case workflow.FirstWriteInDoubt:
+		return placement.ReadyInDoubt
+	}
+	return placement.ReadyNotWritten
 }

@@ -54,12 +54,15 @@ type FirstWrite uint8
 
 const (
 	// FirstWriteNotMade: no append carried them (none attempted, or the
-	// append's own checks refused it), or its outcome is unknown.
+	// append's own checks refused it): nothing of them was written.
 	FirstWriteNotMade FirstWrite = iota
 	// FirstWriteLanded: they landed with the order's start.
 	FirstWriteLanded
 	// FirstWriteRefused: a Require among them failed; nothing was written.
 	FirstWriteRefused
+	// FirstWriteInDoubt: the append that carried them has no known
+	// outcome (the store did not answer): they may have landed with it.
+	FirstWriteInDoubt
 )
 
 // CarryFirstWrite hands the order writes of another store's that must

@@ -258,6 +258,9 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 			o.firstWritten = FirstWriteLanded
 		case errors.Is(err, eventstore.ErrPrecondition):
 			o.firstWritten = FirstWriteRefused
+		case !errors.Is(err, eventstore.ErrFenced) && !isAppendRace(err):
+			// No answer the script gave: the writes may stand.
+			o.firstWritten = FirstWriteInDoubt
 		}
 	case projected:
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))

@@ -792,7 +792,8 @@ func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
 // store's, such as its activation's Ready commit) ride in the start's
 // append and nowhere else. Only a deferred order takes them, on a service
 // with a StartAppender. They land with the start; refused, nothing is
-// written and nothing answered from the stream; a start that loses the
+// written and nothing answered from the stream; unanswered, they are in
+// doubt; a start that loses the
 // append's race returns the race instead of answering from the stream
 // (which would write the projection before the writes it carries); a
 // start that never reaches its append drops them.
@@ -838,6 +839,17 @@ func TestCarriedWritesRideInTheStartsAppendOnly(t *testing.T) {
 	assert.False(t, recorded)
 	assert.Equal(t, workflow.FirstWriteRefused, o.FirstWritten())
 	assert.Empty(t, e.d.Events.Types("ord-c2"), "nothing written")
+
+	// No answer from the store: the carried writes may have landed, and
+	// the owner has to find out before it writes anything else.
+	sa.RefuseWith = fmt.Errorf("%w: connection reset", eventstore.ErrUnavailable)
+	o = fresh("ord-c5")
+	_, recorded, err = e.svc.Start(e.ctx, o, e.d.StartReq("ord-c5", "key-c5", methodOK))
+	require.ErrorIs(t, err, eventstore.ErrUnavailable)
+	assert.False(t, recorded)
+	assert.Equal(t, workflow.FirstWriteInDoubt, o.FirstWritten())
+	assert.True(t, e.svc.NeedsWork(o), "the owner reloads to learn what landed")
+	sa.RefuseWith = nil
 
 	o = fresh("ord-c3")
 	bad := e.d.StartReq("ord-c3", "key-c3", methodOK)

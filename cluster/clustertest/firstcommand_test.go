@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -267,4 +269,80 @@ func TestSlowFirstCommandIsWaitedForNotRetriedElsewhere(t *testing.T) {
 	rec, err := h.stores.Location.Get(ctx, slowKind, id)
 	require.NoError(t, err)
 	require.Equal(t, location.Ready, rec.Status)
+}
+
+// lostReplyStart is a StartAppender whose append lands, but whose reply
+// is lost when it carries a Ready commit, and with it the Location Store
+// (down): the one Redis went away right after running the script.
+type lostReplyStart struct {
+	workflow.StartAppender
+	down *atomic.Bool
+}
+
+func (s lostReplyStart) AppendStart(ctx context.Context, orderID string, expected int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
+	v, marked, err := s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
+	if err != nil || len(with) == 0 {
+		return v, marked, err
+	}
+	s.down.Store(true)
+	return 0, false, fmt.Errorf("%w: connection reset after the script ran", eventstore.ErrUnavailable)
+}
+
+// downLocation is a Location Store whose record reads and commits fail
+// while down is set; refused counts the commits it failed.
+type downLocation struct {
+	*location.Redis
+	down    *atomic.Bool
+	refused *atomic.Int32
+}
+
+func (l downLocation) Get(ctx context.Context, kind, id string) (location.Record, error) {
+	if l.down.Load() {
+		return location.Record{}, fmt.Errorf("%w: down", location.ErrStoreUnavailable)
+	}
+	return l.Redis.Get(ctx, kind, id)
+}
+
+func (l downLocation) CommitReady(ctx context.Context, kind, id, token string, rec location.Record) error {
+	if l.down.Load() {
+		l.refused.Add(1)
+		return fmt.Errorf("%w: down", location.ErrStoreUnavailable)
+	}
+	return l.Redis.CommitReady(ctx, kind, id, token, rec)
+}
+
+// A minted start whose append recorded the order and its grain Ready,
+// but whose reply was lost along with the store, fails for its caller;
+// the member cannot settle the Ready commit either. The grain, which may
+// be the order's recorded owner, stays, and writes nothing more until the
+// commit is settled: once the store answers, it finds itself recorded
+// and drives the order to its end with no further command. Stopped, it
+// would leave a recorded, started order that nobody drives, and the
+// caller's retry would only find the order started.
+func TestMintedStartInDoubtKeepsItsGrain(t *testing.T) {
+	h := newHarness(t)
+	var down atomic.Bool
+	var refused atomic.Int32
+	loc, ok := h.stores.Location.(*location.Redis)
+	require.True(t, ok)
+	stores := *h.stores
+	stores.StartAppend = lostReplyStart{StartAppender: h.stores.StartAppend, down: &down}
+	stores.Location = downLocation{Redis: loc, down: &down, refused: &refused}
+	require.True(t, stores.ReadyInStart)
+	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	startCtx := h.holdCreation(t, req.OrderId, "held-by-the-edge", "held-by-the-edge")
+	_, _, err := a.client.StartOrderWorkflow(startCtx, req)
+	require.Error(t, err, "the start's reply was lost")
+	require.Equal(t, []string{"OrderStartedEvent"}, h.eventTypes(t, req.OrderId), "yet it landed")
+	require.Eventually(t, func() bool { return refused.Load() >= 3 }, 10*time.Second, 5*time.Millisecond,
+		"the grain keeps trying to settle its commit")
+	require.Equal(t, []string{"OrderStartedEvent"}, h.eventTypes(t, req.OrderId), "and writes nothing before it is settled")
+
+	down.Store(false)
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 }

@@ -395,14 +395,26 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 		// The command's wait may have used up the activation's deadline.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), a.lookup.cfg.ActivationTimeout)
 		outcome := d.resolve(cctx, true)
+		named := false
+		if errors.Is(outcome, location.ErrLockLost) {
+			// An unread record counts as not naming the grain: the lock
+			// settled lost, so the grain wrote nothing.
+			named, _ = recordedAt(cctx, a.lookup.store, req, pid)
+		}
 		ccancel()
 		switch {
 		case outcome == nil:
-		case errors.Is(outcome, location.ErrLockLost) && recordedAt(cctx, a.lookup.store, req, pid):
+		case named:
 			// Another request of this activation recorded the grain first,
 			// so the grain's own write was refused: it owns the identity,
 			// and the requester sends the command itself.
 			return done
+		case !errors.Is(outcome, location.ErrLockLost) && d.mayHaveWritten():
+			// The store failed, and the grain's write may have landed,
+			// recording the order and the grain as its owner: stopped, it
+			// would leave a recorded order that nobody drives. It stays,
+			// and settles the commit before its next write.
+			return readyFailed(outcome)
 		default:
 			sys.Root.Stop(pid)
 			return readyFailed(outcome)
@@ -421,10 +433,20 @@ func (a *activator) deliverFirst(sys *actor.ActorSystem, req *Activate, pid *act
 // commitReady records pid as req's Ready owner under req.Token; a commit
 // that fails while the record names pid anyway (a repeated request, or a
 // commit that landed despite its error) counts as made.
+//
+// A lost lock whose record could not be read is not reported lost: the
+// commit may have landed, and ErrLockLost settles a deferred commit.
 func (a *activator) commitReady(ctx context.Context, req *Activate, pid *actor.PID, rec location.Record) error {
 	err := a.lookup.store.CommitReady(ctx, req.Kind, req.Identity, req.Token, rec)
-	if err != nil && recordedAt(ctx, a.lookup.store, req, pid) {
+	if err == nil {
 		return nil
+	}
+	named, getErr := recordedAt(ctx, a.lookup.store, req, pid)
+	switch {
+	case named:
+		return nil
+	case getErr != nil && errors.Is(err, location.ErrLockLost):
+		return fmt.Errorf("record Ready: lock gone, record unread: %w", getErr)
 	}
 	return err
 }
@@ -632,8 +654,11 @@ func unpackMessage(m *Message) (proto.Message, error) {
 
 // recordedAt reports whether the Location record names pid as req's Ready
 // owner.
-func recordedAt(ctx context.Context, store location.Store, req *Activate, pid *actor.PID) bool {
+func recordedAt(ctx context.Context, store location.Store, req *Activate, pid *actor.PID) (bool, error) {
 	rec, err := store.Get(ctx, req.Kind, req.Identity)
-	return err == nil && rec.Status == location.Ready && rec.Generation == req.Generation &&
-		rec.PIDAddress == pid.Address && rec.PIDID == pid.Id
+	if err != nil {
+		return false, err
+	}
+	return rec.Status == location.Ready && rec.Generation == req.Generation &&
+		rec.PIDAddress == pid.Address && rec.PIDID == pid.Id, nil
 }

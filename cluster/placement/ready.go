@@ -29,7 +29,25 @@ type deferredReady struct {
 	// settles nothing.
 	settled bool
 	outcome error
+	// doubt: the grain's write that carried the commit has no known
+	// outcome; it may have recorded the grain Ready (and its own write).
+	doubt bool
 }
+
+// ReadyWrite is what came of the writes a grain took with TakeReady.
+type ReadyWrite uint8
+
+const (
+	// ReadyNotWritten: no write carried them, or the store refused that
+	// write before writing anything.
+	ReadyNotWritten ReadyWrite = iota
+	// ReadyLanded: they landed: the record names the grain.
+	ReadyLanded
+	// ReadyLockLost: their lock check failed; nothing was written.
+	ReadyLockLost
+	// ReadyInDoubt: the write that carried them has no known outcome.
+	ReadyInDoubt
+)
 
 func newDeferredReady(w location.ReadyWrites, commit func(context.Context) error) *deferredReady {
 	return &deferredReady{writes: w, commit: commit, returned: make(chan struct{})}
@@ -45,18 +63,40 @@ func (d *deferredReady) take() bool {
 	return true
 }
 
-func (d *deferredReady) written(recorded, lost bool) {
+func (d *deferredReady) written(w ReadyWrite) {
 	d.mu.Lock()
 	if !d.settled {
-		switch {
-		case recorded:
+		switch w {
+		case ReadyLanded:
 			d.settled, d.outcome = true, nil
-		case lost:
+		case ReadyLockLost:
 			d.settled, d.outcome = true, location.ErrLockLost
+		case ReadyInDoubt:
+			d.doubt = true
 		}
 	}
 	d.mu.Unlock()
 	d.returnedOnce.Do(func() { close(d.returned) })
+}
+
+// mayHaveWritten reports whether the grain may have written anything
+// while the commit is not settled: it took the writes and has not
+// returned them, or the write that carried them has no known outcome.
+// Such a grain must not be stopped for a commit that failed: should its
+// write have landed, it is the order's recorded owner and the only one
+// to drive it, and it settles the commit itself (EnsureReady).
+func (d *deferredReady) mayHaveWritten() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled || !d.taken {
+		return false
+	}
+	select {
+	case <-d.returned:
+		return d.doubt
+	default:
+		return true
+	}
 }
 
 // resolve returns the settled outcome, or makes the commit. With wait, it
@@ -101,16 +141,16 @@ func (a *Activation) TakeReady() (location.ReadyWrites, bool) {
 	return d.writes, true
 }
 
-// ReadyWritten reports what came of the writes TakeReady handed over:
-// recorded, they landed; lost, their lock check failed and nothing was
-// written. Neither (the write was not made, or its outcome is unknown)
-// hands the commit back: the activator makes it before it answers, or
-// the grain's next EnsureReady does, whichever asks first. A commit
-// after a write whose outcome was unknown finds the lock consumed if the
-// write landed, and counts as made when the record names the grain.
-func (a *Activation) ReadyWritten(recorded, lost bool) {
+// ReadyWritten reports what came of the writes TakeReady handed over.
+// Landed or lock lost settles the commit. Not written or in doubt hands
+// it back: the activator makes it before it answers, or the grain's next
+// EnsureReady does, whichever asks first. A commit after a write in doubt
+// finds the lock consumed if the write landed, and counts as made when
+// the record names the grain. A grain whose write is in doubt stays up
+// should that commit fail, and makes it before its next write.
+func (a *Activation) ReadyWritten(w ReadyWrite) {
 	if d := a.ready.Load(); d != nil {
-		d.written(recorded, lost)
+		d.written(w)
 	}
 }
 
@@ -119,7 +159,9 @@ func (a *Activation) ReadyWritten(recorded, lost bool) {
 // grain Ready. A commit left to the grain and not settled yet is made now
 // (or, should the activator be making it, its outcome waited for); a
 // grain whose activator made the commit before delivering anything has
-// nothing to wait for.
+// nothing to wait for. location.ErrLockLost means the record does not
+// name the grain and never will, so nothing the grain wrote landed: it
+// must leave without writing. Any other error settles nothing.
 func (a *Activation) EnsureReady(ctx context.Context) error {
 	d := a.ready.Load()
 	if d == nil {

@@ -61,14 +61,15 @@ func TestDeferredReadyIsCommittedOnceWhoeverAsks(t *testing.T) {
 // activator waits for writes taken and not yet returned.
 func TestDeferredReadyTakenWrites(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		recorded, lost bool
-		wantCommits    int32
-		wantErr        error
+		name        string
+		w           ReadyWrite
+		wantCommits int32
+		wantErr     error
 	}{
-		{name: "landed", recorded: true, wantCommits: 0},
-		{name: "lock lost", lost: true, wantCommits: 0, wantErr: location.ErrLockLost},
-		{name: "not made or unknown", wantCommits: 1},
+		{name: "landed", w: ReadyLanded, wantCommits: 0},
+		{name: "lock lost", w: ReadyLockLost, wantCommits: 0, wantErr: location.ErrLockLost},
+		{name: "not written", w: ReadyNotWritten, wantCommits: 1},
+		{name: "in doubt", w: ReadyInDoubt, wantCommits: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
@@ -88,7 +89,7 @@ func TestDeferredReadyTakenWrites(t *testing.T) {
 				t.Fatalf("the activator did not wait for the grain's report: %v", err)
 			case <-time.After(50 * time.Millisecond):
 			}
-			act.ReadyWritten(tc.recorded, tc.lost)
+			act.ReadyWritten(tc.w)
 			err := <-done
 			if tc.wantErr != nil {
 				require.True(t, errors.Is(err, tc.wantErr), "got %v", err)
@@ -117,4 +118,54 @@ func TestDeferredReadyStoreFailureIsRetried(t *testing.T) {
 	require.NoError(t, act.EnsureReady(context.Background()))
 	require.Equal(t, int32(2), calls.Load())
 	require.NoError(t, (&Activation{}).EnsureReady(context.Background()), "nothing left to the grain: nothing to do")
+}
+
+// A grain whose write may have landed is not to be stopped while the
+// commit is unsettled: it took the writes and has not returned them, or
+// returned them in doubt. Once the commit settles, or when the grain
+// wrote nothing, it may be.
+func TestDeferredReadyMayHaveWritten(t *testing.T) {
+	down := errors.New("store down")
+	var up atomic.Bool
+	commit := func(context.Context) error {
+		if !up.Load() {
+			return down
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name     string
+		take     bool
+		returned bool
+		w        ReadyWrite
+		want     bool
+	}{
+		{name: "not taken", want: false},
+		{name: "taken, in flight", take: true, want: true},
+		{name: "returned not written", take: true, returned: true, w: ReadyNotWritten, want: false},
+		{name: "returned in doubt", take: true, returned: true, w: ReadyInDoubt, want: true},
+		{name: "returned lock lost", take: true, returned: true, w: ReadyLockLost, want: false},
+		{name: "returned landed", take: true, returned: true, w: ReadyLanded, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.Store(false)
+			act := &Activation{}
+			d := newDeferredReady(location.ReadyWrites{}, commit)
+			act.ready.Store(d)
+			if tc.take {
+				_, ok := act.TakeReady()
+				require.True(t, ok)
+			}
+			if tc.returned {
+				act.ReadyWritten(tc.w)
+			}
+			if tc.w != ReadyLanded && tc.w != ReadyLockLost {
+				require.ErrorIs(t, act.EnsureReady(context.Background()), down, "the store is down: nothing settles")
+			}
+			require.Equal(t, tc.want, d.mayHaveWritten())
+			up.Store(true)
+			_ = act.EnsureReady(context.Background())
+			require.False(t, d.mayHaveWritten(), "settled: the record says whose it is")
+		})
+	}
 }
