@@ -168,6 +168,40 @@ func logTails(t *testing.T, c *localcluster.Cluster) {
 	t.Logf("---- redis (%s), last lines:\n%s", redisLog, localcluster.Tail(redisLog, 15))
 }
 
+// traceOrders logs, for each of the first few orders named, every line
+// of every node's log that mentions it or its key, but the reads of its
+// state: a stuck order's own story, which the logs' last lines seldom
+// hold.
+func traceOrders(t *testing.T, c *localcluster.Cluster, keyOf map[string]string, ids []string) {
+	nodes := append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...)
+	for _, id := range firstN(ids, 3) {
+		needles := []string{id}
+		if key := keyOf[id]; key != "" {
+			needles = append(needles, key)
+		}
+		for _, n := range nodes {
+			b, err := os.ReadFile(c.LogPath(n))
+			if err != nil {
+				t.Logf("---- %s: %v", n, err)
+				continue
+			}
+			var hits []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, `"method":"GET"`) {
+					continue
+				}
+				for _, needle := range needles {
+					if strings.Contains(line, needle) {
+						hits = append(hits, line)
+						break
+					}
+				}
+			}
+			t.Logf("---- %s, lines about %s:\n%s", n, id, strings.Join(firstN(hits, 40), "\n"))
+		}
+	}
+}
+
 // attempt is one POST /orders and what it was told.
 type attempt struct {
 	key        string

@@ -206,17 +206,19 @@ func TestRedisRestartWedgesNothing(t *testing.T) {
 		}
 	}
 	final, allTerminalAt := f.waitTerminal(ctx, orderIDs, time.Now().Add(terminalFor))
-	var stuck, stuckStatus, notConfirmed []string
+	var stuck, stuckIDs, stuckStatus, notConfirmed []string
 	for _, id := range orderIDs {
 		switch st := final[id]; {
 		case !terminal(st):
 			stuck = append(stuck, id+" ("+describe(keyOf[id])+"): "+st)
+			stuckIDs = append(stuckIDs, id)
 			stuckStatus = append(stuckStatus, st)
 		case st != "Confirmed":
 			notConfirmed = append(notConfirmed, id+": "+st)
 		}
 	}
 	sort.Strings(stuck)
+	traceOrders(t, f.c, keyOf, stuckIDs)
 	confirmedAcked := len(orderIDs) - len(stuck) - len(notConfirmed)
 	if allTerminalAt.IsZero() {
 		t.Logf("terminal: %d of %d acknowledged orders terminal after %s; stuck by status: %s",
