@@ -13,7 +13,6 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
-	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 // BenchmarkMintedStart times a new order's start as the edge makes it (the
@@ -74,14 +73,11 @@ func mintedStarter(b *testing.B, inStart bool) mintedStart {
 	return mintedStart{h: h, client: a.client, rdb: rdb}
 }
 
-// prepare reserves a new order's key and takes its creation lock, as the
-// edge's script does, and returns the start with its held-creation ctx.
+// prepare takes a new order's creation lock, as the edge's script does,
+// and returns the start with its held-creation ctx. It shares one client
+// across the loop: holdCreation's own client per call is too many here.
 func (m mintedStart) prepare(b *testing.B) (context.Context, context.CancelFunc, *contracts.StartOrderWorkflowReq) {
 	req := m.h.startReq(b, commerce.DemoCartOK, commerce.DemoMethodOK)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	lock, ok := m.h.stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
-	require.True(b, ok)
-	require.NoError(b, m.rdb.SetNX(ctx, lock.Lock, "held", time.Minute).Err())
-	require.NoError(b, m.rdb.HSet(ctx, lock.Record, lock.StatusField, lock.Creating).Err())
-	return placement.WithHeldCreation(placement.WithMintedIdentity(ctx, grain.KindName, req.OrderId), grain.KindName, req.OrderId, "held"), cancel, req
+	return m.h.takeCreation(ctx, b, m.rdb, req.OrderId, "held", "held"), cancel, req
 }

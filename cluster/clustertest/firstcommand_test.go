@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -30,12 +31,17 @@ import (
 // that tells the lookup it holds the lock under heldToken.
 func (h *harness) holdCreation(t *testing.T, orderID, lockToken, heldToken string) context.Context {
 	t.Helper()
-	ctx := ctxT(t, 30*time.Second)
+	rdb := h.redis.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	return h.takeCreation(ctxT(t, 30*time.Second), t, rdb, orderID, lockToken, heldToken)
+}
+
+// takeCreation is holdCreation on a client and context of the caller's.
+func (h *harness) takeCreation(ctx context.Context, t testing.TB, rdb *redis.Client, orderID, lockToken, heldToken string) context.Context {
+	t.Helper()
 	require.NotNil(t, h.stores.CreationLocks, "commerce and the Location Store share one server")
 	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, orderID)
 	require.True(t, ok)
-	rdb := h.redis.Client()
-	t.Cleanup(func() { _ = rdb.Close() })
 	require.NoError(t, rdb.SetNX(ctx, lock.Lock, lockToken, time.Minute).Err())
 	require.NoError(t, rdb.HSet(ctx, lock.Record, lock.StatusField, lock.Creating).Err())
 	return placement.WithHeldCreation(placement.WithMintedIdentity(ctx, grain.KindName, orderID), grain.KindName, orderID, heldToken)

@@ -120,12 +120,7 @@ func compare(base, cur *report) comparison {
 	add("open loop start -> terminal p99", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P99 }))
 	add("open loop start -> terminal p99.9", "ms", true, openLoop(func(ol *openLoopStats) float64 { return ol.StartToTerminalMs.P999 }))
 	add("CPU steal during the open loop", "%", true, openLoopSteal)
-	add("CPU steal during the load (the hypervisor's share)", "%", true, func(r *report) *float64 {
-		if r.Steal == nil {
-			return nil
-		}
-		return some(100 * r.Steal.Share)
-	})
+	add("CPU steal during the load (the hypervisor's share)", "%", true, closedLoopSteal)
 	add("ceiling (Redis alone)", "orders/s", false, func(r *report) *float64 {
 		if r.Ceiling.Orders == 0 {
 			return nil
@@ -239,6 +234,14 @@ func printBothOrders(w io.Writer, b bothOrdersComparison) {
 	}
 	printTable(w, fmt.Sprintf("ShoppingMall bench, both orders: %s vs %s", b.Current, b.Baseline),
 		[]string{"baseline first", "working tree first", "combined", "position"}, rows, b.Notes)
+}
+
+// closedLoopSteal is the closed loop's steal in percent; nil without one.
+func closedLoopSteal(r *report) *float64 {
+	if r.Steal == nil {
+		return nil
+	}
+	return some(100 * r.Steal.Share)
 }
 
 // openLoopSteal is the open loop's steal in percent; nil without one.

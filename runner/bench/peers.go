@@ -152,10 +152,7 @@ func rowFromReport(label, system, durability string, r *report) peerRow {
 	row.Orders.Errors, row.Orders.Unexpected, row.Orders.FirstError = r.Orders.Errors, r.Orders.Unexpected, r.Orders.FirstError
 	row.ThroughputPerSec = r.Throughput.OrdersPerSec
 	row.ClosedStartOrderMs, row.ClosedStartToTermMs = r.StartOrderMs, r.StartToTerminalMs
-	if r.Steal != nil {
-		row.StealPct = some(100 * r.Steal.Share)
-	}
-	row.OpenLoopStealPct = openLoopSteal(r)
+	row.StealPct, row.OpenLoopStealPct = closedLoopSteal(r), openLoopSteal(r)
 	if ol := r.OpenLoop; ol != nil {
 		row.OpenLoopRatePerSec = ol.RatePerSec
 		so, e2e := ol.StartOrderMs, ol.StartToTerminalMs
