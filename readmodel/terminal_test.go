@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -416,6 +417,11 @@ func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 		return err
 	}
 	got := make(chan *contracts.OrderState, orders)
+	// The workflow's Put may still be writing (the active-order index)
+	// when its notice has already answered the waiter: the test waits for
+	// every Put before its context is cancelled.
+	var workflows sync.WaitGroup
+	defer workflows.Wait()
 	for i := range orders {
 		started := make(chan struct{})
 		go func() { // the request: start, then wait
@@ -443,7 +449,9 @@ func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 			}
 			got <- st
 		}()
+		workflows.Add(1)
 		go func() { // the workflow: ends the order once it is started
+			defer workflows.Done()
 			<-started
 			if err := put(i, 2, contracts.OrderStatus_Confirmed); err != nil {
 				t.Error(err)
