@@ -185,9 +185,9 @@ smoke: redis
 # our Location Store lookup next to protoactor's disthash, and a new
 # order's start with its grain's Ready commit in the start's append next
 # to the commit made first (ratios printed), then the whole cluster under
-# load (runner/bench; results and plot in
-# $(RUN_DIR)/bench): a closed-loop peak, then an open loop at a fixed rate
-# (half that peak) with latencies from each order's scheduled start.
+# load (runner/bench; results and plot in $(RUN_DIR)/bench): a closed-loop
+# peak, then an open loop at a fixed rate (half that peak) with latencies
+# from each order's scheduled start.
 # BENCH_FLAGS may add -concurrency, -duration, -orders, -open-loop-rate,
 # -open-loop-duration, -open-loop=false. BENCH_BASELINE=<commit> builds
 # that commit's binaries and measures them first, then the working tree,
