@@ -136,6 +136,9 @@ type peerRow struct {
 	// the load generator excluded; CPUByProcess splits it.
 	CPUMsPerOrder float64            `json:"cpuMsPerOrder"`
 	CPUByProcess  map[string]float64 `json:"cpuMsPerOrderByProcess"`
+	// ForkCPUByProcess is the part of CPUByProcess spent by reaped
+	// children (Redis' AOF rewrites and snapshots).
+	ForkCPUByProcess map[string]float64 `json:"forkCpuMsPerOrderByProcess,omitempty"`
 	// StealPct and OpenLoopStealPct are the machine's steal during each
 	// phase, in percent: rows measured under different steal compare
 	// less well than their ratio says.
@@ -170,6 +173,7 @@ func rowFromReport(label, system, durability string, r *report) peerRow {
 		row.CPUByProcess[n] = v
 		row.CPUMsPerOrder += v
 	}
+	row.ForkCPUByProcess = r.ForkCPUPerOrderMs
 	return row
 }
 
@@ -396,6 +400,13 @@ func printPeers(w io.Writer, res peersResult) {
 			parts = append(parts, fmt.Sprintf("%s %.3f", n, r.CPUByProcess[n]))
 		}
 		fmt.Fprintf(w, "CPU ms/order, %s: %s\n", r.Label, strings.Join(parts, ", "))
+		if len(r.ForkCPUByProcess) > 0 {
+			parts = parts[:0]
+			for _, n := range sortedKeys(r.ForkCPUByProcess) {
+				parts = append(parts, fmt.Sprintf("%s %.3f", n, r.ForkCPUByProcess[n]))
+			}
+			fmt.Fprintf(w, "  of it, forked children (AOF rewrites, snapshots): %s\n", strings.Join(parts, ", "))
+		}
 	}
 	for _, q := range res.Ratios {
 		line := fmt.Sprintf("ratio %s / Restate: throughput %.2fx, CPU per order %.2fx", q.Ours, q.Throughput, q.CPUPerOrder)
@@ -534,14 +545,15 @@ func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack
 // restateSnapshot reads what buildReport needs of a Restate run: CPU
 // from procfs by process, and Redis' INFO commandstats.
 func restateSnapshot(ctx context.Context, rdb *redis.Client, st *restateStack) (snap, error) {
-	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}}
+	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}, ChildCPU: map[string]float64{}}
 	s.Machine, _ = machineTimes()
 	for name, pid := range st.pids() {
-		cpu, err := cpuSeconds(pid)
+		cpu, children, err := systemCPUSeconds(pid)
 		if err != nil {
 			return s, fmt.Errorf("%s cpu: %w", name, err)
 		}
 		s.CPU[name] = cpu
+		s.ChildCPU[name] = children
 	}
 	if cpu, err := cpuSeconds(0); err == nil {
 		s.CPU[runnerCPU] = cpu

@@ -110,6 +110,13 @@ func printReport(w io.Writer, r *report) {
 		total += r.CPUPerOrderMs[n]
 	}
 	row("CPU ms/order", "%s; total %.3f (load generator itself %.3f)", strings.Join(cpu, ", "), total, r.CPUPerOrderMs[runnerCPU])
+	if len(r.ForkCPUPerOrderMs) > 0 {
+		var parts []string
+		for _, n := range sortedKeys(r.ForkCPUPerOrderMs) {
+			parts = append(parts, fmt.Sprintf("%s %.3f", n, r.ForkCPUPerOrderMs[n]))
+		}
+		row("  of it, forked children", "%s (Redis' AOF rewrites and snapshots, counted when reaped)", strings.Join(parts, ", "))
+	}
 	if len(r.IOSyscallsPerOrder) > 0 {
 		var parts []string
 		for _, n := range sortedKeys(r.IOSyscallsPerOrder) {

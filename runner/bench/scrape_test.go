@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,6 +77,18 @@ func TestRoundTripFiguresFromTwoScrapes(t *testing.T) {
 	require.Equal(t, map[string]float64{"events": 8, "readmodel": 3}, cr.ByStore)
 	require.Equal(t, map[string]float64{"total": 8, "commands": 8, "evalsha": 8, "pipelines": 1}, cr.ByNode["workflow-a"])
 	require.Equal(t, int64(0), int64(len(rep.Notes)))
+	require.Nil(t, rep.ForkCPUPerOrderMs, "no process forked")
+
+	// Redis reaped a rewrite child worth 0.3 s during the load: it is in
+	// redis-server's CPU per order, and shown apart.
+	before.CPU = map[string]float64{"redis-server": 1.0, "api-a": 1.0}
+	before.ChildCPU = map[string]float64{"redis-server": 0.2, "api-a": 0}
+	after.CPU = map[string]float64{"redis-server": 2.0, "api-a": 1.5}
+	after.ChildCPU = map[string]float64{"redis-server": 0.5, "api-a": 0}
+	rep = buildReport(options{concurrency: 1, duration: time.Second}, res, before, after)
+	require.InDelta(t, 100.0, rep.CPUPerOrderMs["redis-server"], 1e-9)
+	require.Equal(t, []string{"redis-server"}, sortedKeys(rep.ForkCPUPerOrderMs))
+	require.InDelta(t, 30.0, rep.ForkCPUPerOrderMs["redis-server"], 1e-9)
 }
 
 func TestScrapeFailureIsAnError(t *testing.T) {
@@ -106,6 +119,35 @@ func TestCPUSecondsFromTheOS(t *testing.T) {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "cpu time did not grow (x=%d)", x)
+	}
+}
+
+// A measured process's figure includes the children it reaped (Redis'
+// AOF rewrites and snapshots are forked children), and the plain figure
+// does not: a shell that runs a busy subshell and waits for it has spent
+// almost nothing itself.
+func TestSystemCPUSecondsCountsReapedChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done); exec sleep 60`)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		withChildren, children, err := systemCPUSeconds(pid)
+		require.NoError(t, err)
+		own, err := cpuSeconds(pid)
+		require.NoError(t, err)
+		if withChildren-own >= 0.05 {
+			t.Logf("parent %.2f s, with its reaped child %.2f s", own, withChildren)
+			require.Less(t, own, 0.05, "the shell itself only forked and waited")
+			require.InDelta(t, withChildren-own, children, 0.02, "children is the reaped children's part")
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no child CPU counted after 30 s (own %.2f s, with children %.2f s)", own, withChildren)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -44,6 +44,9 @@ type snap struct {
 	// CPU is user+system time from the OS (procfs), by node, "redis-server"
 	// and the bench itself.
 	CPU map[string]float64
+	// ChildCPU is the part of CPU that reaped children spent (Redis' AOF
+	// rewrites and snapshots), by the same names.
+	ChildCPU map[string]float64
 	// IO is each process's read- and write-family system calls
 	// (/proc/<pid>/io syscr + syscw), by node and "redis-server": every
 	// socket read and write, so every hop an order makes, counted by the
@@ -63,7 +66,7 @@ type snap struct {
 // masters of a Redis Cluster), whose CPU is summed under "redis-server",
 // and a cluster's commandstats are summed over its masters.
 func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]proc, redisPIDs ...int) (snap, error) {
-	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}, IO: map[string]uint64{}}
+	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}, ChildCPU: map[string]float64{}, IO: map[string]uint64{}}
 	for _, name := range sortedKeys(procs) {
 		p := procs[name]
 		m, err := scrapeMetrics(ctx, p.MetricsURL)
@@ -80,19 +83,21 @@ func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]p
 		} else {
 			s.Metrics[name] = m
 		}
-		cpu, err := cpuSeconds(p.PID)
+		cpu, children, err := systemCPUSeconds(p.PID)
 		if err != nil {
 			s.Missing = append(s.Missing, fmt.Sprintf("%s cpu: %v", name, err))
 		} else {
 			s.CPU[name] = cpu
+			s.ChildCPU[name] = children
 		}
 		if n, err := ioSyscalls(p.PID); err == nil {
 			s.IO[name] = n
 		}
 	}
 	for _, pid := range redisPIDs {
-		if cpu, err := cpuSeconds(pid); err == nil {
+		if cpu, children, err := systemCPUSeconds(pid); err == nil {
 			s.CPU["redis-server"] += cpu
+			s.ChildCPU["redis-server"] += children
 		}
 		if n, err := ioSyscalls(pid); err == nil {
 			s.IO["redis-server"] += n
@@ -298,6 +303,10 @@ type report struct {
 	} `json:"redisCommands"`
 	CPUPerOrderMs map[string]float64 `json:"cpuMsPerOrder"`
 	CPUSeconds    map[string]float64 `json:"cpuSeconds"`
+	// ForkCPUPerOrderMs is the part of CPUPerOrderMs spent by children a
+	// process forked and reaped while the load ran (Redis' AOF rewrites
+	// and snapshots); only processes that had some.
+	ForkCPUPerOrderMs map[string]float64 `json:"forkCpuMsPerOrder,omitempty"`
 	// IOSyscallsPerOrder: read- and write-family system calls per order,
 	// by process, from /proc/<pid>/io.
 	IOSyscallsPerOrder map[string]float64 `json:"ioSyscallsPerOrder,omitempty"`
@@ -465,6 +474,14 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		if b, ok := before.CPU[name]; ok {
 			r.CPUSeconds[name] = a - b
 			r.CPUPerOrderMs[name] = (a - b) * 1000 / orders
+		}
+	}
+	for name, a := range after.ChildCPU {
+		if d := a - before.ChildCPU[name]; d > 0 {
+			if r.ForkCPUPerOrderMs == nil {
+				r.ForkCPUPerOrderMs = map[string]float64{}
+			}
+			r.ForkCPUPerOrderMs[name] = d * 1000 / orders
 		}
 	}
 
