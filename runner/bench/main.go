@@ -82,6 +82,9 @@ type options struct {
 	peer peerOptions
 	// profileDir, when set, receives each node's CPU profile of the closed loop (profile.go).
 	profileDir string
+	// idleTimeout is the workflows' -idle-timeout: short, so that the
+	// orders measured are also passivated while measured.
+	idleTimeout time.Duration
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -131,6 +134,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run the stores on a local 3-master Redis Cluster (Redis CPU and commandstats summed over the masters; fails on any CROSSSLOT reply)")
 	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
 	fs.BoolVar(&o.bothOrders, "both-orders", false, "with -baseline: after baseline then working tree, measure the working tree then the baseline again, and report the geometric mean of the two passes' ratios and the position effect (bench-compare-both.json)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Second, "the workflows' -idle-timeout: each order's grain passivates (releasing its Location record) this long after its last message, inside the measured phase; the phases after the closed loop start once its grains passivated (0 = never passivate, as the local cluster does)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -152,6 +156,8 @@ func (o options) validate() error {
 		return errors.New("-open-loop-rate must be >= 0")
 	case o.openLoop && o.openLoopDuration <= 0:
 		return errors.New("-open-loop-duration must be > 0")
+	case o.idleTimeout < 0:
+		return errors.New("-idle-timeout must be >= 0")
 	case o.openLoopMaxInFlight <= 0:
 		return errors.New("-open-loop-max-inflight must be > 0")
 	case o.baseline != "" && strings.HasPrefix(o.baseline, "-"):
@@ -291,9 +297,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.Dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: env,
 		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync,
-		RedisCluster: o.redisCluster,
-		StopGrace:    15 * time.Second,
-		Logf:         func(f string, a ...any) { logf(f, a...) },
+		RedisCluster:        o.redisCluster,
+		WorkflowIdleTimeout: o.idleTimeout,
+		StopGrace:           15 * time.Second,
+		Logf:                func(f string, a ...any) { logf(f, a...) },
 	})
 	if err != nil {
 		return nil, err
@@ -301,8 +308,9 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	defer func() {
 		// The figures are read by now and the cluster is throwaway: a
 		// graceful stop would only add a drain that moves every live
-		// order (thousands, no idle timeout) and API leaves that wait on
-		// those members, so every node is killed and Redis stopped.
+		// order (thousands without an idle timeout) and API leaves that
+		// wait on those members, so every node is killed and Redis
+		// stopped.
 		logf("stopping cluster (nodes killed: the run's figures are already read)")
 		for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 			if kerr := c.Kill(n); kerr != nil {
@@ -386,8 +394,14 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 		rep.Notes = append(rep.Notes, "the APIs have no GET ?waitFor=terminal: outcomes were polled every "+o.poll.String())
 	}
 	rep.Replay = replayRead(ctx, rdb, res, o.replaySamples)
+	if o.idleTimeout > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("grains passivate %s after their last message (-idle-timeout): the figures include the passivation of about as many orders as were measured", o.idleTimeout))
+	}
 
 	if o.openLoop {
+		if err := settlePassivations(ctx, workflowMetrics(c), o.idleTimeout, passivationSettle, "open loop"); err != nil {
+			return nil, err
+		}
 		rate, source := openLoopRate(o, rep, base)
 		if rate <= 0 {
 			rep.Notes = append(rep.Notes, "open loop skipped: "+source)
@@ -403,6 +417,9 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	}
 
 	if rep.Orders.Terminal > 0 {
+		if err := settlePassivations(ctx, workflowMetrics(c), o.idleTimeout, passivationSettle, "ceiling"); err != nil {
+			return nil, err
+		}
 		logf("ceiling: the per-order Redis command mix alone, concurrency %d, for %s", o.concurrency, o.ceilingDuration)
 		ceil, err := runCeiling(ctx, rdb, rep.Mix, o.concurrency, o.ceilingDuration)
 		if err != nil {
@@ -475,4 +492,61 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// passivationSettle bounds the wait for the last grains' passivations
+// past the idle timeout (each is a receive timeout, then one Location
+// write).
+const passivationSettle = 10 * time.Second
+
+// settlePassivations lets the grains of the phase that just ended
+// passivate before the next phase starts: their releases would otherwise
+// land in the open loop's first seconds, a burst of work the arrival
+// rate does not account for, or beside the Redis-alone ceiling. It waits
+// until the grains-hosted gauges at metricsURLs (the workflows') read 0,
+// for at most idle+bound; a binary without the gauge gets idle and a
+// second.
+func settlePassivations(ctx context.Context, metricsURLs []string, idle, bound time.Duration, next string) error {
+	if idle <= 0 {
+		return nil
+	}
+	logf("waiting for the last orders' grains to passivate before the %s", next)
+	start := time.Now()
+	deadline := start.Add(idle + bound)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		hosted, known := 0.0, true
+		for _, u := range metricsURLs {
+			m, err := scrapeMetrics(ctx, u)
+			if err != nil || m[metricGrainsHosted] == nil {
+				known = false
+				break
+			}
+			hosted += m.sum(metricGrainsHosted, nil)
+		}
+		switch {
+		case known && hosted == 0:
+			logf("grains passivated after %s", time.Since(start).Round(10*time.Millisecond))
+			return nil
+		case !known && time.Since(start) > idle+time.Second:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("%.0f grains still hosted %s after the %s began to wait (idle timeout %s)", hosted, time.Since(start).Round(time.Second), next, idle)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// workflowMetrics lists the workflow nodes' metrics base URLs.
+func workflowMetrics(c *localcluster.Cluster) []string {
+	var urls []string
+	for _, n := range localcluster.WorkflowNodes {
+		urls = append(urls, c.MetricsURL(n))
+	}
+	return urls
 }

@@ -18,6 +18,7 @@ const (
 	metricRedisRoundTrips = "shoppingmall_redis_round_trips_total"
 	metricRedisCommands   = "shoppingmall_redis_commands_total"
 	metricRedisPipelines  = "shoppingmall_redis_pipelines_total"
+	metricGrainsHosted    = "shoppingmall_grains_hosted"
 	labelStore            = "store"
 	labelCommand          = "command"
 )

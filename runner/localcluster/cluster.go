@@ -121,6 +121,11 @@ type Config struct {
 	Fixtures  bool
 	// RequestTimeout is the APIs' -request-timeout; default 10s.
 	RequestTimeout time.Duration
+	// WorkflowIdleTimeout is the workflows' -idle-timeout. Zero, the
+	// default here, never passivates: the scenarios and fault tests count
+	// on an order's owner staying where it was activated. The bench sets
+	// it, so that each order's passivation is in its figures.
+	WorkflowIdleTimeout time.Duration
 	// Env is every node's environment; nil inherits the caller's. See
 	// ChildEnv.
 	Env []string
@@ -383,7 +388,7 @@ func (c *Cluster) args(n *node) []string {
 		}
 		return a
 	}
-	a := append(append([]string{}, common...), "-idle-timeout", "0", "-ops-http", "127.0.0.1:"+strconv.Itoa(n.opsPort))
+	a := append(append([]string{}, common...), "-idle-timeout", c.cfg.WorkflowIdleTimeout.String(), "-ops-http", "127.0.0.1:"+strconv.Itoa(n.opsPort))
 	if c.cfg.Fixtures {
 		a = append(a, "-fixtures")
 	}
