@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -110,5 +112,62 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	require.NoError(t, err)
 	for _, o := range active {
 		require.NotEqual(t, req.OrderId, o.OrderID, "index entry dropped with the terminal projection")
+	}
+}
+
+// TestPassivationRoundTrips counts what an idle passivation costs on one
+// Redis server: one command, the release script, which drops the owner's
+// takeover index entry as well. The orders of a bench are all
+// passivated once, so it is part of each order's cost.
+func TestPassivationRoundTrips(t *testing.T) {
+	h := newHarness(t)
+	reg := telemetry.NewRegistry()
+	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: reg.RedisHook})
+	require.NoError(t, err)
+	t.Cleanup(stores.Close)
+	ctx := ctxT(t, 30*time.Second)
+	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
+		Cluster: cluster.Config{NodeName: "workflow-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+			RefreshTTL: 100 * time.Millisecond, Logger: h.logger("workflow-a"), FrameworkLogLevel: quietFramework},
+		Stores: stores, Logger: h.logger("workflow-a"), IdleTimeout: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(w.Member.Crash)
+	a := h.startAPIOn("api-a", stores.Location)
+	waitMembers(t, a.member.Lookup, 1)
+	// Commands are counted before they are sent, so once the test sees
+	// the release in Redis every command of it is in the count (a round
+	// trip is counted once its reply is read, which may come later).
+	locationCommands := func() int64 {
+		v, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: node.StoreLocation})
+		require.NoError(t, err)
+		return int64(v)
+	}
+	// The test reads the records on a client of its own, outside the
+	// count.
+	raw := h.redis.Client()
+	t.Cleanup(func() { _ = raw.Close() })
+	records, err := location.NewRedis(location.Config{Client: raw})
+	require.NoError(t, err)
+	released := func(id string) bool {
+		rec, err := records.Get(ctx, grain.KindName, id)
+		require.NoError(t, err)
+		owned, err := records.Owned(ctx, w.Member.Lookup.Self(), grain.KindName)
+		require.NoError(t, err)
+		return rec.Owner == "" && !slices.Contains(owned, id)
+	}
+
+	// The first passivation loads the release script (an EVAL retry).
+	for i := range 2 {
+		req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+		_, _, err = a.client.StartOrderWorkflow(ctx, req)
+		require.NoError(t, err)
+		h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+		before := locationCommands()
+		require.Eventually(t, func() bool { return released(req.OrderId) }, 10*time.Second, 10*time.Millisecond,
+			"the confirmed order's grain passivates: its record and the owner index forget it")
+		if i == 1 {
+			require.Equal(t, int64(1), locationCommands()-before, "one command, so one round trip: the release script, which drops the index entry too")
+		}
 	}
 }

@@ -142,6 +142,17 @@ type Authority interface {
 	AbortMove(ctx context.Context, kind, id, opID string) error
 }
 
+// OwnerReleaser is a Store that can release a record in the name of the
+// member expected to own it: where the store allows it, that owner's
+// takeover index entry (TakeoverIndex.Owned) goes in the same round trip.
+type OwnerReleaser interface {
+	// ReleaseAt is Store.Release, with owner the member id the caller
+	// expects the record to name (its own, for a grain that passivates).
+	// The result is Release's whoever the record names; only the index
+	// removal depends on owner.
+	ReleaseAt(ctx context.Context, kind, id, owner, pidID string, gen Generation) (bool, error)
+}
+
 // Members maps member ids to node names and keeps the gone records: a
 // member recorded gone is gone for good (gone.go).
 type Members interface {

@@ -29,7 +29,10 @@ type Redis struct {
 	keys keys
 }
 
-var _ Store = (*Redis)(nil)
+var (
+	_ Store         = (*Redis)(nil)
+	_ OwnerReleaser = (*Redis)(nil)
+)
 
 // NewRedis returns a Location Store on cfg.Client, or an error wrapping
 // ErrConfig when cfg has no client or a prefix with braces.
@@ -180,24 +183,32 @@ func (s *Redis) AbortCreate(ctx context.Context, kind, id, token string) error {
 // generation back, and a record back at generation 0 is deleted, so an
 // activation that found nothing to own (a probe for an unknown id) leaves
 // no key behind: its history goes with it. It answers the owner it
-// released, for the index.
+// released, for the index, and 1 after it when it removed that owner's
+// index entry itself: given KEYS[3], the index of the owner the caller
+// expects (ARGV[5]), on one server, where the index key may share the
+// script.
 //
-// KEYS: record, history. ARGV: pidId, discard ('1'), history kind,
-// nowUnixMs.
+// KEYS: record, history[, owned index]. ARGV: pidId, discard ('1'),
+// history kind, nowUnixMs[, expected owner, index entry].
 var release = redis.NewScript(historyLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return {0} end
 local owner = redis.call('HGET', KEYS[1], 'owner') or ''
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
+local unindexed = 0
+if KEYS[3] and owner == ARGV[5] then
+  redis.call('SREM', KEYS[3], ARGV[6])
+  unindexed = 1
+end
 if ARGV[2] == '1' then
   if g > 1 then redis.call('HSET', KEYS[1], 'generation', g - 1) else redis.call('HDEL', KEYS[1], 'generation') end
   if g <= 1 then
     redis.call('DEL', KEYS[2])
-    return {1, owner}
+    return {1, owner, unindexed}
   end
 end
 history(KEYS[2], ARGV[3], owner, g, ARGV[4])
-return {1, owner}
+return {1, owner, unindexed}
 `)
 
 // Release makes a Ready identity Missing if pidID is still its owner pid.
@@ -206,14 +217,28 @@ return {1, owner}
 // generation it took is given back, so an empty activation uses up no
 // generation.
 func (s *Redis) Release(ctx context.Context, kind, id, pidID string, gen Generation) (bool, error) {
+	return s.ReleaseAt(ctx, kind, id, "", pidID, gen)
+}
+
+// ReleaseAt is Release by the member the caller expects to own the record
+// (its own id, for a grain that passivates). On one server, where the
+// owner's takeover index shares the script, the index entry goes in the
+// same round trip when the record names that owner; otherwise, and on a
+// Redis Cluster, it is removed after the script, as Release does.
+func (s *Redis) ReleaseAt(ctx context.Context, kind, id, owner, pidID string, gen Generation) (bool, error) {
 	d := "0"
 	kindOf := releaseReason(ctx)
 	if gen == GiveBackGeneration {
 		d = "1"
 		kindOf = OwnershipDiscarded
 	}
-	res, err := release.Run(ctx, s.rdb, []string{s.keys.record(kind, id), s.keys.history(kind, id)},
-		pidID, d, string(kindOf), nowUnixMs()).Slice()
+	keys := []string{s.keys.record(kind, id), s.keys.history(kind, id)}
+	args := []any{pidID, d, string(kindOf), nowUnixMs()}
+	if owner != "" && s.SingleServer() {
+		keys = append(keys, s.keys.owned(owner))
+		args = append(args, owner, ownedEntry(kind, id))
+	}
+	res, err := release.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return false, translate(err)
 	}
@@ -221,8 +246,14 @@ func (s *Redis) Release(ctx context.Context, kind, id, pidID string, gen Generat
 		return false, nil
 	}
 	if len(res) > 1 {
-		owner, _ := res[1].(string)
-		s.unindex(ctx, owner, kind, id)
+		released, _ := res[1].(string)
+		var unindexed int64
+		if len(res) > 2 {
+			unindexed, _ = res[2].(int64)
+		}
+		if unindexed != 1 {
+			s.unindex(ctx, released, kind, id)
+		}
 	}
 	return true, nil
 }

@@ -755,7 +755,14 @@ func (l *Lookup) activationResult(ctx context.Context, f *actor.Future, timeout 
 // Release gives up authority for an identity owned by pid (explicit close
 // or idle passivation); gen says whether the generation it took is kept.
 func (l *Lookup) Release(ctx context.Context, kind, id string, pid *actor.PID, gen location.Generation) error {
-	_, err := l.store.Release(ctx, kind, id, pid.Id, gen)
+	var err error
+	if r, ok := l.store.(location.OwnerReleaser); ok {
+		// The grain runs here, so its record names this member: the
+		// index entry can go in the release's own round trip.
+		_, err = r.ReleaseAt(ctx, kind, id, l.Self(), pid.Id, gen)
+	} else {
+		_, err = l.store.Release(ctx, kind, id, pid.Id, gen)
+	}
 	l.cluster.PidCache.RemoveByValue(id, kind, pid)
 	return err
 }
