@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +19,27 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
+// countedMembers starts a workflow member (idle: its -idle-timeout) and
+// an API member whose stores count their Redis commands and round trips
+// in reg, as a process's /metrics does.
+func countedMembers(t *testing.T, h *harness, ctx context.Context, idle time.Duration) (*telemetry.Registry, *node.Stores, *node.Workflow, *api) {
+	t.Helper()
+	reg := telemetry.NewRegistry()
+	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: reg.RedisHook})
+	require.NoError(t, err)
+	t.Cleanup(stores.Close)
+	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
+		Cluster: cluster.Config{NodeName: "workflow-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+			RefreshTTL: 100 * time.Millisecond, Logger: h.logger("workflow-a"), FrameworkLogLevel: quietFramework},
+		Stores: stores, Logger: h.logger("workflow-a"), IdleTimeout: idle,
+	})
+	require.NoError(t, err)
+	t.Cleanup(w.Member.Crash)
+	a := h.startAPIOn("api-a", stores.Location)
+	waitMembers(t, a.member.Lookup, 1)
+	return reg, stores, w, a
+}
+
 // TestRoundTripsPerOrder counts the Redis round trips (a pipeline is one)
 // that the grain call path and the workflow make for one order from start
 // to Confirmed (the edge adds its cart read and idempotency reservation,
@@ -27,21 +49,10 @@ import (
 // hooks and the metrics registry that /metrics serves.
 func TestRoundTripsPerOrder(t *testing.T) {
 	h := newHarness(t)
-	reg := telemetry.NewRegistry()
-	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: reg.RedisHook})
-	require.NoError(t, err)
-	t.Cleanup(stores.Close)
 	ctx := ctxT(t, 30*time.Second)
-	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
-		Cluster: cluster.Config{NodeName: "workflow-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
-			RefreshTTL: 100 * time.Millisecond, Logger: h.logger("workflow-a"), FrameworkLogLevel: quietFramework},
-		Stores: stores, Logger: h.logger("workflow-a"),
-	})
-	require.NoError(t, err)
-	t.Cleanup(w.Member.Crash)
-	a := h.startAPIOn("api-a", stores.Location)
+	reg, stores, _, a := countedMembers(t, h, ctx, 0)
 	m, client := a.member, a.client
-	waitMembers(t, m.Lookup, 1)
+	var err error
 
 	// Warm the scripts so NOSCRIPT fallbacks are not counted.
 	warm := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
@@ -121,20 +132,9 @@ func TestRoundTripsPerOrder(t *testing.T) {
 // passivated once, so it is part of each order's cost.
 func TestPassivationRoundTrips(t *testing.T) {
 	h := newHarness(t)
-	reg := telemetry.NewRegistry()
-	stores, err := node.OpenStores(ctxT(t, 5*time.Second), node.RedisURLs{Default: h.redis.URL()}, node.StoreOptions{StoreHook: reg.RedisHook})
-	require.NoError(t, err)
-	t.Cleanup(stores.Close)
 	ctx := ctxT(t, 30*time.Second)
-	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
-		Cluster: cluster.Config{NodeName: "workflow-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
-			RefreshTTL: 100 * time.Millisecond, Logger: h.logger("workflow-a"), FrameworkLogLevel: quietFramework},
-		Stores: stores, Logger: h.logger("workflow-a"), IdleTimeout: 300 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	t.Cleanup(w.Member.Crash)
-	a := h.startAPIOn("api-a", stores.Location)
-	waitMembers(t, a.member.Lookup, 1)
+	reg, _, w, a := countedMembers(t, h, ctx, 300*time.Millisecond)
+	var err error
 	// Commands are counted before they are sent, so once the test sees
 	// the release in Redis every command of it is in the count (a round
 	// trip is counted once its reply is read, which may come later).
