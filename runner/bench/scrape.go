@@ -137,13 +137,13 @@ const clockTicks = 100
 
 // systemCPUSeconds is cpuSeconds of a measured process (a node, a
 // redis-server, restate-server) plus the CPU of the children it has
-// waited for. redis-server forks to rewrite its append-only file and to
-// save snapshots; with the AOF on, a 20 s closed loop at about 1,000
-// orders/s ran three such children of one to four seconds each: work the
-// store does for its orders, which the parent's own times leave out. A child counts
-// in the phase in which its parent reaped it. Not for the bench itself:
-// its children are the nodes of earlier clusters.
-// children is that children's part of total.
+// waited for, which it also returns apart. redis-server forks to rewrite
+// its append-only file and to save snapshots; with the AOF on, a 20 s
+// closed loop at about 1,000 orders/s ran three such children of one to
+// four seconds each: work the store does for its orders, which the
+// parent's own times leave out. A child counts in the phase in which its
+// parent reaped it. Not for the bench itself: its children are the
+// nodes of earlier clusters.
 func systemCPUSeconds(pid int) (total, children float64, err error) {
 	p, err := procfs.NewProc(pid)
 	if err != nil {

@@ -42,7 +42,8 @@ type snap struct {
 	// trips and commands, by store).
 	Metrics map[string]scraped
 	// CPU is user+system time from the OS (procfs), by node, "redis-server"
-	// and the bench itself.
+	// and the bench itself; a node's and Redis' include the children
+	// they reaped (systemCPUSeconds), the bench's does not.
 	CPU map[string]float64
 	// ChildCPU is the part of CPU that reaped children spent (Redis' AOF
 	// rewrites and snapshots), by the same names.
