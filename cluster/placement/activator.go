@@ -89,6 +89,8 @@ type activator struct {
 	// new activation of their identity gets a new grain, never one that
 	// is about to stop.
 	retired map[string]retiredGrain
+	// mailbox makes the hosted grains' mailboxes (mailbox.go).
+	mailbox actor.MailboxProducer
 }
 
 type retiredGrain struct {
@@ -289,7 +291,7 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 			c.Set(&activationExt{act: act})
 			_, opens = c.Actor().(Opener)
 			_, carries = c.Actor().(ReadyCarrier)
-		}), actor.WithDispatcher(hostDispatcher))
+		}), actor.WithDispatcher(hostDispatcher), actor.WithMailbox(a.mailbox))
 	pid := ctx.SpawnPrefix(props, m.Identity)
 	ctx.Watch(pid)
 	kind.Inc()

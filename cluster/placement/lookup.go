@@ -234,7 +234,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.sub = sub
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
-			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}}
+			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, mailbox: hostMailbox(sys)}
 		}, actor.WithDispatcher(hostDispatcher)), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
