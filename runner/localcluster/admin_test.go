@@ -59,8 +59,14 @@ func TestEveryAPIGetsALoopbackAdminListenerAndTheGeneratedToken(t *testing.T) {
 	require.NotEqual(t, c.AdminURL(APIA), c.AdminURL(APIB))
 	for _, wf := range WorkflowNodes {
 		require.Empty(t, c.AdminURL(wf))
-		log, err := os.ReadFile(c.LogPath(wf))
-		require.NoError(t, err)
+		// Start waits for the APIs' ready lines, which these fakes print
+		// without their workflows: a workflow's script may not have
+		// written yet.
+		var log []byte
+		require.Eventually(t, func() bool {
+			log, err = os.ReadFile(c.LogPath(wf))
+			return err == nil && strings.Contains(string(log), "env-token "+wf+" ")
+		}, 10*time.Second, 10*time.Millisecond, "%s printed the token it got", wf)
 		require.Contains(t, string(log), "env-token "+wf+" "+tok,
 			"a workflow gets the generated token too, never the caller's: it guards the ops listener's /debug/pprof/")
 	}

@@ -111,9 +111,13 @@ func TestClusterStartKillRestartStop(t *testing.T) {
 		w, ok := st.Node(wf)
 		require.True(t, ok)
 		assert.Equal(t, ops, w.OpsURL, "the state records %s's ops address", wf)
-		log, err := os.ReadFile(c.LogPath(wf))
-		require.NoError(t, err)
-		assert.Contains(t, string(log), "-ops-http "+strings.TrimPrefix(ops, "http://")+" ", "%s started with its ops address", wf)
+		// Start waits for the APIs' ready lines, not for the fake
+		// workflows' first line.
+		want := "-ops-http " + strings.TrimPrefix(ops, "http://") + " "
+		require.Eventually(t, func() bool {
+			log, err := os.ReadFile(c.LogPath(wf))
+			return err == nil && strings.Contains(string(log), want)
+		}, 10*time.Second, 10*time.Millisecond, "%s started with its ops address", wf)
 	}
 	assert.NotEqual(t, c.OpsURL(WorkflowA), c.OpsURL(WorkflowB))
 	assert.Empty(t, c.OpsURL(APIA))
