@@ -1,7 +1,6 @@
 package readmodel_test
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -96,29 +95,12 @@ func TestProjectedAppendKeepsTheActiveIndex(t *testing.T) {
 	require.False(t, indexed(t, c, "o-ix"), "a terminal order leaves the index")
 }
 
-// countingHook counts the commands a client sends, by name.
-type countingHook struct{ n atomic.Int64 }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // On one server the index entry rides in the append's own script: the
 // Created and the terminal projected appends are one round trip each, and
 // an append refused by a check touches the index no more than the record.
 func TestProjectedAppendIndexesInTheSameRoundTripOnOneServer(t *testing.T) {
 	_, c := setup(t)
-	hook := &countingHook{}
+	hook := &redistest.RoundTrips{}
 	c.AddHook(hook)
 	p := newProjected(t, c, "", "")
 	ctx := ctxT(t)
@@ -136,9 +118,9 @@ func TestProjectedAppendIndexesInTheSameRoundTripOnOneServer(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 	require.True(t, indexed(t, c, "o-rt"), "a refused terminal append leaves the index entry")
 
-	before := hook.n.Load()
+	before := hook.Count()
 	_, err = p.Append.AppendProjected(ctx, "o-rt", 1, fence, env("e2"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Failed, UpdatedAtUnixMs: 7})
 	require.NoError(t, err)
-	require.EqualValues(t, 1, hook.n.Load()-before, "the terminal append, its projection and the index update are one round trip")
+	require.EqualValues(t, 1, hook.Count()-before, "the terminal append, its projection and the index update are one round trip")
 	require.False(t, indexed(t, c, "o-rt"), "a terminal order leaves the index")
 }

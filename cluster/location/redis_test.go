@@ -210,17 +210,6 @@ func TestEmptyIndexLeavesNoKey(t *testing.T) {
 	require.Empty(t, keys, "an empty index leaves no key")
 }
 
-// countingHook counts round trips: each command or pipeline sent.
-type countingHook struct{ n int }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n++; return next(ctx, cmd) }
-}
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n++; return next(ctx, cmds) }
-}
-
 // A grain that passivates releases its record and its owner's index
 // entry in one round trip on one server. An owner other than the one
 // expected (which no passivating grain sees) still gets its entry
@@ -229,7 +218,7 @@ func TestReleaseAtDropsTheIndexEntryInTheSameRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })
-	hook := &countingHook{}
+	hook := &redistest.RoundTrips{}
 	c.AddHook(hook)
 	s := mustRedis(t, c)
 	// Load the script first: a cold script cache costs an EVAL retry,
@@ -239,11 +228,11 @@ func TestReleaseAtDropsTheIndexEntryInTheSameRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 
 	ready(t, s, "o1", "p1")
-	hook.n = 0
+	before := hook.Count()
 	released, err := s.ReleaseAt(ctx(t), kind, "o1", "m-p1", "p1", KeepGeneration)
 	require.NoError(t, err)
 	require.True(t, released)
-	require.Equal(t, 1, hook.n, "the release and the index entry's removal share one round trip")
+	require.EqualValues(t, 1, hook.Count()-before, "the release and the index entry's removal share one round trip")
 	ids, err := s.Owned(ctx(t), "m-p1", kind)
 	require.NoError(t, err)
 	require.Empty(t, ids)
@@ -253,11 +242,11 @@ func TestReleaseAtDropsTheIndexEntryInTheSameRoundTrip(t *testing.T) {
 
 	ready(t, s, "o2", "p2")
 	ready(t, s, "o3", "p3")
-	hook.n = 0
+	before = hook.Count()
 	released, err = s.ReleaseAt(ctx(t), kind, "o2", "m-p3", "p2", KeepGeneration)
 	require.NoError(t, err)
 	require.True(t, released)
-	require.Equal(t, 2, hook.n, "the record named another owner: its entry goes after the script")
+	require.EqualValues(t, 2, hook.Count()-before, "the record named another owner: its entry goes after the script")
 	ids, err = s.Owned(ctx(t), "m-p2", kind)
 	require.NoError(t, err)
 	require.Empty(t, ids, "the owner the record named lost its entry")
