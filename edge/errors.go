@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
@@ -52,6 +53,15 @@ const (
 	// for its cluster member to join; it answers every route so that
 	// clients retry instead of failing on a refused connection.
 	ReasonStarting = "STARTING"
+	// ReasonOverloaded: the process that answered had no room for the
+	// request (this API's in-flight budget, or the owner's mailbox or
+	// hosting cap); nothing was done, so a retry after the Retry-After
+	// pause is safe. Shed at once, never after a wait.
+	ReasonOverloaded = "OVERLOADED"
+	// ReasonOwnerUnreachable: the order's owner is still a member of the
+	// cluster, but this API cannot reach it; another API may, and the
+	// owner is not gone.
+	ReasonOwnerUnreachable = "OWNER_UNREACHABLE"
 )
 
 // Retry-After values, in seconds. A store blip or a timeout is worth a
@@ -62,6 +72,10 @@ const (
 	retryAfterNoMember = 5
 	retryAfterGone     = 30
 )
+
+// retryAfterOverloaded spreads shed clients over 1–3 s, so that a burst
+// that was shed does not come back as one burst.
+func retryAfterOverloaded() int { return 1 + rand.IntN(3) }
 
 var (
 	// ErrInvalidArgument: the request is malformed; a *FieldError names the
@@ -179,6 +193,12 @@ func httpError(err error) (int, apiError) {
 	case errkind.NoEligibleMember:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonNoEligibleMember,
 			Message: "no order workflow member can take the order; retry later", retryAfter: retryAfterNoMember}
+	case errkind.OwnerUnreachable:
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOwnerUnreachable,
+			Message: "the order's owner cannot be reached from this API; retry, possibly through another API", retryAfter: retryAfterSoon}
+	case errkind.Overloaded:
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOverloaded,
+			Message: "the service is overloaded; nothing was done, retry after the Retry-After pause", retryAfter: retryAfterOverloaded()}
 	case errkind.RelocationRolledBack:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonRelocationRolledBack,
 			Message: "a relocation of the order rolled back; retry", retryAfter: retryAfterSoon}

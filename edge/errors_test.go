@@ -143,6 +143,11 @@ func TestEveryKindMapsToItsPublicReply(t *testing.T) {
 		errkind.RelocationRolledBack: {503, CodeUnavailable, ReasonRelocationRolledBack, 1, "a relocation of the order rolled back; retry"},
 		errkind.Timeout:              {504, CodeTimeout, ReasonDeadlineExceeded, 1, "the order workflow did not answer in time"},
 		errkind.Canceled:             {503, CodeUnavailable, ReasonCanceled, 1, "the request was canceled before it completed"},
+		errkind.OwnerUnreachable: {503, CodeUnavailable, ReasonOwnerUnreachable, 1,
+			"the order's owner cannot be reached from this API; retry, possibly through another API"},
+		// Overloaded's Retry-After is jittered over 1–3 s; checked below.
+		errkind.Overloaded: {503, CodeUnavailable, ReasonOverloaded, -1,
+			"the service is overloaded; nothing was done, retry after the Retry-After pause"},
 	}
 	require.Len(t, replies, len(errkind.All()), "a kind without a public reply")
 	for _, k := range errkind.All() {
@@ -156,12 +161,29 @@ func TestEveryKindMapsToItsPublicReply(t *testing.T) {
 				require.Equal(t, want.status, status)
 				require.Equal(t, want.code, ae.Code)
 				require.Equal(t, want.reason, ae.Reason)
-				require.Equal(t, want.retryAfter, ae.retryAfter)
+				if want.retryAfter < 0 {
+					require.GreaterOrEqual(t, ae.retryAfter, 1)
+					require.LessOrEqual(t, ae.retryAfter, 3)
+				} else {
+					require.Equal(t, want.retryAfter, ae.retryAfter)
+				}
 				require.Equal(t, want.message, ae.Message)
 				require.Empty(t, ae.Field)
 			}
 		})
 	}
+}
+
+// Shed clients are spread over 1–3 s, so a shed burst does not come back
+// as one burst: every value of the range occurs.
+func TestOverloadedRetryAfterIsJittered(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 1000 && len(seen) < 3; i++ {
+		_, ae := httpError(errkind.Overloaded)
+		require.Contains(t, []int{1, 2, 3}, ae.retryAfter)
+		seen[ae.retryAfter] = true
+	}
+	require.Len(t, seen, 3, "Retry-After takes every value of 1–3 s")
 }
 
 // What the grain boundary hands the edge for each reason code turns into

@@ -67,7 +67,8 @@ var httpBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 // first scrape on, at zero, and a rate or delta never starts from an
 // absent series.
 var reasons = []string{ReasonOwnerGone, ReasonStoreUnavailable, ReasonNoEligibleMember,
-	ReasonRelocationRolledBack, ReasonDeadlineExceeded, ReasonCanceled, ReasonStarting}
+	ReasonRelocationRolledBack, ReasonDeadlineExceeded, ReasonCanceled, ReasonStarting,
+	ReasonOverloaded, ReasonOwnerUnreachable}
 
 type httpMetrics struct {
 	requests    *prometheus.CounterVec

@@ -117,6 +117,9 @@ const (
 	// No live member can host what the command needs (e.g. activation
 	// target); it takes a member joining, not just a store coming back.
 	ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER ErrorReason = 10
+	// The member (or the grain's mailbox) had no room for the command; it
+	// was not processed and a retry after a short pause is safe.
+	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 11
 )
 
 // Enum value maps for ErrorReason.
@@ -133,6 +136,7 @@ var (
 		8:  "ERROR_REASON_FAILED_PRECONDITION",
 		9:  "ERROR_REASON_STORE_UNAVAILABLE",
 		10: "ERROR_REASON_NO_ELIGIBLE_MEMBER",
+		11: "ERROR_REASON_OVERLOADED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -146,6 +150,7 @@ var (
 		"ERROR_REASON_FAILED_PRECONDITION": 8,
 		"ERROR_REASON_STORE_UNAVAILABLE":   9,
 		"ERROR_REASON_NO_ELIGIBLE_MEMBER":  10,
+		"ERROR_REASON_OVERLOADED":          11,
 	}
 )
 
@@ -1965,7 +1970,7 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x11PaymentAuthorized\x10\x03\x12\r\n" +
 	"\tConfirmed\x10\x04\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x05*\xdf\x02\n" +
+	"\x06Failed\x10\x05*\xfc\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -1978,7 +1983,8 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	" ERROR_REASON_FAILED_PRECONDITION\x10\b\x12\"\n" +
 	"\x1eERROR_REASON_STORE_UNAVAILABLE\x10\t\x12#\n" +
 	"\x1fERROR_REASON_NO_ELIGIBLE_MEMBER\x10\n" +
-	"B:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
+	"\x12\x1b\n" +
+	"\x17ERROR_REASON_OVERLOADED\x10\vB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
 
 var (
 	file_actors_contracts_shoppingmall_proto_rawDescOnce sync.Once

@@ -54,6 +54,8 @@ var reasons = []struct {
 	{reason: contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, kind: errkind.StoreUnavailable, err: ErrStoreUnavailable,
 		also: []error{errkind.StoreUnavailable}},
 	{reason: contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, kind: errkind.NoEligibleMember, err: placement.ErrNoMember},
+	{reason: contracts.ErrorReason_ERROR_REASON_OVERLOADED, kind: errkind.Overloaded, err: placement.ErrOverloaded,
+		also: []error{errkind.Overloaded}},
 }
 
 // toWire turns an error into the reply that crosses the grain boundary.

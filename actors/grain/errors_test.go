@@ -48,6 +48,8 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		{"fixture store", fixture.ErrUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
 		{"location store", location.ErrStoreUnavailable, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, ErrStoreUnavailable},
 		{"no eligible member", placement.ErrNoMember, contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, nil},
+		{"overloaded", placement.ErrOverloaded, contracts.ErrorReason_ERROR_REASON_OVERLOADED, nil},
+		{"creation lock lost", location.ErrLockLost, contracts.ErrorReason_ERROR_REASON_OVERLOADED, placement.ErrOverloaded},
 		{"internal", errors.New("disk on fire"), contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
 		// A store's refusal inside a step is the grain's failure, not the
 		// caller's: it must not reach a client as "order not found".

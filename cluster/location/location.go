@@ -15,8 +15,11 @@ var (
 	ErrTimeout = errkind.New(errkind.Timeout, "location: timeout")
 	// ErrStoreUnavailable: the Location Store could not be reached.
 	ErrStoreUnavailable = errkind.New(errkind.StoreUnavailable, "location: store unavailable")
-	// ErrLockLost: the creation lock expired before the activation committed.
-	ErrLockLost = errors.New("location: creation lock lost")
+	// ErrLockLost: the creation lock expired before the activation
+	// committed. Nothing was committed, and it happens when the activation
+	// took longer than the lock's lease (a member too busy to finish in
+	// time), so it is an overload: a retry is safe.
+	ErrLockLost = errkind.New(errkind.Overloaded, "location: creation lock lost")
 	// ErrNotOwner: the caller is not the identity's current owner.
 	ErrNotOwner = errors.New("location: not the owner")
 	// ErrInvalidIdentity: an identity (or member id) that cannot be stored.

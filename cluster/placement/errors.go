@@ -21,6 +21,13 @@ var (
 	// ErrMoveRolledBack: a relocation failed before the target activated
 	// and the source is the Ready owner again.
 	ErrMoveRolledBack = errkind.New(errkind.RelocationRolledBack, "placement: relocation rolled back")
+	// ErrOverloaded: this member has no room for the request right now
+	// (the grain's mailbox is full, or every hosted grain has work left
+	// and the hosting cap is reached); nothing was done.
+	ErrOverloaded = errkind.New(errkind.Overloaded, "placement: member overloaded")
+	// ErrOwnerUnreachable: the identity's owner is in the topology but
+	// this member cannot reach it; it is not gone.
+	ErrOwnerUnreachable = errkind.New(errkind.OwnerUnreachable, "placement: owner unreachable")
 	// ErrOpen classes why a grain could not open its state: its sentinel
 	// decides whether the activation failure is reported as a store outage
 	// (retry later) or as a permanent failure of this identity.

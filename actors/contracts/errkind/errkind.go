@@ -57,6 +57,15 @@ const (
 	// Canceled: the caller gave up (or the process is stopping);
 	// context.Canceled is one.
 	Canceled
+	// Overloaded: the process that answered has no room for the request
+	// right now (its in-flight budget, a grain's mailbox or its hosting
+	// cap is full); nothing was done, and a retry after a short, jittered
+	// pause is safe.
+	Overloaded
+	// OwnerUnreachable: the order's owner is still a member of the
+	// topology, but the process that answered cannot reach it; other
+	// processes may, and the owner is not gone.
+	OwnerUnreachable
 )
 
 var names = [...]string{
@@ -71,6 +80,8 @@ var names = [...]string{
 	RelocationRolledBack: "relocation rolled back",
 	Timeout:              "timeout",
 	Canceled:             "canceled",
+	Overloaded:           "overloaded",
+	OwnerUnreachable:     "owner unreachable",
 }
 
 // All returns every kind, Internal first, so that a mapping can prove it
@@ -117,16 +128,18 @@ func (s *sentinel) Is(target error) bool {
 // Unavailable, a failed precondition that names the rolled-back relocation
 // behind it). A deadline or a cancellation says more than the store error
 // that wrapped it; a refusal (not found, invalid, precondition) says more
-// than the outage behind it; of the outages, the dead owner says most.
+// than the outage behind it; of the outages, the dead owner says most,
+// and an overload (nothing was tried) less than any outage behind it.
 var precedence = []Kind{
 	Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
-	Canceled, OwnerGone, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
+	Canceled, OwnerGone, OwnerUnreachable, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
+	Overloaded,
 }
 
 // Of returns the kind of err: the first of its kinds in precedence order
 // (Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
-// Canceled, OwnerGone, StoreUnavailable, NoEligibleMember,
-// RelocationRolledBack), where context.DeadlineExceeded counts as Timeout
+// Canceled, OwnerGone, OwnerUnreachable, StoreUnavailable,
+// NoEligibleMember, RelocationRolledBack, Overloaded), where context.DeadlineExceeded counts as Timeout
 // and context.Canceled as Canceled. An error with no kind, and nil, are
 // Internal.
 func Of(err error) Kind {
