@@ -14,6 +14,13 @@
 // omission corrected); StartOrder and start→terminal p50/p99/p99.9 come
 // from HdrHistograms (openloop.go).
 //
+// Last, the overload phase (overload.go) offers 3× that peak for
+// -overload, then half of it for -overload-tail, POSTs only, from a fixed
+// pool of workers; after -overload-settle it reads every acknowledged
+// order's status and reports goodput, stranded orders, shed answers (with
+// the APIs' own shed histogram when they expose it), self-fences, restarts
+// and each process's highest RSS, with their goals.
+//
 // With -baseline <commit> it first builds that commit's binaries and
 // measures them the same way, then the working tree, and prints both
 // side by side with ratios (baseline.go, compare.go).
@@ -301,7 +308,7 @@ func reversedPass(ctx context.Context, o options, dir string, cur, bt target, fi
 
 // measure starts a cluster of t's binaries in t.Dir and runs every phase
 // against it: warm-up, the closed loop (the figures and the ceiling mix),
-// the open loop, the ceiling. base, when set, is the baseline's report:
+// the open loop, the ceiling, the overload phase. base, when set, is the baseline's report:
 // its open-loop rate is reused so both runs are offered the same load.
 func measure(ctx context.Context, o options, t target, base *report) (rep *report, err error) {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {

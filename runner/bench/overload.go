@@ -194,7 +194,14 @@ func runOverload(ctx context.Context, plan overloadPlan, report progress, do fun
 		run.Scheduled[i] = segmentCount(s)
 	}
 	total := plan.total()
-	jobs := make(chan overloadJob)
+	// A worker is idle while its token is in idle: taking one at the due
+	// time decides at once, whatever the scheduler has run so far, and the
+	// job then waits in jobs only for the worker that gave the token back.
+	idle := make(chan struct{}, plan.Workers)
+	for range plan.Workers {
+		idle <- struct{}{}
+	}
+	jobs := make(chan overloadJob, plan.Workers)
 	var busy, peak, admitted, shed, other atomic.Int64
 	var sentTotal, notSentTotal atomic.Int64
 	var mu sync.Mutex
@@ -211,6 +218,7 @@ func runOverload(ctx context.Context, plan overloadPlan, report progress, do fun
 				a := do(ctx, j.segment)
 				now := time.Now()
 				busy.Add(-1)
+				idle <- struct{}{}
 				switch a.Outcome {
 				case outcomeAdmitted:
 					admitted.Add(1)
@@ -268,19 +276,18 @@ dispatch:
 				break dispatch
 			}
 			done++
-			// Counted busy before the hand-off, so that a worker's
-			// decrement never runs ahead of it.
-			n := busy.Add(1)
 			select {
-			case jobs <- overloadJob{segment: si, due: due, dueOff: off}:
-				run.Sent[si]++
-				sentTotal.Add(1)
-				if n > peak.Load() {
+			case <-idle:
+				// Counted busy before the hand-off, so that the worker's
+				// decrement never runs ahead of it.
+				if n := busy.Add(1); n > peak.Load() {
 					peak.Store(n)
 				}
+				jobs <- overloadJob{segment: si, due: due, dueOff: off}
+				run.Sent[si]++
+				sentTotal.Add(1)
 				run.MaxLag = max(run.MaxLag, time.Since(due))
 			default:
-				busy.Add(-1)
 				run.NotSent[si]++
 				notSentTotal.Add(1)
 			}
