@@ -481,22 +481,24 @@ type rssFigure struct {
 	// PeakSampledMiB is the highest VmRSS sampled during the phase, over
 	// every incarnation of the process.
 	PeakSampledMiB float64 `json:"peakSampledMiB"`
-	// HWMMiB is VmHWM of the incarnation running at the end: its peak
-	// since it started, which catches what fell between samples.
+	// HWMMiB is the highest VmHWM read, over every incarnation: each
+	// one's peak since it started, as of its last sample, which catches
+	// what fell between samples (and may predate the phase).
 	HWMMiB float64 `json:"hwmMiB"`
 }
 
-// rssSampler reads VmRSS of pids() every rssSampleEvery until stop.
+// rssSampler reads VmRSS and VmHWM of pids() every rssSampleEvery until
+// finish.
 type rssSampler struct {
-	pids func() map[string]int
-	mu   sync.Mutex
-	peak map[string]uint64
-	stop chan struct{}
-	done chan struct{}
+	pids      func() map[string]int
+	mu        sync.Mutex
+	peak, hwm map[string]uint64
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func startRSS(pids func() map[string]int) *rssSampler {
-	s := &rssSampler{pids: pids, peak: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &rssSampler{pids: pids, peak: map[string]uint64{}, hwm: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(rssSampleEvery)
@@ -521,11 +523,12 @@ func (s *rssSampler) sample() {
 		}
 		s.mu.Lock()
 		s.peak[name] = max(s.peak[name], st.VmRSS)
+		s.hwm[name] = max(s.hwm[name], st.VmHWM)
 		s.mu.Unlock()
 	}
 }
 
-// finish stops sampling and reads each current process's VmHWM.
+// finish stops sampling, takes a last sample and returns the figures.
 func (s *rssSampler) finish() map[string]rssFigure {
 	close(s.stop)
 	<-s.done
@@ -534,14 +537,7 @@ func (s *rssSampler) finish() map[string]rssFigure {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, b := range s.peak {
-		out[name] = rssFigure{PeakSampledMiB: mib(b)}
-	}
-	for name, pid := range s.pids() {
-		if st, err := procStatus(pid); err == nil {
-			f := out[name]
-			f.HWMMiB = mib(st.VmHWM)
-			out[name] = f
-		}
+		out[name] = rssFigure{PeakSampledMiB: mib(b), HWMMiB: mib(s.hwm[name])}
 	}
 	return out
 }

@@ -342,7 +342,7 @@ var fastShed = &histDelta{Bounds: []float64{0.001, 0.005, 0.01}, Cumulative: []f
 func verdicts(st *overloadStats) map[string]string {
 	out := map[string]string{}
 	for _, g := range st.Goals {
-		key := strings.SplitN(g.Goal, " ", 2)[0] // overload / acknowledged / self-fences / process / shed
+		key := strings.SplitN(g.Goal, " ", 2)[0] // goodput / stranded / self-fences / process / shed
 		out[key] = g.Verdict
 	}
 	return out
@@ -366,14 +366,14 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 			c: newOverloadCase().admit(0, 9, "Confirmed", -time.Second).answer(0, 20, shed).admit(1, 5, "Failed", 0).
 				with(func(in *overloadInput) { in.ShedServer = fastShed }),
 			goodput: 0.9, ack: 14, answers: map[string]int{"201": 14, "503 OVERLOADED": 20},
-			verdicts: map[string]string{"overload": "met", "acknowledged": "met", "self-fences": "met", "process": "met", "shed": "met"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "met"},
 		},
 		{
 			name: "terminal only after the tail ends",
 			c: newOverloadCase().admit(0, 4, "Confirmed", -time.Millisecond).admit(0, 5, "Confirmed", time.Millisecond).
 				with(func(in *overloadInput) { in.ShedServer = &histDelta{} }),
 			goodput: 0.4, ack: 9, answers: map[string]int{"201": 9},
-			verdicts: map[string]string{"overload": "not met", "acknowledged": "met", "self-fences": "met", "process": "met", "shed": "no data (nothing shed)"},
+			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (nothing shed)"},
 		},
 		{
 			name: "stranded, unreadable and unswept orders",
@@ -381,7 +381,7 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 				admit(0, 1, "unreadable", 0).admit(0, 1, "unswept", 0),
 			goodput: 0.8, ack: 13, stranded: 5, answers: map[string]int{"201": 13},
 			byStatus: map[string]int{"Created": 2, "InventoryReserved": 1, "unreadable": 2},
-			verdicts: map[string]string{"overload": "met", "acknowledged": "not met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "not met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
 		},
 		{
 			name: "fenced and restarted, shed slowly",
@@ -394,13 +394,13 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 					in.ShedServer = &histDelta{Bounds: []float64{0.01, 0.05}, Cumulative: []float64{1, 3}, Count: 3}
 				}),
 			goodput: 1, ack: 10, answers: map[string]int{"201": 10, "503 OVERLOADED": 3, "500 INTERNAL": 2, "transport error": 1},
-			verdicts: map[string]string{"overload": "met", "acknowledged": "met", "self-fences": "not met", "process": "not met", "shed": "not met"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "not met", "process": "not met", "shed": "not met"},
 		},
 		{
 			name:    "terminal without an event time is left out of the goodput",
 			c:       newOverloadCase().admit(0, 9, "Confirmed", -time.Hour-time.Duration(1_767_225_602_000)*time.Millisecond),
 			goodput: 0, ack: 9, answers: map[string]int{"201": 9}, unknownTimes: 9,
-			verdicts: map[string]string{"overload": "not met", "acknowledged": "met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
+			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -260,14 +260,14 @@ func overloadGoals(st *overloadStats) []peerGoal {
 		return g
 	}
 	goals := []peerGoal{
-		v(peerGoal{Goal: fmt.Sprintf("overload goodput >= %.1fx the closed-loop peak", goalGoodputOverPeak),
+		v(peerGoal{Goal: fmt.Sprintf("goodput >= %.1fx the closed-loop peak", goalGoodputOverPeak),
 			Figure: st.Goodput.OverPeak, Unit: "x peak", Met: st.PeakPerSec > 0 && st.Goodput.OverPeak >= goalGoodputOverPeak}),
-		v(peerGoal{Goal: fmt.Sprintf("acknowledged orders not terminal %.0f s after the overload phase: 0", st.SettleSec),
+		v(peerGoal{Goal: fmt.Sprintf("stranded = 0 (acknowledged, not terminal %.0f s after the phase)", st.SettleSec),
 			Figure: float64(st.Stranded.NotTerminal), Unit: "orders", Met: st.Stranded.NotTerminal == 0}),
-		v(peerGoal{Goal: "self-fences during the overload phase: 0", Figure: float64(st.SelfFences), Unit: "self-fences", Met: st.SelfFences == 0}),
-		v(peerGoal{Goal: "process restarts during the overload phase: 0", Figure: float64(len(st.Restarts)), Unit: "restarts", Met: len(st.Restarts) == 0}),
+		v(peerGoal{Goal: "self-fences = 0", Figure: float64(st.SelfFences), Unit: "self-fences", Met: st.SelfFences == 0}),
+		v(peerGoal{Goal: "process restarts = 0", Figure: float64(len(st.Restarts)), Unit: "restarts", Met: len(st.Restarts) == 0}),
 	}
-	shed := peerGoal{Goal: fmt.Sprintf("shed answers' server-side p99 < %.0f ms", goalShedP99Ms), Unit: "ms"}
+	shed := peerGoal{Goal: fmt.Sprintf("shed server-side p99 < %.0f ms", goalShedP99Ms), Unit: "ms"}
 	switch {
 	case !st.Shed.Server.Available:
 		shed.Verdict = "no data (histogram unavailable)"
