@@ -188,10 +188,13 @@ smoke: redis
 # load (runner/bench; results and plot in $(RUN_DIR)/bench): a closed-loop
 # peak, then an open loop at a fixed rate (half that peak) with latencies
 # from each order's scheduled start.
+# The last phase is the overload: 3x the peak for -overload, then half
+# of it for -overload-tail (-overload 0 skips it).
 # BENCH_FLAGS may add -concurrency, -duration, -orders, -open-loop-rate,
-# -open-loop-duration, -open-loop=false. BENCH_BASELINE=<commit> builds
-# that commit's binaries and measures them first, then the working tree,
-# and prints both side by side with ratios ($(RUN_DIR)/bench/baseline,
+# -open-loop-duration, -open-loop=false, -overload, -overload-tail.
+# BENCH_BASELINE=<commit> builds that commit's binaries and measures
+# them first, then the working tree, and prints both side by side with
+# ratios ($(RUN_DIR)/bench/baseline,
 # bench-compare.json); BENCH_FLAGS=-both-orders adds a reversed pass
 # (working tree, then baseline) and prints the geometric mean of the two
 # passes' ratios, cancelling the position effect (bench-compare-both.json).

@@ -14,6 +14,13 @@
 // omission corrected); StartOrder and start→terminal p50/p99/p99.9 come
 // from HdrHistograms (openloop.go).
 //
+// Last, the overload phase (overload.go) offers 3× that peak for
+// -overload, then half of it for -overload-tail, POSTs only, from a fixed
+// pool of workers; after -overload-settle it reads every acknowledged
+// order's status and reports goodput, stranded orders, shed answers (with
+// the APIs' own shed histogram when they expose it), self-fences, restarts
+// and each process's highest RSS, with their goals.
+//
 // With -baseline <commit> it first builds that commit's binaries and
 // measures them the same way, then the working tree, and prints both
 // side by side with ratios (baseline.go, compare.go).
@@ -85,6 +92,12 @@ type options struct {
 	// idleTimeout is the workflows' -idle-timeout: short, so that the
 	// orders measured are also passivated while measured.
 	idleTimeout time.Duration
+	// The overload phase (overload.go): a burst of 0 skips it.
+	overload            time.Duration
+	overloadTail        time.Duration
+	overloadSettle      time.Duration
+	overloadMaxInFlight int
+	overloadMaxOrders   int64
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -135,6 +148,11 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
 	fs.BoolVar(&o.bothOrders, "both-orders", false, "with -baseline: after baseline then working tree, measure the working tree then the baseline again, and report the geometric mean of the two passes' ratios and the position effect (bench-compare-both.json)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Second, "the workflows' -idle-timeout: each order's grain passivates (releasing its Location record) this long after its last message, inside the measured phase; the phases after the closed loop start once its grains passivated (0 = never passivate, as the local cluster does)")
+	fs.DurationVar(&o.overload, "overload", 60*time.Second, "overload phase, last: an open loop at 3x the closed-loop peak for this long, then -overload-tail at half the peak (0 = skip it; never with -peers)")
+	fs.DurationVar(&o.overloadTail, "overload-tail", 30*time.Second, "the overload phase's tail at half the peak, after the burst (0 = none)")
+	fs.DurationVar(&o.overloadSettle, "overload-settle", 30*time.Second, "after the overload phase, how long acknowledged orders have to reach a terminal status before each one's status is read")
+	fs.IntVar(&o.overloadMaxInFlight, "overload-max-inflight", 1024, "the overload generator's workers: most POSTs in flight; an order due while none is idle is not sent (counted apart)")
+	fs.Int64Var(&o.overloadMaxOrders, "overload-max-orders", 500000, "most orders the overload timeline may hold; a longer one is refused")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -160,6 +178,10 @@ func (o options) validate() error {
 		return errors.New("-idle-timeout must be >= 0")
 	case o.openLoopMaxInFlight <= 0:
 		return errors.New("-open-loop-max-inflight must be > 0")
+	case o.overload < 0 || o.overloadTail < 0 || o.overloadSettle < 0:
+		return errors.New("-overload, -overload-tail and -overload-settle must be >= 0")
+	case o.overload > 0 && (o.overloadMaxInFlight <= 0 || o.overloadMaxOrders <= 0):
+		return errors.New("-overload-max-inflight and -overload-max-orders must be > 0")
 	case o.baseline != "" && strings.HasPrefix(o.baseline, "-"):
 		return fmt.Errorf("-baseline %q is not a revision", o.baseline)
 	case o.bothOrders && o.baseline == "":
@@ -286,7 +308,7 @@ func reversedPass(ctx context.Context, o options, dir string, cur, bt target, fi
 
 // measure starts a cluster of t's binaries in t.Dir and runs every phase
 // against it: warm-up, the closed loop (the figures and the ceiling mix),
-// the open loop, the ceiling. base, when set, is the baseline's report:
+// the open loop, the ceiling, the overload phase. base, when set, is the baseline's report:
 // its open-loop rate is reused so both runs are offered the same load.
 func measure(ctx context.Context, o options, t target, base *report) (rep *report, err error) {
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
@@ -431,6 +453,24 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 				rep.Ceiling.MeasuredOverCeiling = rep.Throughput.OrdersPerSec / ceil.OrdersPerSec
 			}
 		}
+	}
+	if o.overload > 0 && !o.peer.active() && rep.Throughput.OrdersPerSec > 0 {
+		// Last: it may leave members fenced or restarted, which no
+		// figure above may see.
+		if err := settlePassivations(ctx, workflowMetrics(c), o.idleTimeout, passivationSettle, "overload phase"); err != nil {
+			return nil, err
+		}
+		cfg := overloadConfig{Burst: o.overload, Tail: o.overloadTail, Settle: o.overloadSettle,
+			Workers: o.overloadMaxInFlight, MaxOrders: o.overloadMaxOrders}
+		ov, err := gen.runOverloadPhase(ctx, cfg, rep.Throughput.OrdersPerSec, clusterForOverload(c, apis))
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			logf("overload phase skipped: %v", err)
+			rep.Notes = append(rep.Notes, "overload phase skipped: "+err.Error())
+		}
+		rep.Overload = ov
 	}
 	notes, err := redisClusterNotes(ctx, c)
 	if err != nil {

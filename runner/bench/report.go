@@ -155,6 +155,7 @@ func printReport(w io.Writer, r *report) {
 		}
 	}
 	tw.Flush()
+	printOverload(w, r.Overload)
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}

@@ -324,6 +324,8 @@ type report struct {
 	Ceiling ceilingStats `json:"ceiling"`
 	// OpenLoop is the fixed-rate phase; nil when skipped.
 	OpenLoop *openLoopStats `json:"openLoop,omitempty"`
+	// Overload is the burst above the peak; nil when skipped.
+	Overload *overloadStats `json:"overload,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
 }
 
