@@ -58,3 +58,50 @@ type AuthorizationRecord struct {
 	// Calls counts every Authorize with the id, repeats included.
 	Calls int64
 }
+
+// RecordScan lists the modules' records by the order each names. Reading
+// by id sees only the record under an order's own deterministic id; a
+// second reservation or payment under any other id shows up only here,
+// which is what a checker counting "at most one per order" needs.
+type RecordScan interface {
+	// RecordsByOrder reads every reservation and payment record and
+	// groups them by the orderId each carries, records of one order in id
+	// order. It has no side effect. It walks the whole keyspace (SCAN,
+	// on every master of a cluster), so it is for checkers and offline
+	// tools, never for a request path. A record that names no order (a
+	// Release before any Reserve counts its call and records nothing
+	// else) is listed under "".
+	RecordsByOrder(ctx context.Context) (map[string]*OrderRecords, error)
+}
+
+// OrderRecords is every module record naming one order.
+type OrderRecords struct {
+	Reservations []ScannedReservation
+	Payments     []ScannedPayment
+}
+
+// ScannedReservation is one reservation record as the scan read it. An
+// undecided one (a Reserve cut between its steps) is listed too, with
+// Decided false: it names the order and may hold stock.
+type ScannedReservation struct {
+	ReservationID string
+	Decided       bool
+	// Accepted is the first Reserve result; Released is set once a
+	// Release returned an accepted reservation's stock.
+	Accepted, Released bool
+	// Lines are the first Reserve's lines, one per SKU in SKU order.
+	Lines                      []*contracts.OrderLine
+	ReserveCalls, ReleaseCalls int64
+}
+
+// ScannedPayment is one payment record as the scan read it.
+type ScannedPayment struct {
+	PaymentID string
+	// Decided: an Authorize recorded its result; Accepted is it.
+	Decided, Accepted bool
+	// MethodID, Amount and Currency are what the first Authorize asked.
+	MethodID string
+	Amount   int64
+	Currency string
+	Calls    int64
+}

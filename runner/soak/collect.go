@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -138,7 +137,10 @@ func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *c
 				FenceGeneration: e.FenceGeneration, FenceEpoch: e.FenceEpoch})
 		}
 		if st, v, err := rm.Get(ctx, id); err == nil && st != nil {
-			raw, _ := contracts.MarshalJSON(st)
+			raw, err := contracts.MarshalJSON(st)
+			if err != nil {
+				return nil, nil, fmt.Errorf("projection of %s: %w", id, err)
+			}
 			rec.ReadModel = &check.ReadModel{Status: st.GetStatus().String(), Version: v, State: raw}
 		}
 		if kind, ok := locKind[id]; ok {
@@ -156,11 +158,26 @@ func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *c
 			}
 		}
 		h.Orders[id] = rec
-		mod, err := moduleRecord(ctx, rdb, id)
-		if err != nil {
-			return nil, nil, err
+	}
+	// Every module record, by the order it names: an order with records
+	// and no stream is in the history too.
+	recs, err := cs.RecordsByOrder(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("module records: %w", err)
+	}
+	for id, r := range recs {
+		if id == "" {
+			// A Release before any Reserve names no order; the workflow
+			// never sends one.
+			missing = append(missing, fmt.Sprintf("%d reservation and %d payment records name no order", len(r.Reservations), len(r.Payments)))
+			continue
 		}
-		h.Modules[id] = mod
+		h.Modules[id] = moduleRecord(id, r)
+	}
+	for id := range h.Orders {
+		if h.Modules[id] == nil {
+			h.Modules[id] = &check.ModuleRecord{}
+		}
 	}
 	if len(locKind) == 0 {
 		missing = append(missing, "no Location records found: ownership histories empty")
@@ -191,37 +208,41 @@ func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *c
 	return h, missing, nil
 }
 
-// moduleRecord reads an order's reservation and payment records.
-func moduleRecord(ctx context.Context, rdb redis.UniversalClient, id string) (*check.ModuleRecord, error) {
-	m := &check.ModuleRecord{}
-	rsv, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"reservation:{rsv-"+id+"}").Result()
-	if err != nil {
-		return nil, fmt.Errorf("reservation of %s: %w", id, err)
-	}
-	if a, ok := rsv["accepted"]; ok {
-		m.Reservations = 1
-		m.Reserved = a == "1"
-		m.ReservationFailed = a == "0"
-	}
-	m.Released = rsv["released"] == "1"
-	m.ReserveCalls, _ = strconv.Atoi(rsv["reserveCalls"])
-	m.ReleaseCalls, _ = strconv.Atoi(rsv["releaseCalls"])
-	if l := rsv["lines"]; l != "" {
-		if err := json.Unmarshal([]byte(l), &m.Lines); err != nil {
-			return nil, fmt.Errorf("reservation lines of %s: %w", id, err)
+// moduleRecord sums up the records naming one order (commerce.RecordScan):
+// the counts over all of them; the reservation and payment described are
+// the ones under the order's own ids when they exist, else the first by
+// id; the payment's amount and currency are those of the accepted record,
+// if any, which is what the checker holds against the stream.
+func moduleRecord(id string, recs *commerce.OrderRecords) *check.ModuleRecord {
+	m := &check.ModuleRecord{Reservations: len(recs.Reservations), Authorizations: len(recs.Payments)}
+	if len(recs.Reservations) > 0 {
+		rsv := recs.Reservations[0]
+		for _, r := range recs.Reservations {
+			if r.ReservationID == order.ReservationID(id) {
+				rsv = r
+			}
+		}
+		m.Reserved = rsv.Decided && rsv.Accepted
+		m.ReservationFailed = rsv.Decided && !rsv.Accepted
+		m.Released = rsv.Released
+		m.ReserveCalls, m.ReleaseCalls = int(rsv.ReserveCalls), int(rsv.ReleaseCalls)
+		for _, l := range rsv.Lines {
+			m.Lines = append(m.Lines, check.Line{SKU: l.GetSku(), Quantity: int64(l.GetQuantity())})
 		}
 	}
-	pay, err := rdb.HGetAll(ctx, commerce.DefaultKeyPrefix+"payment:{pay-"+id+"}").Result()
-	if err != nil {
-		return nil, fmt.Errorf("payment of %s: %w", id, err)
+	var accepted *commerce.ScannedPayment
+	for i, p := range recs.Payments {
+		m.AuthorizeCalls += int(p.Calls)
+		if p.Accepted && (accepted == nil || p.PaymentID == order.PaymentID(id)) {
+			accepted = &recs.Payments[i]
+		}
 	}
-	if a, ok := pay["accepted"]; ok {
-		m.Authorizations = 1
-		m.Authorized = a == "1"
+	m.PaymentCalled = len(recs.Payments) > 0
+	if accepted != nil {
+		m.Authorized = true
+		m.PaymentID, m.PaymentAmount, m.PaymentCurrency = accepted.PaymentID, accepted.Amount, accepted.Currency
 	}
-	m.AuthorizeCalls, _ = strconv.Atoi(pay["calls"])
-	m.PaymentCalled = m.AuthorizeCalls > 0 || m.Authorizations > 0
-	return m, nil
+	return m
 }
 
 func sortedKeys[V any](m map[string]V) []string {

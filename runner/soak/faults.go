@@ -25,12 +25,37 @@ const (
 	faultAPIKill       = "api-kill"
 	faultRelocate      = "relocate"
 	faultWorkflowDrain = "workflow-drain"
+	// faultStoreStall freezes redis-server (SIGSTOP) for longer than the
+	// workflow lease, then releases it (SIGCONT): a Sentinel failover, a
+	// disk stall under appendfsync always or a network blip, as the
+	// processes see it. Every connection stays open and no reply comes.
+	faultStoreStall = "store-stall"
+	// faultOverload is a bounded open loop of starts far above capacity
+	// (burst.go).
+	faultOverload = "overload-burst"
+	// faultPartition cuts one API off from one workflow member while both
+	// still reach Redis and every other process (partition.go). It is
+	// skipped, with its reason logged, when the soak has no partitioner.
+	faultPartition = "partition"
 )
+
+// workflowLease is the workflow members' lease: localcluster passes no
+// -lease, so it is order-workflow's default (node.DefaultLease, which the
+// soak does not import: it must not link the actor runtime).
+const workflowLease = 10 * time.Second
+
+// storeStallHold outlasts the lease: the members' self-fence read fails
+// for longer than it allows.
+const storeStallHold = workflowLease + 5*time.Second
+
+// partitionHold is how long a partition stays cut.
+const partitionHold = 8 * time.Second
 
 // workflowNodes are the soak cluster's workflow members (Config.Workflows).
 var workflowNodes = []string{localcluster.WorkflowA, localcluster.WorkflowB, "workflow-c"}
 
-var faultKinds = []string{faultWorkflowKill, faultWorkflowPause, faultRedisKill, faultAPIKill, faultRelocate, faultWorkflowDrain}
+var faultKinds = []string{faultWorkflowKill, faultWorkflowPause, faultRedisKill, faultAPIKill, faultRelocate, faultWorkflowDrain,
+	faultStoreStall, faultOverload, faultPartition}
 
 // Fault is one scheduled fault and, once run, what it did.
 type Fault struct {
@@ -38,7 +63,11 @@ type Fault struct {
 	At     time.Duration `json:"atNs"`
 	Kind   string        `json:"kind"`
 	Target string        `json:"target"`
-	// Hold is the pause length, or how long Redis stays down.
+	// Peer is the partition's other side (a workflow member; Target is
+	// the API).
+	Peer string `json:"peer,omitempty"`
+	// Hold is the pause length, how long Redis stays down or frozen, the
+	// burst's length or how long a partition stays cut.
 	Hold time.Duration `json:"holdNs,omitempty"`
 
 	InjectedAtUnixMs int64 `json:"injectedAtUnixMs,omitempty"`
@@ -54,21 +83,47 @@ type Fault struct {
 
 func (f Fault) String() string {
 	s := fmt.Sprintf("#%d +%s %s %s", f.N, f.At.Round(time.Millisecond), f.Kind, f.Target)
+	if f.Peer != "" {
+		s += " from " + f.Peer
+	}
 	if f.Hold > 0 {
 		s += " for " + f.Hold.Round(time.Millisecond).String()
 	}
 	return s
 }
 
+// Schedule spacing: the first fault comes after scheduleLead; faults
+// are scheduleGap plus up to scheduleJitter apart, none later than
+// scheduleTail before the end. A fault's At is when it may start at the
+// earliest: faults run one at a time, so one that outlasts the gap (a
+// store stall, a drain) delays the next.
+const (
+	scheduleLead   = 5 * time.Second
+	scheduleGap    = 6 * time.Second
+	scheduleJitter = 4 * time.Second
+	scheduleTail   = 3 * time.Second
+	// minFirstGap bounds how close the first round's faults may be
+	// squeezed.
+	minFirstGap = 2 * time.Second
+)
+
+// coverEveryKind is the shortest run whose schedule holds every kind.
+var coverEveryKind = scheduleLead + time.Duration(len(faultKinds)-1)*minFirstGap + scheduleTail
+
 // schedule draws the fault schedule from the seed alone: each round is a
-// permutation of every kind, so a short run still sees each one.
+// permutation of every kind in a seed-shuffled order. The first round's
+// gaps shrink to fit the run (down to minFirstGap), so a run of at least
+// coverEveryKind sees every kind at least once, and a longer one spaces
+// the rest as usual.
 func schedule(seed uint64, d time.Duration) []Fault {
 	r := rand.New(rand.NewPCG(seed, 0xfa0175))
 	var out []Fault
-	at := 5 * time.Second
-	for n := 1; ; {
+	at := scheduleLead
+	last := d - scheduleTail
+	firstGap := max(minFirstGap, (last-scheduleLead)/time.Duration(len(faultKinds)-1))
+	for n, round := 1, 0; ; round++ {
 		for _, k := range r.Perm(len(faultKinds)) {
-			if at > d-3*time.Second {
+			if at > last {
 				return out
 			}
 			f := Fault{N: n, At: at, Kind: faultKinds[k]}
@@ -86,19 +141,42 @@ func schedule(seed uint64, d time.Duration) []Fault {
 				f.Target = localcluster.APINodes[r.IntN(len(localcluster.APINodes))]
 			case faultRelocate:
 				f.Target = "live orders"
+			case faultStoreStall:
+				f.Target = "redis-server"
+				f.Hold = storeStallHold
+			case faultOverload:
+				f.Target = "every API"
+				f.Hold = burstMinHold + time.Duration(r.IntN(int((burstMaxHold-burstMinHold)/time.Millisecond)+1))*time.Millisecond
+			case faultPartition:
+				f.Target = localcluster.APINodes[r.IntN(len(localcluster.APINodes))]
+				f.Peer = workflowNodes[r.IntN(len(workflowNodes))]
+				f.Hold = partitionHold
 			}
 			out = append(out, f)
 			n++
-			at += 6*time.Second + time.Duration(r.IntN(4000))*time.Millisecond
+			gap := scheduleGap + time.Duration(r.IntN(int(scheduleJitter/time.Millisecond)))*time.Millisecond
+			if round == 0 {
+				gap = min(gap, firstGap)
+			}
+			at += gap
 		}
 	}
 }
 
 // faulter runs the schedule against the cluster, one fault at a time.
 type faulter struct {
-	c      *localcluster.Cluster
-	loc    location.Store
-	log    *clientLog
+	c   *localcluster.Cluster
+	loc location.Store
+	log *clientLog
+	// ld drives the overload burst's starts and their retries.
+	ld *load
+	// partition cuts and heals partitions; nil: none is available and
+	// noPartition says why (newPartitioner).
+	partition   partitioner
+	noPartition string
+	// bg tracks work a fault leaves running after it returns (the
+	// burst's retries); the quiet period waits for it.
+	bg     sync.WaitGroup
 	http   *http.Client
 	seed   uint64
 	mu     sync.Mutex
@@ -255,7 +333,7 @@ func (f *faulter) run(ctx context.Context, start time.Time, sched []Fault) {
 		ft = f.inject(ctx, ft)
 		ft.EndedAtUnixMs = time.Now().UnixMilli()
 		eff := fmt.Sprint(ft.Effective)
-		if ft.Kind == faultRedisKill {
+		if ft.Kind == faultRedisKill || (ft.Kind == faultStoreStall && ft.Injected) {
 			eff = "judged once every answer is in"
 		}
 		logf("FAULT #%d %s done: effective=%s %s", ft.N, ft.Kind, eff, strings.Join(ft.Detail, "; "))
@@ -364,6 +442,12 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 			note("relocate %s: %d %v %.120s", id, st, err, strings.TrimSpace(string(b)))
 		}
 		ft.Effective = moved > 0
+	case faultStoreStall:
+		ft = f.stallStore(ctx, ft)
+	case faultOverload:
+		ft = f.burst(ctx, ft)
+	case faultPartition:
+		ft = f.partitionFault(ctx, ft)
 	case faultWorkflowDrain:
 		pid := f.c.PID(ft.Target)
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
@@ -378,6 +462,70 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 		note("drained and restarted=%v", ft.Rejoined)
 	}
 	return ft
+}
+
+// stallStore freezes redis-server for ft.Hold and releases it, whatever
+// happens meanwhile: a server left stopped would outlive the soak. Its
+// effect (errors answered, members that self-fenced) is judged once
+// every answer is in (stallEffect).
+func (f *faulter) stallStore(ctx context.Context, ft Fault) Fault {
+	note := func(format string, a ...any) { ft.Detail = append(ft.Detail, fmt.Sprintf(format, a...)) }
+	pid := f.c.RedisPID()
+	if pid <= 0 {
+		note("no redis-server pid")
+		return ft
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		note("SIGSTOP redis-server: %v", err)
+		return ft
+	}
+	ft.Injected = true
+	select {
+	case <-ctx.Done():
+	case <-time.After(ft.Hold):
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		note("SIGCONT redis-server: %v", err)
+		return ft
+	}
+	// The store answers again once the server has worked off what queued.
+	resumed := time.Now()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := f.loc.Gone(cctx)
+		cancel()
+		if err == nil {
+			note("store answered %s after SIGCONT", time.Since(resumed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(resumed) > 15*time.Second || ctx.Err() != nil {
+			note("store still not answering %s after SIGCONT: %v", time.Since(resumed).Round(time.Millisecond), err)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return ft
+}
+
+// stallEffect judges a store stall once every answer is in: the calls
+// sent during it that were answered 5xx or not at all, and the workflow
+// members the supervisor restarted during it (a member whose lease ran
+// out fenced itself and exited). The fault is effective when a client
+// saw it.
+func (f *faulter) stallEffect(ft *Fault) {
+	from, to := time.UnixMilli(ft.InjectedAtUnixMs), time.UnixMilli(ft.EndedAtUnixMs)
+	n := f.log.errorsSentBetween(from, to)
+	var restarted []string
+	for _, w := range f.c.Workflows() {
+		for _, r := range f.c.Restarts(w) {
+			if !r.At.Before(from) && !r.At.After(to.Add(time.Second)) {
+				restarted = append(restarted, w)
+			}
+		}
+	}
+	ft.Detail = append(ft.Detail, fmt.Sprintf("%d calls sent during the stall answered 5xx or not at all", n),
+		fmt.Sprintf("%d workflow restarts during it (self-fence) %v", len(restarted), restarted))
+	ft.Effective = n > 0
 }
 
 func (f *faulter) transportErrors() int {

@@ -61,7 +61,7 @@ func newClientLog() *clientLog {
 	return &clientLog{acks: map[string]string{}, errs: map[string]int{}}
 }
 
-func (l *clientLog) add(e ClientEvent) {
+func (l *clientLog) add(e ClientEvent) ClientEvent {
 	e.Seq = l.seq.Add(1)
 	e.AtUnixMs = time.Now().UnixMilli()
 	l.mu.Lock()
@@ -82,6 +82,21 @@ func (l *clientLog) add(e ClientEvent) {
 	if e.Reason == "STORE_UNAVAILABLE" {
 		l.storeUnavailable = append(l.storeUnavailable, time.Now())
 	}
+	return e
+}
+
+// errorsSentBetween counts the calls sent between from and to that were
+// answered 5xx or not at all.
+func (l *clientLog) errorsSentBetween(from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.SentAtUnixMs >= from.UnixMilli() && e.SentAtUnixMs <= to.UnixMilli() && (e.Err != "" || e.HTTPStatus >= 500) {
+			n++
+		}
+	}
+	return n
 }
 
 // errCode is how an error answer is counted: transport, or status and
@@ -261,18 +276,7 @@ func isTerminal(s string) bool {
 func (ld *load) startUntilFinal(ctx context.Context, api int, req *contracts.StartOrderReq) string {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		sent := time.Now().UnixMilli()
-		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		res, rep, err := ld.apis[api].StartOrder(cctx, req)
-		cancel()
-		e := ClientEvent{SentAtUnixMs: sent, Op: "start", API: ld.names[api], Key: req.IdempotencyKey, Body: bodyName(req), Attempt: attempt, HTTPStatus: rep.Status}
-		fill(&e, rep, err)
-		if res != nil {
-			e.OrderID = res.GetOrderId()
-			e.OrderStatus = res.GetState().GetStatus().String()
-		}
-		e.Final = err == nil && (rep.Status == 200 || rep.Status == 201 || (rep.Status >= 400 && rep.Status < 500))
-		ld.log.add(e)
+		e := ld.startAttempt(ctx, ld.apis[api], ld.names[api], req, attempt, 15*time.Second)
 		if e.Final {
 			return e.OrderID
 		}
@@ -286,6 +290,23 @@ func (ld *load) startUntilFinal(ctx context.Context, api int, req *contracts.Sta
 		backoff = min(backoff*2, 2*time.Second)
 		api = (api + 1) % len(ld.apis)
 	}
+}
+
+// startAttempt sends the start once through api, logs it and returns
+// what it was told.
+func (ld *load) startAttempt(ctx context.Context, api *client.API, name string, req *contracts.StartOrderReq, attempt int, timeout time.Duration) ClientEvent {
+	sent := time.Now().UnixMilli()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	res, rep, err := api.StartOrder(cctx, req)
+	cancel()
+	e := ClientEvent{SentAtUnixMs: sent, Op: "start", API: name, Key: req.IdempotencyKey, Body: bodyName(req), Attempt: attempt, HTTPStatus: rep.Status}
+	fill(&e, rep, err)
+	if res != nil {
+		e.OrderID = res.GetOrderId()
+		e.OrderStatus = res.GetState().GetStatus().String()
+	}
+	e.Final = err == nil && (rep.Status == 200 || rep.Status == 201 || (rep.Status >= 400 && rep.Status < 500))
+	return ld.log.add(e)
 }
 
 // call is one GET, continue or rebuild; it returns the status answered.

@@ -16,7 +16,8 @@
 // and the admin listener only; it reads Redis during the run for gone
 // records alone (to judge a pause), and after the quiet period for the
 // history (streams, read model, ownership history through their stores;
-// idempotency, reservation and payment records by their documented keys).
+// every reservation and payment record by the order it names through the
+// commerce store's scan; idempotency records by their documented keys).
 package main
 
 import (

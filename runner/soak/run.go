@@ -150,7 +150,8 @@ func run(ctx context.Context, o options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	fl := &faulter{c: c, loc: loc, log: clog, http: hc, seed: o.seed}
+	fl := &faulter{c: c, loc: loc, log: clog, ld: ld, http: hc, seed: o.seed}
+	fl.partition, fl.noPartition = newPartitioner(c)
 
 	stopLoad := make(chan struct{})
 	var loadWG sync.WaitGroup
@@ -184,8 +185,10 @@ func run(ctx context.Context, o options) (bool, error) {
 			operator = append(operator, operatorPass(ctx, fl)...)
 		}
 		if round == 0 {
-			// Workers finish their last key first.
+			// Workers, and the burst's retriers, finish their last key
+			// first.
 			loadWG.Wait()
+			fl.bg.Wait()
 		}
 		if round == 0 {
 			pending = clog.ackedOrders()
@@ -215,6 +218,9 @@ func run(ctx context.Context, o options) (bool, error) {
 			n := clog.storeUnavailableBetween(from, to)
 			faults[i].Detail = append(faults[i].Detail, fmt.Sprintf("%d STORE_UNAVAILABLE answers", n))
 			faults[i].Effective = n > 0
+		}
+		if faults[i].Kind == faultStoreStall && faults[i].Injected {
+			fl.stallEffect(&faults[i])
 		}
 	}
 

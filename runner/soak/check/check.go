@@ -26,6 +26,9 @@ const (
 	InvStockConserved       = "stock_conserved_per_sku"
 	InvStreamFolds          = "stream_gapless_and_folds"
 	InvReadModelIsFold      = "read_model_equals_fold"
+	InvPaymentMatches       = "payment_authorized_iff_accepted_record"
+	InvFailedUnpaid         = "failed_order_has_no_accepted_payment"
+	InvConfirmedPaid        = "confirmed_order_has_payment_record"
 	InvGenerations          = "generations_only_grow"
 	InvClientMonotonic      = "client_view_consistent"
 )
@@ -34,6 +37,7 @@ var invariantOrder = []string{
 	InvNoLostOrder, InvOneStart, InvAllTerminal, InvKeyOneOrder,
 	InvOneReservation, InvOneAuthorization, InvNoPaymentAfterInvErr,
 	InvReleaseOnlyOnFailure, InvStockHeld, InvStockConserved,
+	InvPaymentMatches, InvFailedUnpaid, InvConfirmedPaid,
 	InvStreamFolds, InvReadModelIsFold, InvGenerations, InvClientMonotonic,
 }
 
@@ -123,8 +127,13 @@ type checker struct {
 	results map[string]*Result
 	// folds holds the fold of every stream that folded, by order id.
 	folds map[string]order.State
-	// started holds the lines of each order's first OrderStartedEvent.
-	started map[string][]order.Line
+	// started holds each order's first OrderStartedEvent that decoded.
+	started map[string]order.OrderStarted
+	// authorized: the stream holds a PaymentAuthorizedEvent (by type, so
+	// a stream that does not decode counts too); authorizedID is the
+	// paymentId of the first one that decoded.
+	authorized   map[string]bool
+	authorizedID map[string]string
 }
 
 func (c *checker) fail(inv string, o Offender) {
@@ -140,7 +149,8 @@ func (c *checker) failOrder(inv, orderID, format string, args ...any) {
 // Check decides every invariant of the soak from the history alone.
 // Orders are visited in id order so the same history gives the same report.
 func Check(h *History) Report {
-	c := &checker{h: h, results: map[string]*Result{}, folds: map[string]order.State{}, started: map[string][]order.Line{}}
+	c := &checker{h: h, results: map[string]*Result{}, folds: map[string]order.State{}, started: map[string]order.OrderStarted{},
+		authorized: map[string]bool{}, authorizedID: map[string]string{}}
 	for _, n := range invariantOrder {
 		c.results[n] = &Result{Name: n}
 	}
@@ -151,6 +161,7 @@ func Check(h *History) Report {
 	c.checkAcknowledged()
 	c.checkKeys()
 	c.checkModules()
+	c.checkPayments()
 	c.checkStock()
 	c.checkClientView()
 	var rep Report
@@ -180,6 +191,7 @@ func (c *checker) checkStream(id string, rec *OrderRecord) {
 			reservedEvents++
 		case order.TypePaymentAuthorized:
 			authorizedEvents++
+			c.authorized[id] = true
 		}
 		if want := int64(i + 1); env.Version != want {
 			c.failOrder(InvStreamFolds, id, "entry %d has version %d, want %d (gap or reorder)", i, env.Version, want)
@@ -197,9 +209,14 @@ func (c *checker) checkStream(id string, rec *OrderRecord) {
 			decodeOK = false
 			continue
 		}
-		if s, ok := e.(order.OrderStarted); ok {
+		switch e := e.(type) {
+		case order.OrderStarted:
 			if _, seen := c.started[id]; !seen {
-				c.started[id] = s.Lines
+				c.started[id] = e
+			}
+		case order.PaymentAuthorized:
+			if _, seen := c.authorizedID[id]; !seen {
+				c.authorizedID[id] = e.PaymentID
 			}
 		}
 		events = append(events, e)
@@ -234,6 +251,10 @@ func (c *checker) checkStream(id string, rec *OrderRecord) {
 		c.failOrder(InvReadModelIsFold, id, "no projection; fold is %s at version %d", st.Status, st.Version)
 	case rm.Status != string(st.Status) || rm.Version != st.Version:
 		c.failOrder(InvReadModelIsFold, id, "projection %s at version %d, fold %s at version %d", rm.Status, rm.Version, st.Status, st.Version)
+	default:
+		for _, d := range projectionDiff(rm.State, st) {
+			c.failOrder(InvReadModelIsFold, id, "projection at version %d: %s", rm.Version, d)
+		}
 	}
 }
 
@@ -415,7 +436,7 @@ func (c *checker) checkModules() {
 		want := map[string]int64{}
 		st, folded := c.folds[id]
 		if folded && st.Status == order.StatusConfirmed {
-			want = sumLines(c.started[id])
+			want = sumLines(c.started[id].Lines)
 		}
 		if !maps.Equal(held, want) {
 			status := "no folded stream"
@@ -423,6 +444,63 @@ func (c *checker) checkModules() {
 				status = string(st.Status)
 			}
 			c.failOrder(InvStockHeld, id, "holds %s, want %s for status %s", fmtHeld(held), fmtHeld(want), status)
+		}
+	}
+}
+
+// checkPayments holds the payment module's records against the streams:
+// a PaymentAuthorizedEvent exactly when the module accepted a payment for
+// the order, under the event's paymentId, for the amount and currency the
+// order started with; no accepted payment for a Failed order; none
+// missing for a Confirmed one. Orders with a module record but no stream
+// are visited too: a payment accepted for them is money taken for no
+// order.
+func (c *checker) checkPayments() {
+	ids := map[string]bool{}
+	for id, m := range c.h.Modules {
+		if m != nil {
+			ids[id] = true
+		}
+	}
+	for id := range c.h.Orders {
+		if c.hasStream(id) {
+			ids[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		m := c.h.Modules[id]
+		accepted := m != nil && m.Authorized
+		inStream := c.authorized[id]
+		switch {
+		case inStream && !accepted:
+			c.failOrder(InvPaymentMatches, id, "stream holds PaymentAuthorizedEvent, the payment module has no accepted record")
+		case !inStream && accepted:
+			c.failOrder(InvPaymentMatches, id, "payment module accepted %s for %d %s, the stream holds no PaymentAuthorizedEvent", m.PaymentID, m.PaymentAmount, m.PaymentCurrency)
+		}
+		if accepted {
+			if s, ok := c.started[id]; ok && (m.PaymentAmount != s.Amount || m.PaymentCurrency != s.Currency) {
+				c.failOrder(InvPaymentMatches, id, "payment %s authorized %d %s, the order started with %d %s", m.PaymentID, m.PaymentAmount, m.PaymentCurrency, s.Amount, s.Currency)
+			}
+			if pid, ok := c.authorizedID[id]; ok && pid != m.PaymentID {
+				c.failOrder(InvPaymentMatches, id, "accepted payment record %s, the stream authorized %s", m.PaymentID, pid)
+			}
+		}
+		st, folded := c.folds[id]
+		if !folded {
+			continue
+		}
+		switch st.Status {
+		case order.StatusFailed:
+			if accepted {
+				c.failOrder(InvFailedUnpaid, id, "Failed order, payment %s accepted for %d %s", m.PaymentID, m.PaymentAmount, m.PaymentCurrency)
+			}
+		case order.StatusConfirmed:
+			switch {
+			case !accepted:
+				c.failOrder(InvConfirmedPaid, id, "Confirmed order, no accepted payment record")
+			case m.PaymentID != st.PaymentID:
+				c.failOrder(InvConfirmedPaid, id, "Confirmed order paid by %s, accepted record is %s", st.PaymentID, m.PaymentID)
+			}
 		}
 	}
 }
@@ -471,7 +549,7 @@ func (c *checker) checkStock() {
 	taken := map[string]int64{}
 	for id, st := range c.folds {
 		if st.Status == order.StatusConfirmed {
-			for sku, q := range sumLines(c.started[id]) {
+			for sku, q := range sumLines(c.started[id].Lines) {
 				taken[sku] += q
 			}
 		}

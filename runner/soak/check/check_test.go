@@ -1,11 +1,15 @@
 package check
 
 import (
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 )
@@ -58,14 +62,44 @@ func envelopes(t *testing.T, es []order.Event, gen int64) []Envelope {
 	return out
 }
 
+// projected is the read model's OrderState for st in contract JSON,
+// written by the contract's own encoder.
+func projected(t *testing.T, st order.State) json.RawMessage {
+	t.Helper()
+	v := &contracts.OrderState{OrderId: st.OrderID, UpdatedAtUnixMs: st.UpdatedAtUnixMs,
+		Status: contracts.OrderStatus(contracts.OrderStatus_value[string(st.Status)])}
+	if st.ShippingAddressID != "" {
+		v.ShippingAddressId = proto.String(st.ShippingAddressID)
+	}
+	if st.ReservationID != "" {
+		v.ReservationId = proto.String(st.ReservationID)
+	}
+	if st.PaymentID != "" {
+		v.PaymentId = proto.String(st.PaymentID)
+	}
+	v.Amount = proto.Int64(st.Amount)
+	v.Currency = proto.String(st.Currency)
+	if st.Reason != "" {
+		v.Reason = proto.String(st.Reason)
+	}
+	b, err := contracts.MarshalJSON(v)
+	require.NoError(t, err)
+	return b
+}
+
 func addOrder(t *testing.T, h *History, id string, f fate) {
 	t.Helper()
 	es := events(id, f)
-	st, err := order.Fold(es, make([]int64, len(es)))
+	stream := envelopes(t, es, 1)
+	at := make([]int64, len(stream))
+	for i, e := range stream {
+		at[i] = e.CreatedAtUnixMs
+	}
+	st, err := order.Fold(es, at)
 	require.NoError(t, err)
 	h.Orders[id] = &OrderRecord{
-		Stream:             envelopes(t, es, 1),
-		ReadModel:          &ReadModel{Status: string(st.Status), Version: st.Version},
+		Stream:             stream,
+		ReadModel:          &ReadModel{Status: string(st.Status), Version: st.Version, State: projected(t, st)},
 		Ownership:          []OwnershipEvent{{Kind: OwnActivation, Member: "wf-1", Generation: 1, AtUnixMs: 1000}},
 		LocationGeneration: 1,
 	}
@@ -75,6 +109,7 @@ func addOrder(t *testing.T, h *History, id string, f fate) {
 	switch f {
 	case confirmed:
 		m.Reserved, m.Authorizations, m.Authorized, m.PaymentCalled = true, 1, true, true
+		m.PaymentID, m.PaymentAmount, m.PaymentCurrency = order.PaymentID(id), 300, "JPY"
 	case outOfStock:
 		m.Reservations, m.ReservationFailed, m.Lines = 0, true, nil
 	case declined:
@@ -225,6 +260,56 @@ func TestBrokenHistoriesAreReported(t *testing.T) {
 		{"stock not conserved", func(t *testing.T, h *History) {
 			h.Stock["sku-b"].Remaining--
 		}, InvStockConserved, ""},
+		{"stream authorized, no accepted payment record", func(t *testing.T, h *History) {
+			m := h.Modules["o-ok"]
+			m.Authorized, m.PaymentID, m.PaymentAmount, m.PaymentCurrency = false, "", 0, ""
+		}, InvPaymentMatches, "o-ok"},
+		{"accepted payment record, stream holds no authorization", func(t *testing.T, h *History) {
+			m := h.Modules["o-dec"]
+			m.Authorized, m.PaymentID, m.PaymentAmount, m.PaymentCurrency = true, order.PaymentID("o-dec"), 300, "JPY"
+		}, InvPaymentMatches, "o-dec"},
+		{"accepted payment for an order with no stream", func(t *testing.T, h *History) {
+			h.Modules["o-ghost"] = &ModuleRecord{Authorizations: 1, Authorized: true, PaymentCalled: true, PaymentID: "pay-o-ghost", PaymentAmount: 5, PaymentCurrency: "JPY"}
+		}, InvPaymentMatches, "o-ghost"},
+		{"payment authorized for another amount", func(t *testing.T, h *History) {
+			h.Modules["o-ok"].PaymentAmount = 299
+		}, InvPaymentMatches, "o-ok"},
+		{"payment authorized in another currency", func(t *testing.T, h *History) {
+			h.Modules["o-ok"].PaymentCurrency = "EUR"
+		}, InvPaymentMatches, "o-ok"},
+		{"accepted payment under another id than the stream's", func(t *testing.T, h *History) {
+			h.Modules["o-ok"].PaymentID = "pay-other"
+		}, InvPaymentMatches, "o-ok"},
+		{"failed order with an accepted payment", func(t *testing.T, h *History) {
+			m := h.Modules["o-dec"]
+			m.Authorized, m.PaymentID, m.PaymentAmount, m.PaymentCurrency = true, order.PaymentID("o-dec"), 300, "JPY"
+		}, InvFailedUnpaid, "o-dec"},
+		{"confirmed order without its payment record", func(t *testing.T, h *History) {
+			m := h.Modules["o-ok"]
+			m.Authorizations, m.Authorized, m.PaymentID, m.PaymentAmount, m.PaymentCurrency = 0, false, "", 0, ""
+		}, InvConfirmedPaid, "o-ok"},
+		{"confirmed order paid under another id", func(t *testing.T, h *History) {
+			h.Modules["o-ok"].PaymentID = "pay-other"
+		}, InvConfirmedPaid, "o-ok"},
+		{"read model differs in one field only", func(t *testing.T, h *History) {
+			rm := h.Orders["o-dec"].ReadModel
+			rm.State = json.RawMessage(strings.Replace(string(rm.State), `"reason":"DECLINED"`, `"reason":"OUT_OF_STOCK"`, 1))
+		}, InvReadModelIsFold, "o-dec"},
+		{"read model lacks a field", func(t *testing.T, h *History) {
+			rm := h.Orders["o-ok"].ReadModel
+			rm.State = json.RawMessage(strings.Replace(string(rm.State), `"paymentId":"pay-o-ok",`, ``, 1))
+		}, InvReadModelIsFold, "o-ok"},
+		{"read model has a field the fold does not", func(t *testing.T, h *History) {
+			rm := h.Orders["o-oos"].ReadModel
+			rm.State = json.RawMessage(strings.Replace(string(rm.State), `"orderId":"o-oos",`, `"orderId":"o-oos","paymentId":"pay-o-oos",`, 1))
+		}, InvReadModelIsFold, "o-oos"},
+		{"read model updated at another time", func(t *testing.T, h *History) {
+			rm := h.Orders["o-ok"].ReadModel
+			rm.State = json.RawMessage(strings.Replace(string(rm.State), `"updatedAtUnixMs":1004`, `"updatedAtUnixMs":1003`, 1))
+		}, InvReadModelIsFold, "o-ok"},
+		{"read model without its state", func(t *testing.T, h *History) {
+			h.Orders["o-ok"].ReadModel.State = nil
+		}, InvReadModelIsFold, "o-ok"},
 		{"read model differs from fold", func(t *testing.T, h *History) {
 			h.Orders["o-dec"].ReadModel = &ReadModel{Status: "InventoryReserved", Version: 2}
 		}, InvReadModelIsFold, "o-dec"},

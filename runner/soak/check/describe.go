@@ -25,7 +25,7 @@ func (h *History) Describe(orderID string) string {
 			fmt.Fprintf(&b, "  location generation %d\n", rec.LocationGeneration)
 		}
 		if rm := rec.ReadModel; rm != nil {
-			fmt.Fprintf(&b, "  read model %s v%d\n", rm.Status, rm.Version)
+			fmt.Fprintf(&b, "  read model %s v%d %s\n", rm.Status, rm.Version, rm.State)
 		} else {
 			b.WriteString("  no read model\n")
 		}
@@ -33,8 +33,8 @@ func (h *History) Describe(orderID string) string {
 	if m := h.Modules[orderID]; m != nil {
 		fmt.Fprintf(&b, "  inventory: records %d reserved %t refused %t released %t lines %v calls %d/%d\n",
 			m.Reservations, m.Reserved, m.ReservationFailed, m.Released, m.Lines, m.ReserveCalls, m.ReleaseCalls)
-		fmt.Fprintf(&b, "  payment: records %d authorized %t called %t calls %d\n",
-			m.Authorizations, m.Authorized, m.PaymentCalled, m.AuthorizeCalls)
+		fmt.Fprintf(&b, "  payment: records %d authorized %t %s %d %s called %t calls %d\n",
+			m.Authorizations, m.Authorized, m.PaymentID, m.PaymentAmount, m.PaymentCurrency, m.PaymentCalled, m.AuthorizeCalls)
 	}
 	for _, a := range h.Client {
 		if a.OrderID != orderID {

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -94,7 +95,8 @@ type Envelope struct {
 type ReadModel struct {
 	Status  string `json:"status"`
 	Version int64  `json:"version"`
-	// State is the projected OrderState in contract JSON, when captured.
+	// State is the projected OrderState in contract JSON (spec §6.1):
+	// the checker holds every field of it against the fold.
 	State json.RawMessage `json:"state,omitempty"`
 }
 
@@ -132,13 +134,15 @@ const (
 	IdemStarted = "started"
 )
 
-// ModuleRecord is the inventory and payment modules' view of one order,
-// read from their Redis records (reservation rsv-<id>, payment pay-<id>).
-// Reservations and Authorizations count every module record whose orderId
-// field names the order, not just the one under its own id, so a second
-// reservation under another id is seen.
+// ModuleRecord is the inventory and payment modules' view of one order.
+// The soak driver scans every reservation and payment record and groups
+// them by the orderId each names (commerce.RecordScan), so Reservations
+// and Authorizations count every record naming the order: a second one
+// under an id other than the order's own is seen. The other fields
+// describe the order's reservation and payment: the record under the
+// order's own id when there is one, else the first by id.
 type ModuleRecord struct {
-	// Reservations is how many reservation records exist for the order.
+	// Reservations is how many reservation records name the order.
 	Reservations int  `json:"reservations"`
 	Reserved     bool `json:"reserved"` // the first reserve was accepted
 	Released     bool `json:"released"` // the reservation was released
@@ -148,8 +152,16 @@ type ModuleRecord struct {
 	ReserveCalls      int    `json:"reserveCalls,omitempty"`
 	ReleaseCalls      int    `json:"releaseCalls,omitempty"`
 
-	Authorizations int  `json:"authorizations"`
-	Authorized     bool `json:"authorized"` // the first authorization was accepted
+	// Authorizations is how many payment records name the order, accepted
+	// or declined.
+	Authorizations int `json:"authorizations"`
+	// Authorized: a payment record naming the order was accepted.
+	// PaymentID, PaymentAmount and PaymentCurrency are that record's id
+	// and what it authorized.
+	Authorized      bool   `json:"authorized"`
+	PaymentID       string `json:"paymentId,omitempty"`
+	PaymentAmount   int64  `json:"paymentAmount,omitempty"`
+	PaymentCurrency string `json:"paymentCurrency,omitempty"`
 	// PaymentCalled is true when the payment module was asked at all.
 	PaymentCalled  bool `json:"paymentCalled"`
 	AuthorizeCalls int  `json:"authorizeCalls,omitempty"`
@@ -186,6 +198,18 @@ func LoadHistory(path string) (*History, error) {
 	var h History
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("load history %s: %w", path, err)
+	}
+	// Save indents the projected states with the rest; they are read
+	// back compact, as the driver captured them.
+	for id, rec := range h.Orders {
+		if rec == nil || rec.ReadModel == nil || len(rec.ReadModel.State) == 0 {
+			continue
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, rec.ReadModel.State); err != nil {
+			return nil, fmt.Errorf("load history %s: order %s: projected state: %w", path, id, err)
+		}
+		rec.ReadModel.State = c.Bytes()
 	}
 	return &h, nil
 }
