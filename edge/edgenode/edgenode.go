@@ -30,6 +30,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	// RequestTimeout bounds each HTTP request (and is the grain call
 	// default); 0 keeps edge's default.
 	RequestTimeout time.Duration
+	// Admission is the edge's in-flight budget per route kind; its zero
+	// value takes edge.DefaultAdmission.
+	Admission edge.Admission
 	// SelfCheck enables the runner's /self-check/ hooks.
 	SelfCheck bool
 	// Admin enables /admin/.
@@ -214,11 +218,17 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		Admin:          cfg.Admin,
 		AdminToken:     cfg.AdminToken,
 		Takeover:       tk,
+		Admission:      cfg.Admission,
 		RequestTimeout: cfg.RequestTimeout,
 		Evidence:       cfg.Evidence,
 		Logger:         cfg.Logger,
 		Metrics:        cfg.Metrics,
 		TracerProvider: cfg.TracerProvider,
+	}
+	// A command on an order without a stream is answered from the event
+	// store, without a cold activation.
+	if sc, ok := st.Events.(eventstore.StreamChecker); ok {
+		ecfg.Streams = sc
 	}
 	var feed *readmodel.TerminalFeed
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
