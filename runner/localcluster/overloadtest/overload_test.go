@@ -59,6 +59,11 @@ const (
 	requestTimeout = 5 * time.Second
 )
 
+// noAdmissionEnv, when set to 1, runs the APIs with every in-flight
+// budget unbounded: what the test sees without admission control, which
+// must fail it.
+const noAdmissionEnv = "OVERLOADTEST_NO_ADMISSION"
+
 func seed() commerce.Seed {
 	return commerce.Seed{
 		Carts: []commerce.Cart{{
@@ -80,10 +85,16 @@ func startCluster(t *testing.T) *fixture {
 	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	env := localcluster.ChildEnv(os.Environ())
+	if os.Getenv(noAdmissionEnv) == "1" {
+		t.Logf("%s=1: every in-flight budget of the APIs is unbounded", noAdmissionEnv)
+		env = append(env, "SHOPPINGMALL_ADMIT_STARTS=-1", "SHOPPINGMALL_ADMIT_COMMANDS=-1",
+			"SHOPPINGMALL_ADMIT_READS=-1", "SHOPPINGMALL_ADMIT_WAITS=-1")
+	}
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
 		RequestTimeout: requestTimeout,
-		Env:            localcluster.ChildEnv(os.Environ()),
+		Env:            env,
 		StopGrace:      10 * time.Second,
 		Logf:           t.Logf,
 		BeforeNodes: func(ctx context.Context, url string) error {
