@@ -80,7 +80,11 @@ func TestStartBudgetAdmitsNAndShedsTheNextAtOnce(t *testing.T) {
 	const budget = 3
 	o := newObserved(t, withAdmission(Admission{Starts: budget}))
 	release := make(chan struct{})
-	o.orders.check = func(*contracts.StartOrderWorkflowReq) { <-release }
+	var held atomic.Int64
+	o.orders.check = func(*contracts.StartOrderWorkflowReq) {
+		held.Add(1)
+		<-release
+	}
 	var wg sync.WaitGroup
 	codes := make([]int, budget)
 	for i := range budget {
@@ -90,7 +94,8 @@ func TestStartBudgetAdmitsNAndShedsTheNextAtOnce(t *testing.T) {
 			codes[i] = o.do("POST", "/orders", startBody(cartOK, "a", "p", fmt.Sprintf("held-%d", i))).Code
 		}()
 	}
-	eventually(t, func() bool { return o.srv.InFlight(RouteKindStart) == budget }, "three starts in flight")
+	eventually(t, func() bool { return held.Load() == budget }, "three starts held in their grain call")
+	require.Equal(t, budget, o.srv.InFlight(RouteKindStart))
 
 	begin := time.Now()
 	w := o.do("POST", "/orders", startBody(cartOK, "a", "p", "shed"))
