@@ -225,11 +225,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		Metrics:        cfg.Metrics,
 		TracerProvider: cfg.TracerProvider,
 	}
-	// A command on an order without a stream is answered from the event
-	// store, without a cold activation.
-	if sc, ok := st.Events.(eventstore.StreamChecker); ok {
-		ecfg.Streams = sc
-	}
+	ecfg.Streams = streams(st)
 	var feed *readmodel.TerminalFeed
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
 		feed = rm.NewTerminalFeed()
@@ -294,6 +290,16 @@ func (a *API) Stop(ctx context.Context) error {
 	a.Routes.Close()
 	a.Member.Stop()
 	return err
+}
+
+// streams is the event store's existence check, so that a command on an
+// order without a stream is answered from it, without a cold activation;
+// nil when the event store has none (the grain answers the same 404).
+func streams(st *node.Stores) edge.Streams {
+	if sc, ok := st.Events.(eventstore.StreamChecker); ok {
+		return sc
+	}
+	return nil
 }
 
 // cartReserver is the commerce store as the edge's one-step cart read and
