@@ -17,9 +17,9 @@ REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster)
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit fault-test overload-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile k8s-test unit fault-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile k8s-test unit fault-test overload-test admin-test metrics-test pause-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
 
 redis:
 	@bash scripts/install-redis.sh
@@ -55,7 +55,7 @@ k8s-test:
 	$(GO) test -tags k8s -count=1 ./cluster/k8smembers/...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -63,6 +63,17 @@ unit:
 # assume the two cores are theirs; still under -race.
 fault-test:
 	$(GO) test -race -count=1 -timeout 8m ./runner/localcluster/faulttest/
+
+# Real-process proof of admission control (runner/localcluster/overloadtest): an
+# open loop at 4x the measured closed-loop capacity, bounded in time and count;
+# every answer 201/200 or a 503/504 with a reason and Retry-After (none 500
+# INTERNAL or NO_ELIGIBLE_MEMBER), no self-fence or restart, every acknowledged
+# order terminal within 60 s with no continue; prints the figures (the whole
+# output when it fails).
+overload-test:
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/overloadtest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
 # Real-process proof of the locked admin surface (runner/localcluster/admintest):
 # 401 without or with a wrong token, 404 on the public port, 200 with it;

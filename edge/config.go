@@ -82,6 +82,15 @@ type Operator interface {
 	ResumeOrder(ctx context.Context, req *contracts.ResumeOrderReq) (*contracts.ResumeOrderRes, error)
 }
 
+// Streams tells whether an order has an event stream (the
+// OrderEventStore: eventstore.StreamChecker).
+type Streams interface {
+	// StreamExists reports whether the order's stream holds an event. It
+	// must not read the read model: rebuild-projection exists for an order
+	// whose projection is lost.
+	StreamExists(ctx context.Context, orderID string) (bool, error)
+}
+
 // Topology is what this process's cluster member currently sees.
 type Topology interface {
 	// WorkflowMembers returns how many live members host the order
@@ -180,6 +189,14 @@ type Config struct {
 	// /orders/{id}?waitFor=terminal (wait.go); without it such a GET is
 	// refused 400 (field waitFor).
 	Terminal TerminalWatcher
+	// Streams, optional, lets continue and rebuild-projection answer an
+	// order without an event stream 404 from one cheap check, without a
+	// grain call (and so without a cold activation); without it they ask
+	// the grain, which answers the same 404.
+	Streams Streams
+	// Admission is the public routes' in-flight budget per route kind
+	// (admission.go); its zero value takes DefaultAdmission.
+	Admission Admission
 	// RequestTimeout bounds each request's work; optional, default 10 s.
 	RequestTimeout time.Duration
 	// Evidence receives raw evidence lines, one Write per line; optional,

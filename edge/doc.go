@@ -10,8 +10,8 @@
 // It never changes an order's event stream or projection itself; the
 // grain does. Every store and the grain client are reached through the
 // consumer-side interfaces declared in this package (Idempotency, Carts,
-// ReadModel, TerminalWatcher, Orders, Operator, Topology, MemberNames, and the Stuck and
-// Timeline dependencies). It imports the store packages only for their
+// ReadModel, TerminalWatcher, Orders, Streams, Operator, Topology,
+// MemberNames, and the Stuck and Timeline dependencies). It imports the store packages only for their
 // value types: it must not construct a store, open a Redis client or
 // import another store implementation; edge/edgenode does the wiring. It classifies other
 // packages' errors by their kind (errkind) in httpError, never by their
@@ -26,8 +26,11 @@
 // gin in release mode; handlers are plain http.HandlerFuncs reading the
 // path value, so the framework stays at the edge of the edge.
 //
-// Every request of both listeners runs one middleware chain (Server's
-// middleware): its X-Request-Id (the client's when sane, else a fresh
+// Every request of the public listener is first admitted by the in-flight
+// budget of its route kind or shed at once as 503 OVERLOADED
+// (admission.go); /healthz, /readyz and the admin listener are never
+// shed. Then every request of both listeners runs one middleware chain
+// (Server's middleware): its X-Request-Id (the client's when sane, else a fresh
 // one) is echoed and carried in its context (RequestID; LogHandler adds
 // it to every line logged with that context), it is counted in the HTTP
 // metrics of the process's telemetry.Registry under its route template,

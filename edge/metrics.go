@@ -29,6 +29,16 @@ const (
 	// the process vouched for the order, so that the wait skipped its
 	// first read (LabelVouched: "true" or "false"; see wait.go).
 	MetricWaits = telemetry.Namespace + "_order_waits_total"
+	// MetricShedSeconds is the server-side latency of the answers shed by
+	// admission control (503 OVERLOADED, admission.go), by route kind
+	// (LabelRouteKind): from the admission check to the reply written.
+	MetricShedSeconds = telemetry.Namespace + "_http_shed_seconds"
+	// MetricShed counts the answers shed by admission control, by route
+	// kind.
+	MetricShed = telemetry.Namespace + "_http_shed_total"
+	// MetricInFlight is the requests admitted and not yet answered, by
+	// route kind: how much of each in-flight budget is in use.
+	MetricInFlight = telemetry.Namespace + "_http_in_flight"
 )
 
 // The edge's metric labels.
@@ -48,6 +58,9 @@ const (
 	LabelOutcome = "outcome"
 	// LabelVouched says whether a wait skipped its first read.
 	LabelVouched = "vouched"
+	// LabelRouteKind is an admission budget's route kind (RouteKindStart,
+	// ...).
+	LabelRouteKind = "route_kind"
 )
 
 const (
@@ -63,6 +76,10 @@ const (
 // request timeout (10 s) and a little past it.
 var httpBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15}
 
+// shedBuckets resolve the shed answers' latency around its 10 ms bound,
+// from a tenth of a millisecond up.
+var shedBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}
+
 // reasons are every contract reason, so that each series shows from the
 // first scrape on, at zero, and a rate or delta never starts from an
 // absent series.
@@ -76,6 +93,10 @@ type httpMetrics struct {
 	unavailable *prometheus.CounterVec
 	// waits[outcome reached][vouched] are MetricWaits' four series.
 	waits [2][2]prometheus.Counter
+	// shed and shedSeconds are MetricShed's and MetricShedSeconds' series,
+	// by route kind index.
+	shed        [numKinds]prometheus.Counter
+	shedSeconds [numKinds]prometheus.Observer
 	// series caches each (route, method, code)'s children: observe runs on
 	// every request, and a label lookup hashes the labels each time. The
 	// keys are bounded as the labels are.
@@ -92,7 +113,7 @@ type httpSeries struct {
 	duration prometheus.Observer
 }
 
-func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
+func newHTTPMetrics(reg *telemetry.Registry, ad *admission) *httpMetrics {
 	f := reg.Factory()
 	m := &httpMetrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{Name: MetricHTTPRequests,
@@ -116,7 +137,29 @@ func newHTTPMetrics(reg *telemetry.Registry) *httpMetrics {
 			m.waits[r][v] = waits.WithLabelValues(outcome, vouched)
 		}
 	}
+	shed := f.NewCounterVec(prometheus.CounterOpts{Name: MetricShed,
+		Help: "Requests answered 503 OVERLOADED by the edge's admission control, by route kind (start, command, read, wait)."},
+		[]string{LabelRouteKind})
+	shedSeconds := f.NewHistogramVec(prometheus.HistogramOpts{Name: MetricShedSeconds,
+		Help: "Server-side latency of the answers shed by admission control, by route kind.", Buckets: shedBuckets},
+		[]string{LabelRouteKind})
+	for i, rk := range routeKinds {
+		m.shed[i] = shed.WithLabelValues(string(rk))
+		m.shedSeconds[i] = shedSeconds.WithLabelValues(string(rk))
+		b := &ad.budgets[i]
+		// Read at scrape time: the request path only moves the counter.
+		f.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
+			Help:        "Requests admitted and not yet answered, by route kind: the part of each in-flight budget in use.",
+			ConstLabels: prometheus.Labels{LabelRouteKind: string(rk)}},
+			func() float64 { return float64(b.n.Load()) })
+	}
 	return m
+}
+
+// shedAnswer records one shed answer of route kind index k.
+func (m *httpMetrics) shedAnswer(k int, d time.Duration) {
+	m.shed[k].Inc()
+	m.shedSeconds[k].Observe(d.Seconds())
 }
 
 // waited records one answered wait.

@@ -197,6 +197,10 @@ func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	if err := s.checkStream(ctx, id); err != nil {
+		s.fail(w, r, fmt.Errorf("continue order %s: %w", id, err))
+		return
+	}
 	res, err := s.cfg.Orders.ContinueOrderWorkflow(ctx, req)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("continue order %s: %w", id, err))
@@ -214,12 +218,41 @@ func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	if err := s.checkStream(ctx, id); err != nil {
+		s.fail(w, r, fmt.Errorf("rebuild projection of order %s: %w", id, err))
+		return
+	}
 	res, err := s.cfg.Orders.RebuildOrderProjection(ctx, req)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("rebuild projection of order %s: %w", id, err))
 		return
 	}
 	s.writeMessage(w, r, http.StatusOK, res)
+}
+
+// errNoStream: the order has no event stream, so a command on it is the
+// grain's own 404 (workflow.ErrNotFound), answered without asking it.
+var errNoStream = fmt.Errorf("%w: the order has no event stream", ErrNotFound)
+
+// checkStream keeps a command on an order without a stream from costing a
+// cold activation (and its Location round trips) only to learn that: an
+// id that never started is answered 404 from one read of the event
+// store, with the reply the grain would have given. It reads the stream,
+// never the read model, whose record may be the very thing a rebuild is
+// for. An order whose start is still being recorded may be answered 404
+// too, as if the command had come a moment earlier.
+func (s *Server) checkStream(ctx context.Context, orderID string) error {
+	if s.cfg.Streams == nil {
+		return nil
+	}
+	ok, err := s.cfg.Streams.StreamExists(ctx, orderID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check the event stream: %w", err)
+	case !ok:
+		return errNoStream
+	}
+	return nil
 }
 
 // orderCommand decodes a continue/rebuild body (empty means {}), fills the

@@ -45,7 +45,8 @@ type Server struct {
 	listening atomic.Bool
 	served    atomic.Bool
 	adminUp   atomic.Bool
-	waits     waitGate // ends the waits in flight at Shutdown (wait.go)
+	waits     waitGate   // ends the waits in flight at Shutdown (wait.go)
+	admission *admission // the public routes' in-flight budgets (admission.go)
 	// tracker is cfg.Terminal when it vouches for the starts it saw
 	// (readmodel.StartTracker), else nil.
 	tracker readmodel.StartTracker
@@ -71,9 +72,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.NewID = uuid.NewString
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), metrics: newHTTPMetrics(cfg.Metrics)}
+	ad := newAdmission(cfg.Admission)
+	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), metrics: newHTTPMetrics(cfg.Metrics, ad), admission: ad}
 	s.tracker, _ = cfg.Terminal.(readmodel.StartTracker)
-	s.engine = s.newEngine()
+	s.engine = s.newEngine(s.admit)
 	s.routes()
 	s.http = s.newHTTPServer(s.engine)
 	s.http.RegisterOnShutdown(s.waits.end)
@@ -88,17 +90,21 @@ func New(cfg Config) (*Server, error) {
 
 // newEngine is a gin engine answering only the routes it has: trailing-
 // slash and method redirects would answer routes the contract does not
-// have. Every request of it, unknown routes included, runs the
-// middleware chain first.
-func (s *Server) newEngine() *gin.Engine {
+// have. Every request of it, unknown routes included, runs first the
+// given middleware (the public engine's admission control, which must
+// come before everything else, see admission.go), then the middleware
+// chain.
+func (s *Server) newEngine(first ...gin.HandlerFunc) *gin.Engine {
 	e := gin.New()
 	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
+	e.Use(first...)
 	e.Use(s.middleware()...)
 	return e
 }
 
 // middleware is the chain every request of both listeners runs, in this
-// order, before the admin token check and the route's handler:
+// order, after the public listener's admission control (admission.go)
+// and before the admin token check and the route's handler:
 //
 //   - requestID decides the request's id and puts it in its context;
 //   - tracing makes the request's server span (tracing.go), right after

@@ -107,3 +107,16 @@ type Store interface {
 	// and resumes later. Repeating it changes nothing.
 	RaiseFence(ctx context.Context, orderID string, minGeneration int64) (Fence, error)
 }
+
+// StreamChecker is the cheap existence check of a stream, kept apart from
+// Store so that a caller that needs only it (the HTTP edge, which answers
+// a command on an unknown order without activating its grain) is handed
+// only it. Redis implements it.
+type StreamChecker interface {
+	// StreamExists reports whether the order's stream holds at least one
+	// event, in one read that loads none of them. A fence raised or an
+	// Open made before the first event does not make a stream exist. An
+	// order id that cannot name a stream fails with ErrInvalidOrderID;
+	// an unreachable store with ErrUnavailable.
+	StreamExists(ctx context.Context, orderID string) (bool, error)
+}

@@ -53,7 +53,10 @@ type Redis struct {
 	keys   keys
 }
 
-var _ Store = (*Redis)(nil)
+var (
+	_ Store         = (*Redis)(nil)
+	_ StreamChecker = (*Redis)(nil)
+)
 
 // NewRedis returns a store on cfg.Client, or an error wrapping ErrConfig
 // when cfg has no client or a prefix with braces.
@@ -312,6 +315,21 @@ func (r *Redis) Load(ctx context.Context, orderID string) ([]Envelope, error) {
 		events = append(events, env)
 	}
 	return events, nil
+}
+
+// StreamExists implements StreamChecker: an EXISTS on the stream's key,
+// which holds an entry from the first append on (a stream is never
+// trimmed, and an empty batch writes nothing).
+func (r *Redis) StreamExists(ctx context.Context, orderID string) (bool, error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return false, err
+	}
+	n, err := r.client.Exists(ctx, k.stream).Result()
+	if err != nil {
+		return false, translate("check stream of "+orderID, err)
+	}
+	return n > 0, nil
 }
 
 // decodeEntry turns one stream entry at 1-based position pos into an

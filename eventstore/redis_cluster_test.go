@@ -23,3 +23,12 @@ func TestRedisClusterContract(t *testing.T) {
 		return newRedis(t, eventstore.Config{Client: rc.Client, KeyPrefix: fmt.Sprintf("t%d:es:", i)})
 	})
 }
+
+// The StreamChecker contract on the same kind of cluster: EXISTS routes
+// by the stream key's hash tag.
+func TestRedisClusterStreamCheckerContract(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	eventstoretest.RunStreamCheckerContract(t, func(t *testing.T) eventstoretest.CheckedStore {
+		return newRedis(t, eventstore.Config{Client: rc.Client})
+	})
+}

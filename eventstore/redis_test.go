@@ -55,6 +55,21 @@ func TestRedisContract(t *testing.T) {
 	})
 }
 
+// TestRedisStreamCheckerContract: StreamExists against a real
+// redis-server, default and custom prefixes.
+func TestRedisStreamCheckerContract(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	var n atomic.Int64
+	eventstoretest.RunStreamCheckerContract(t, func(t *testing.T) eventstoretest.CheckedStore {
+		i := n.Add(1)
+		if i%2 == 0 {
+			return newRedis(t, eventstore.Config{Client: c})
+		}
+		return newRedis(t, eventstore.Config{Client: c, KeyPrefix: fmt.Sprintf("x%d:es:", i)})
+	})
+}
+
 func allKeys(t *testing.T, c *redis.Client) []string {
 	t.Helper()
 	var keys []string

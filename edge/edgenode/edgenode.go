@@ -30,6 +30,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	// RequestTimeout bounds each HTTP request (and is the grain call
 	// default); 0 keeps edge's default.
 	RequestTimeout time.Duration
+	// Admission is the edge's in-flight budget per route kind; its zero
+	// value takes edge.DefaultAdmission.
+	Admission edge.Admission
 	// SelfCheck enables the runner's /self-check/ hooks.
 	SelfCheck bool
 	// Admin enables /admin/.
@@ -214,12 +218,14 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		Admin:          cfg.Admin,
 		AdminToken:     cfg.AdminToken,
 		Takeover:       tk,
+		Admission:      cfg.Admission,
 		RequestTimeout: cfg.RequestTimeout,
 		Evidence:       cfg.Evidence,
 		Logger:         cfg.Logger,
 		Metrics:        cfg.Metrics,
 		TracerProvider: cfg.TracerProvider,
 	}
+	ecfg.Streams = streams(st)
 	var feed *readmodel.TerminalFeed
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
 		feed = rm.NewTerminalFeed()
@@ -284,6 +290,16 @@ func (a *API) Stop(ctx context.Context) error {
 	a.Routes.Close()
 	a.Member.Stop()
 	return err
+}
+
+// streams is the event store's existence check, so that a command on an
+// order without a stream is answered from it, without a cold activation;
+// nil when the event store has none (the grain answers the same 404).
+func streams(st *node.Stores) edge.Streams {
+	if sc, ok := st.Events.(eventstore.StreamChecker); ok {
+		return sc
+	}
+	return nil
 }
 
 // cartReserver is the commerce store as the edge's one-step cart read and

@@ -152,3 +152,19 @@ func TestEdgeReadyzFollowsTheStores(t *testing.T) {
 	_, _, err = st.ReadModel.Get(ctx, "ord-none")
 	require.ErrorIs(t, err, readmodel.ErrNotFound)
 }
+
+// The API's stores hand the edge the event store's existence check, so
+// that a command on an order without a stream costs no grain call.
+func TestTheEdgeChecksStreamsInTheEventStore(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := node.NewStores(node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	sc := streams(s)
+	require.NotNil(t, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ok, err := sc.StreamExists(ctx, "ord-never")
+	require.NoError(t, err)
+	require.False(t, ok)
+}

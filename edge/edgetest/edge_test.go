@@ -141,6 +141,9 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, code, string(b))
 			requireCode(t, b, edge.CodeNotFound)
 		}
+		// Nothing of the order is left in any store: no creation lock,
+		// no Location record, no stream or fence.
+		require.Empty(t, h.keysNaming(id), "no key names the unknown order")
 		code, b := h.do("GET", apiB, "/self-check/orders/"+id+"/evidence", "")
 		require.Equal(t, http.StatusNotFound, code, "no stream was created")
 		requireCode(t, b, edge.CodeNotFound)

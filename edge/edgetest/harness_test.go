@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -326,3 +327,17 @@ var (
 	inventoryFailed = []string{"OrderStartedEvent", "InventoryReservationFailedEvent", "OrderFailedEvent"}
 	paymentFailed   = []string{"OrderStartedEvent", "InventoryReservedEvent", "PaymentFailedEvent", "InventoryReleasedEvent", "OrderFailedEvent"}
 )
+
+// keysNaming lists the stores' keys whose name holds s.
+func (h *harness) keysNaming(s string) []string {
+	h.t.Helper()
+	opt, err := redis.ParseURL(h.redisURL)
+	require.NoError(h.t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys, err := rdb.Keys(ctx, "*"+s+"*").Result()
+	require.NoError(h.t, err)
+	return keys
+}

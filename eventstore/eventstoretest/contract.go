@@ -591,3 +591,75 @@ func testWriterFence(t *testing.T, s eventstore.Store) {
 		t.Fatalf("the writer after the takeover holds %+v, want {3 1}", want[3])
 	}
 }
+
+// CheckedStore is a Store that also implements StreamChecker.
+type CheckedStore interface {
+	eventstore.Store
+	eventstore.StreamChecker
+}
+
+// RunStreamCheckerContract runs the StreamChecker contract as subtests,
+// against a store whose Store side it drives to make streams and fences.
+// newStore is called once per subtest, as in RunContract.
+func RunStreamCheckerContract(t *testing.T, newStore func(t *testing.T) CheckedStore) {
+	t.Helper()
+	cases := []struct {
+		name string
+		run  func(t *testing.T, s CheckedStore)
+	}{
+		{"UnknownOrderHasNoStream", testExistsUnknown},
+		{"FirstAppendMakesTheStream", testExistsAfterAppend},
+		{"OpenAndEmptyAppendMakeNoStream", testExistsNotByOpen},
+		{"RaisedFenceMakesNoStream", testExistsNotByFence},
+		{"InvalidOrderID", testExistsInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.run(t, newStore(t))
+		})
+	}
+}
+
+func wantExists(t *testing.T, s CheckedStore, order string, want bool, when string) {
+	t.Helper()
+	got, err := s.StreamExists(ctxT(t), order)
+	if err != nil {
+		t.Fatalf("StreamExists(%s) %s: %v", order, when, err)
+	}
+	if got != want {
+		t.Fatalf("StreamExists(%s) %s = %v, want %v", order, when, got, want)
+	}
+}
+
+func testExistsUnknown(t *testing.T, s CheckedStore) {
+	wantExists(t, s, orderID(t, "none"), false, "for an order never written")
+}
+
+func testExistsAfterAppend(t *testing.T, s CheckedStore) {
+	o := orderID(t, "one")
+	f, _ := mustOpen(t, s, o, 1)
+	mustAppend(t, s, o, 0, f, event(o, "e1", "OrderStartedEvent", "c1", `{"n":1}`))
+	wantExists(t, s, o, true, "after its first event")
+	// Another order's stream says nothing about this one.
+	wantExists(t, s, orderID(t, "other"), false, "for another order")
+}
+
+func testExistsNotByOpen(t *testing.T, s CheckedStore) {
+	o := orderID(t, "open")
+	f, _ := mustOpen(t, s, o, 1)
+	mustAppend(t, s, o, 0, f)
+	wantExists(t, s, o, false, "after an Open and an empty append")
+}
+
+func testExistsNotByFence(t *testing.T, s CheckedStore) {
+	o := orderID(t, "fence")
+	mustRaise(t, s, o, 3)
+	wantExists(t, s, o, false, "after a raised fence and no event")
+}
+
+func testExistsInvalid(t *testing.T, s CheckedStore) {
+	for _, id := range []string{"", "a{b}"} {
+		_, err := s.StreamExists(ctxT(t), id)
+		wantErr(t, err, eventstore.ErrInvalidOrderID, fmt.Sprintf("StreamExists(%q)", id))
+	}
+}

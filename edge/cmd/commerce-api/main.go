@@ -26,6 +26,14 @@
 // take -api (the admin address) and -token (default
 // SHOPPINGMALL_ADMIN_TOKEN).
 //
+// Admission control bounds the requests in flight per route kind:
+// -admit-starts (POST /orders), -admit-commands (continue,
+// rebuild-projection), -admit-reads (GET /orders/{id}) and -admit-waits
+// (GET with waitFor). A request beyond its kind's budget is answered at
+// once 503 UNAVAILABLE, reason OVERLOADED, with a Retry-After of 1–3 s;
+// /healthz, /readyz and the admin listener are never shed. 0 takes the
+// default, a negative budget is unbounded.
+//
 // Every flag can also be set from the environment as SHOPPINGMALL_<FLAG>
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
 // go to stdout, logs to stderr. Prometheus metrics are served on their own
@@ -63,6 +71,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
+	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
 )
 
@@ -83,6 +92,7 @@ type options struct {
 	adminHTTP, adminToken           string
 	requestTimeout, shutdownTimeout time.Duration
 	takeoverAfter                   time.Duration
+	admission                       edge.Admission
 }
 
 // adminListener reports whether the admin listener runs: with -admin or
@@ -100,6 +110,11 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the admin listener requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "bound of one HTTP request")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound of a graceful stop")
+	d := edge.DefaultAdmission
+	fs.IntVar(&o.admission.Starts, "admit-starts", d.Starts, "in-flight budget of POST /orders; beyond it a start is answered 503 OVERLOADED at once (negative: unbounded)")
+	fs.IntVar(&o.admission.Commands, "admit-commands", d.Commands, "in-flight budget of continue and rebuild-projection (negative: unbounded)")
+	fs.IntVar(&o.admission.Reads, "admit-reads", d.Reads, "in-flight budget of GET /orders/{id} without waitFor (negative: unbounded)")
+	fs.IntVar(&o.admission.Waits, "admit-waits", d.Waits, "in-flight budget of GET /orders/{id}?waitFor=terminal, apart from the others so waits never crowd out starts (negative: unbounded)")
 	fs.DurationVar(&o.takeoverAfter, "takeover-after", 0, "policy: take over an order whose owner has been recorded gone this long, once a command found it gone (0: off; only an operator takes over)")
 	if err := o.Parse(fs, args); err != nil {
 		return o, err
@@ -165,6 +180,7 @@ func run(args []string) error {
 		Cluster:        o.Cluster(log),
 		Stores:         stores,
 		RequestTimeout: o.requestTimeout,
+		Admission:      o.admission,
 		SelfCheck:      o.selfCheck,
 		Admin:          o.admin,
 		AdminToken:     o.adminToken,

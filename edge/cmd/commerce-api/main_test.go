@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/edge"
 )
 
 func TestAdminNeedsAToken(t *testing.T) {
@@ -100,4 +102,14 @@ func TestAdminTakeoverCLI(t *testing.T) {
 	} {
 		require.Equal(t, 2, admin(bad, &out, &errOut), "%v", bad)
 	}
+}
+
+func TestAdmissionFlags(t *testing.T) {
+	o, err := parse(nil)
+	require.NoError(t, err)
+	require.Equal(t, edge.DefaultAdmission, o.admission, "the edge's defaults when no flag is given")
+	t.Setenv("SHOPPINGMALL_ADMIT_WAITS", "7")
+	o, err = parse([]string{"-admit-starts", "3", "-admit-commands", "-1", "-admit-reads", "9"})
+	require.NoError(t, err)
+	require.Equal(t, edge.Admission{Starts: 3, Commands: -1, Reads: 9, Waits: 7}, o.admission)
 }

@@ -1,5 +1,5 @@
 // Package proctest is the shared support of the real-process test
-// packages (runner/localcluster/faulttest, pausetest, takeovertest, admintest):
+// packages (runner/localcluster/faulttest, overloadtest, pausetest, takeovertest, admintest):
 // it builds the two process binaries once per test binary and reads a
 // process's scheduler state. It links testing, so only _test files may
 // import it; it must not import edge, actors/... or cluster/...
