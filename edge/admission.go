@@ -74,12 +74,13 @@ type Admission struct {
 
 // DefaultAdmission suits one API process on a 2-core machine whose
 // workflow members confirm a few hundred orders a second: about 250
-// starts/s per API at 100–150 ms each is 25–40 in flight, so 32 keeps the
-// admitted starts' latency near the closed-loop figure instead of the
-// request timeout. Commands share the owners' mailboxes with the starts'
+// starts/s per API at 100–150 ms each is 25–40 in flight. 64 leaves room
+// for a closed loop of 64 clients (the bench's) that happens to land on
+// one API, and still keeps a burst's admitted starts at a few hundred
+// milliseconds, far under the request timeout and the lease. Commands share the owners' mailboxes with the starts'
 // continuations, so they get fewer. A read is one Redis round trip; a
 // wait holds no connection at all while it waits.
-var DefaultAdmission = Admission{Starts: 32, Commands: 16, Reads: 128, Waits: 512}
+var DefaultAdmission = Admission{Starts: 64, Commands: 16, Reads: 128, Waits: 512}
 
 func (a Admission) limits() [numKinds]int64 {
 	pick := func(v, def int) int64 {
