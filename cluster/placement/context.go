@@ -31,7 +31,9 @@ var _ pcluster.Context = (*Context)(nil)
 
 // Request sends message to the identity's owner and waits for its reply.
 // Errors: ErrUnavailable (owner gone, before or during the call),
-// ErrTimeout, ErrNoMember, ErrStoreUnavailable. A command the owner did not
+// ErrTimeout, ErrNoMember, ErrStoreUnavailable, ErrOverloaded (the
+// grain's mailbox or every eligible member had no room; nothing was
+// done). A command the owner did not
 // process (dead letter, or a Retry answer while it moves) is resent to the
 // new owner within the same deadline.
 func (c *Context) Request(identity, kind string, message any, opts ...pcluster.GrainCallOption) (any, error) {
@@ -89,6 +91,11 @@ func (c *Context) request(ctx context.Context, identity, kind string, message an
 		case err != nil:
 			return nil, err
 		default:
+			if o, ok := res.(*Overloaded); ok {
+				// Not processed, but not resent either: the grain had no
+				// room, and a resend would only add to its load.
+				return nil, fmt.Errorf("%w: %s/%s: %s", ErrOverloaded, kind, identity, o.GetReason())
+			}
 			if _, ok := res.(*Retry); ok {
 				retry = true
 			} else if _, ok := res.(*actor.DeadLetterResponse); ok {

@@ -49,6 +49,52 @@ type Config struct {
 	// TracerProvider makes the client span of every grain call through
 	// this lookup's Context (trace.go); nil uses the global provider.
 	TracerProvider trace.TracerProvider
+	// Limits bound the work this member takes on as a host; the zero
+	// value takes the defaults (DefaultLimits).
+	Limits Limits
+}
+
+// Limits bound what one member hosts, so that a burst is answered
+// Overloaded at once instead of queueing work that its callers give up
+// on: memory, goroutines and the Location Store's round trips all grow
+// with what a member holds. A value <= 0 takes its default.
+type Limits struct {
+	// MailboxCapacity is how many requests one hosted grain's mailbox
+	// holds; the next one is answered Overloaded at once (mailbox.go).
+	MailboxCapacity int
+	// MaxHosted is how many grains the member hosts. Beyond it, a new
+	// activation first passivates a grain that reported no work left (a
+	// terminal or stuck order); when every hosted grain has work left it
+	// is refused with ACTIVATION_FAILURE_OVERLOADED. A grain with work
+	// left is never passivated to make room.
+	MaxHosted int
+	// MaxActivations is how many activations the member runs at once:
+	// grains opening their state, first commands being delivered, and
+	// grains passivating to make room. The next one is refused with
+	// ACTIVATION_FAILURE_OVERLOADED.
+	MaxActivations int
+}
+
+// DefaultLimits are the limits a zero Limits takes. An order grain holds
+// its fold and a mailbox, a few KiB: 20,000 of them stay well inside a
+// workflow container's memory. One activation is a few Location and
+// stream round trips; 256 at once is far more than a member's store link
+// completes in a second, and no more is useful. A grain answers one
+// caller at a time and its callers are few (the order's client, an
+// operator, a drain); 64 queued requests is a queue no caller outlives.
+var DefaultLimits = Limits{MailboxCapacity: 64, MaxHosted: 20000, MaxActivations: 256}
+
+func (l Limits) withDefaults() Limits {
+	if l.MailboxCapacity <= 0 {
+		l.MailboxCapacity = DefaultLimits.MailboxCapacity
+	}
+	if l.MaxHosted <= 0 {
+		l.MaxHosted = DefaultLimits.MaxHosted
+	}
+	if l.MaxActivations <= 0 {
+		l.MaxActivations = DefaultLimits.MaxActivations
+	}
+	return l
 }
 
 // Activation is what a grain learns when it is activated.
@@ -171,6 +217,7 @@ func New(cfg Config) *Lookup {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	return &Lookup{
 		cfg:       cfg,
 		store:     cfg.Store,
@@ -234,7 +281,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.sub = sub
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
-			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, mailbox: hostMailbox(sys)}
+			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, mailbox: hostMailbox(sys, l.cfg.Limits.MailboxCapacity, l.metrics.refusedMailbox)}
 		}, actor.WithDispatcher(hostDispatcher)), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
