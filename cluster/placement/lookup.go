@@ -115,7 +115,11 @@ type Activation struct {
 
 	report   func(*opened)
 	retire   func(*actor.PID)
+	work     func(*actor.PID, bool)
+	stays    func(*actor.PID)
 	reported atomic.Bool
+	// workState is what WorkLeft last told the activator.
+	workState atomic.Int32
 	// ready is the Ready commit the activator left to the grain
 	// (ReadyCarrier); nil while there is none.
 	ready atomic.Pointer[deferredReady]
@@ -281,7 +285,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.sub = sub
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
-			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, mailbox: hostMailbox(sys, l.cfg.Limits.MailboxCapacity, l.metrics.refusedMailbox)}
+			return newActivator(l, hostMailbox(sys, l.cfg.Limits.MailboxCapacity, l.metrics.refusedMailbox))
 		}, actor.WithDispatcher(hostDispatcher)), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
@@ -606,7 +610,11 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // COLD, or TAKEOVER when a takeover reset the record: the activation is
 // the same, only its cause is told (and counted) apart. A member
 // that does not answer, or refuses, is skipped while the lock is extended,
-// so one frozen member cannot fail a cold start. A grain that could not
+// so one frozen member cannot fail a cold start. A member that is busy
+// refuses at once (ACTIVATION_FAILURE_OVERLOADED) and is skipped too; when
+// no member took the activation and one of them was busy or silent, the
+// creation fails with ErrOverloaded, never ErrNoMember, which means that
+// no member can host the kind at all. A grain that could not
 // open its state aborts the creation: the lock is given back and the next
 // command activates again.
 //
@@ -626,6 +634,10 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	}
 	start := int(l.rr.Add(1))
 	var lastErr error
+	// busy: a member refused for want of room, or did not answer in time.
+	// Either way there are members for the kind, and a retry soon may
+	// find room: the creation fails as ErrOverloaded, never ErrNoMember.
+	busy := false
 	for i := range candidates {
 		m := candidates[(start+i)%len(candidates)]
 		if i > 0 {
@@ -643,6 +655,9 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			}
 			lastErr = err
 			var af *activationError
+			if errors.As(err, &af) && (af.timeout || af.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED) {
+				busy = true
+			}
 			if errors.As(err, &af) && !af.tryNext() {
 				abort()
 				return nil, nil, err
@@ -675,6 +690,11 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("%w: activating %s: %v", location.ErrTimeout, id, lastErr)
 	}
+	if busy {
+		// lastErr's text only: a member's timeout must not make this a
+		// Timeout (nothing was done, and the caller may retry at once).
+		return nil, nil, fmt.Errorf("%w: activating %s: no member had room in time: %v", ErrOverloaded, id, lastErr)
+	}
 	return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
 }
 
@@ -706,6 +726,8 @@ func (e *activationError) Unwrap() error {
 		return location.ErrLockLost
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_UNANSWERED:
 		return location.ErrTimeout
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED:
+		return ErrOverloaded
 	}
 	return nil
 }
