@@ -143,7 +143,9 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
 	default:
 	}
-	done := awaitFuture(c.requestFuture(ctx, pid, message, timeout))
+	sys := c.lookup.cluster.ActorSystem
+	f := c.requestFuture(ctx, pid, message, timeout)
+	done := awaitFuture(f)
 	select {
 	case r := <-done:
 		if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
@@ -151,8 +153,10 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		}
 		return r.res, r.err
 	case <-left:
+		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: owner at %s left during the request", ErrUnavailable, pid.Address)
 	case <-ctx.Done():
+		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
 	}
 }
@@ -164,7 +168,11 @@ type futureResult struct {
 }
 
 // awaitFuture waits for f on a goroutine of its own, so the caller can
-// wait for other things too.
+// wait for other things too. A caller that stops waiting before f
+// resolves ends f (endFuture), so that the goroutine ends with the call:
+// otherwise it would outlive it until f's own timeout, and calls that
+// give up early (a caller's deadline, an owner seen leaving) would pile
+// up goroutines beyond what is in flight.
 func awaitFuture(f *actor.Future) <-chan futureResult {
 	done := make(chan futureResult, 1)
 	go func() {
@@ -172,6 +180,17 @@ func awaitFuture(f *actor.Future) <-chan futureResult {
 		done <- futureResult{res, err}
 	}()
 	return done
+}
+
+// endFuture resolves f now, if it has not resolved yet, releasing its
+// waiter; a reply that comes later goes to the dead letters, as one to a
+// future that timed out does.
+func endFuture(sys *actor.ActorSystem, f *actor.Future) {
+	// Only a future still registered: stopping one that resolved
+	// meanwhile would reach the dead-letter process instead.
+	if p, ok := sys.ProcessRegistry.Get(f.PID()); ok {
+		p.Stop(f.PID())
+	}
 }
 
 func deadline(ctx context.Context) time.Time {

@@ -815,6 +815,7 @@ func (l *Lookup) activationResult(ctx context.Context, f *actor.Future, timeout 
 	}
 	rec, err := l.store.Get(ctx, kind, id)
 	if err != nil || rec.Status != location.Ready || rec.Owner != m.Id || rec.Generation != gen {
+		endFuture(l.cluster.ActorSystem, f)
 		return nil, actor.ErrTimeout
 	}
 	r := <-done
