@@ -197,3 +197,85 @@ func TestFullMemberIsSkippedAndNoRoomIsOverloaded(t *testing.T) {
 		requireOverloaded(t, took[i], err, "with no room on any member")
 	}
 }
+
+const openKind = "clustertest.slow-open"
+
+// slowOpener is a grain that opens its state only once its test lets it
+// (gate), counting the opens begun.
+type slowOpener struct {
+	gate  <-chan struct{}
+	began func()
+	act   *placement.Activation
+}
+
+func (*slowOpener) OpensOnStart() {}
+
+func (g *slowOpener) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		act, ok := placement.ActivationOf(ctx)
+		if !ok {
+			ctx.Stop(ctx.Self())
+			return
+		}
+		g.act = act
+		g.began()
+		self, gate := ctx.Self(), g.gate
+		// The open of a store that is slow to answer, off the turn.
+		go func() {
+			<-gate
+			act.Opened(self)
+		}()
+	case *wrapperspb.StringValue:
+		ctx.Respond(wrapperspb.String(m.GetValue() + " " + g.act.Identity))
+	}
+}
+
+// Activations in progress are capped: while MaxActivations grains are
+// still opening, the next activation is refused with OVERLOADED at once
+// (and counted), and those in progress complete.
+func TestActivationsInProgressAreCapped(t *testing.T) {
+	h := newHarness(t)
+	reg := telemetry.NewRegistry()
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	opening := 0
+	kind := pcluster.NewKind(openKind, actor.PropsFromProducer(func() actor.Actor {
+		return &slowOpener{gate: gate, began: func() { mu.Lock(); opening++; mu.Unlock() }}
+	}))
+	ctx := ctxT(t, 30*time.Second)
+	m, err := cluster.Start(ctx, cluster.Config{
+		NodeName: "host-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Logger: h.logger("host-a"),
+		FrameworkLogLevel: quietFramework, Kinds: []*pcluster.Kind{kind}, Limits: placement.Limits{MaxActivations: 2}, Metrics: reg,
+	})
+	require.NoError(t, err)
+	t.Cleanup(m.Crash)
+	a := h.startAPI("api-a")
+	require.Eventually(t, func() bool { return len(a.member.Lookup.Eligible(openKind)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	c := placement.NewContext(a.member.Lookup)
+	call := func(id string) (time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := c.RequestContext(cctx, id, openKind, wrapperspb.String("pong"))
+		return time.Since(start), err
+	}
+
+	errs := make(chan error, 2)
+	for _, id := range []string{"slow-1", "slow-2"} {
+		go func() { _, err := call(id); errs <- err }()
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return opening == 2 }, 5*time.Second, time.Millisecond,
+		"both activations are opening")
+	took, err := call("slow-3")
+	requireOverloaded(t, took, err, "an activation while the cap of activations is opening")
+	require.Equal(t, 1.0, refusals(t, reg, placement.LimitActivations))
+
+	close(gate)
+	for range 2 {
+		require.NoError(t, <-errs, "the activations in progress complete")
+	}
+	_, err = call("slow-3")
+	require.NoError(t, err, "with the opens done there is room again")
+}
