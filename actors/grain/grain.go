@@ -52,8 +52,10 @@ type Config struct {
 	ReadyInStart bool
 	// IdleTimeout passivates a grain that received nothing for this long:
 	// authority is released and the next command activates generation+1.
-	// An order with work left is never passivated. Zero disables idle
-	// passivation.
+	// An order with work left is never passivated, neither idle nor when
+	// its member asks for room beyond its hosting cap (placement.Passivate;
+	// the grain reports after every turn whether it has work left). Zero
+	// disables idle passivation.
 	IdleTimeout time.Duration
 	// TurnTimeout bounds the store and module calls of one turn.
 	TurnTimeout time.Duration
