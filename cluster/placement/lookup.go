@@ -666,7 +666,13 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 				break
 			}
 			if i+1 < len(candidates) {
-				l.log.Warn("activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
+				level := slog.LevelWarn
+				if errors.Is(err, ErrOverloaded) {
+					// Counted by the member that refused; a warning per
+					// refusal would flood the log exactly when it matters.
+					level = slog.LevelDebug
+				}
+				l.log.Log(ctx, level, "activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
 					slog.String("member", m.Id), slog.Any("error", err))
 			}
 			continue
