@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +95,7 @@ func requireOverloaded(t *testing.T, took time.Duration, err error, what string)
 	require.ErrorIs(t, err, placement.ErrOverloaded, what)
 	require.Equal(t, errkind.Overloaded, errkind.Of(err), "%s: OVERLOADED, never NO_ELIGIBLE_MEMBER or a timeout: %v", what, err)
 	require.Less(t, took, time.Second, "%s: answered at once, not after an activation timeout", what)
+	t.Logf("%s: OVERLOADED after %s", what, took.Round(time.Microsecond))
 }
 
 func refusals(t *testing.T, reg *telemetry.Registry, limit string) float64 {
@@ -278,4 +280,81 @@ func TestActivationsInProgressAreCapped(t *testing.T) {
 	}
 	_, err = call("slow-3")
 	require.NoError(t, err, "with the opens done there is room again")
+}
+
+const holdKind = "clustertest.holding"
+
+// holdingGrain holds its turn on a "hold" request until its test lets it
+// go (gate), so that what follows queues in its mailbox.
+type holdingGrain struct {
+	gate  <-chan struct{}
+	began chan<- struct{}
+}
+
+func (g *holdingGrain) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*wrapperspb.StringValue); ok {
+		if m.GetValue() == "hold" {
+			g.began <- struct{}{}
+			<-g.gate
+		}
+		ctx.Respond(wrapperspb.String("done " + m.GetValue()))
+	}
+}
+
+// A grain whose mailbox is full answers the next request from another
+// member at once with Overloaded, which the caller gets as OVERLOADED;
+// the requests it queued are all served once it moves on.
+func TestFullMailboxIsOverloadedAcrossMembers(t *testing.T) {
+	h := newHarness(t)
+	reg := telemetry.NewRegistry()
+	gate, began := make(chan struct{}), make(chan struct{}, 1)
+	kind := pcluster.NewKind(holdKind, actor.PropsFromProducer(func() actor.Actor {
+		return &holdingGrain{gate: gate, began: began}
+	}))
+	ctx := ctxT(t, 30*time.Second)
+	m, err := cluster.Start(ctx, cluster.Config{
+		NodeName: "host-a", Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Logger: h.logger("host-a"),
+		FrameworkLogLevel: quietFramework, Kinds: []*pcluster.Kind{kind}, Limits: placement.Limits{MailboxCapacity: 2}, Metrics: reg,
+	})
+	require.NoError(t, err)
+	t.Cleanup(m.Crash)
+	a := h.startAPI("api-a")
+	require.Eventually(t, func() bool { return len(a.member.Lookup.Eligible(holdKind)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	c := placement.NewContext(a.member.Lookup)
+	type answer struct {
+		msg  string
+		took time.Duration
+		err  error
+	}
+	call := func(msg string, out chan<- answer) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := c.RequestContext(cctx, "order-1", holdKind, wrapperspb.String(msg))
+		if err == nil && res.(*wrapperspb.StringValue).GetValue() != "done "+msg {
+			err = errors.New("unexpected reply " + res.(*wrapperspb.StringValue).GetValue())
+		}
+		out <- answer{msg, time.Since(start), err}
+	}
+
+	held := make(chan answer, 1)
+	go call("hold", held)
+	<-began
+	// Three more while the grain holds its turn: two fit its mailbox.
+	answers := make(chan answer, 3)
+	for _, msg := range []string{"a", "b", "c"} {
+		go call(msg, answers)
+	}
+	first := <-answers
+	requireOverloaded(t, first.took, first.err, "the request beyond the mailbox's capacity")
+	require.Equal(t, 1.0, refusals(t, reg, placement.LimitMailbox))
+	t.Logf("refused %q after %s, while the grain still held its turn", first.msg, first.took.Round(time.Microsecond))
+
+	close(gate)
+	require.NoError(t, (<-held).err)
+	for range 2 {
+		r := <-answers
+		require.NoError(t, r.err, "%q was queued and is served", r.msg)
+	}
 }

@@ -40,6 +40,11 @@ import (
 // bounds them itself (at most one retry timer pending, one step queued
 // per turn). System messages (Stop, Watch, Terminated, Restart) do not go
 // through the user queue and are never refused.
+//
+// The activator's own mailbox stays unbounded: it answers every message
+// in the turn that reads it, without I/O (a refusal included), so its
+// queue drains at memory speed, and bounding it would refuse the grains'
+// own reports (opened, retiring, work left) that keep its counts right.
 
 // hostMailbox returns the producer of the hosted grains' mailboxes:
 // protoactor's unbounded mailbox, bounded here to capacity requests
