@@ -114,6 +114,9 @@ type Config struct {
 	// every grain call made through this member's lookup. nil uses the
 	// global provider (no-op unless a main set one).
 	TracerProvider trace.TracerProvider
+	// Limits bound what this member hosts (placement.Limits); the zero
+	// value takes placement.DefaultLimits. Only a member with Kinds hosts.
+	Limits placement.Limits
 	// FrameworkLogLevel filters protoactor's own logs; nil means Warn.
 	// A Leveler, not a Level, so that Info (the zero Level) can be chosen.
 	FrameworkLogLevel slog.Leveler
@@ -185,7 +188,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	})}
 	system := actor.NewActorSystem(append(sysOpts, metricsOpt...)...)
 	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger, Metrics: cfg.Metrics,
-		TracerProvider: cfg.TracerProvider})
+		TracerProvider: cfg.TracerProvider, Limits: cfg.Limits})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)
 	}

@@ -52,8 +52,10 @@ type Config struct {
 	ReadyInStart bool
 	// IdleTimeout passivates a grain that received nothing for this long:
 	// authority is released and the next command activates generation+1.
-	// An order with work left is never passivated. Zero disables idle
-	// passivation.
+	// An order with work left is never passivated, neither idle nor when
+	// its member asks for room beyond its hosting cap (placement.Passivate;
+	// the grain reports after every turn whether it has work left). Zero
+	// disables idle passivation.
 	IdleTimeout time.Duration
 	// TurnTimeout bounds the store and module calls of one turn.
 	TurnTimeout time.Duration
@@ -201,6 +203,7 @@ func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 }
 
 func (g *orderGrain) Receive(ctx actor.Context) {
+	defer g.reportWork(ctx)
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		g.onStarted(ctx)
@@ -210,6 +213,8 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 		g.stopTimer()
 	case *actor.ReceiveTimeout:
 		g.onIdle(ctx)
+	case *placement.Passivate:
+		g.onPassivate(ctx)
 	case *step:
 		g.onStep(ctx)
 	case *confirm:
@@ -609,29 +614,66 @@ func (g *orderGrain) close(ctx actor.Context, c context.Context) (any, error) {
 	return &contracts.CloseOrderRes{OrderId: g.act.Identity, Generation: gen}, nil
 }
 
-// onIdle passivates a grain that has nothing left to do. An order with a
-// step to run (being retried, or waiting for its confirm) stays: dropping
-// it would leave it unfinished until someone calls. One parked by the
-// interceptor (interrupt.go) waits for a command anyway, so it may go.
+// workLeft tells whether the order has work of its own left: a step to
+// run (being retried, or waiting for its confirm), or a reopen to retry
+// (no order yet). Dropping such a grain would leave the order unfinished
+// until someone calls. A stuck order waits for an operator, and one
+// parked by the interceptor (interrupt.go) waits for a command: neither
+// has work left.
+func (g *orderGrain) workLeft() bool {
+	if g.order == nil {
+		return true
+	}
+	return g.stuck == nil && !g.interrupted.parked && g.cfg.Service.NeedsWork(g.order)
+}
+
+// reportWork tells the activator, after every turn, whether the grain has
+// work left: beyond its hosting cap, the member passivates only grains
+// that have none (placement.Passivate). Only a change reaches it.
+func (g *orderGrain) reportWork(ctx actor.Context) {
+	if g.act == nil || g.leaving {
+		return
+	}
+	g.act.WorkLeft(ctx.Self(), g.workLeft())
+}
+
+// onIdle passivates a grain that has nothing left to do; one with work
+// left stays (workLeft).
 func (g *orderGrain) onIdle(ctx actor.Context) {
 	if g.leaving {
 		return
 	}
-	c, cancel := g.turnCtx()
-	defer cancel()
-	if g.stuck == nil && !g.interrupted.parked && g.cfg.Service.NeedsWork(g.order) {
+	if g.workLeft() || !g.passivate(ctx) {
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+	}
+}
+
+// onPassivate is onIdle at the activator's request, to make room for
+// another activation. A grain with work left never goes; one that stays
+// says so, so that the activator asks another.
+func (g *orderGrain) onPassivate(ctx actor.Context) {
+	if g.leaving {
 		return
 	}
+	if g.workLeft() || !g.passivate(ctx) {
+		g.act.Stays(ctx.Self())
+	}
+}
+
+// passivate releases the identity and stops the grain; false when the
+// release failed and the grain stays.
+func (g *orderGrain) passivate(ctx actor.Context) bool {
+	c, cancel := g.turnCtx()
+	defer cancel()
 	exists := g.order != nil && g.order.Exists()
 	g.retire(ctx)
 	if err := g.act.Lookup.Release(location.WithReleaseReason(c, location.OwnershipIdle), g.act.Kind, g.act.Identity, ctx.Self(), generationToRelease(exists)); err != nil {
 		g.cfg.Logger.Warn("idle release failed", slog.String("order", g.act.Identity), slog.Any("error", err))
-		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
-		return
+		return false
 	}
 	g.cfg.Logger.Info("idle passivation", slog.String("order", g.act.Identity), slog.Int64("generation", g.act.Generation))
 	g.leave(ctx, keepRecord)
+	return true
 }
 
 // coldStart tells an activation of a new generation (cold, or the first

@@ -80,6 +80,9 @@ type wfOpt func(*node.WorkflowConfig)
 
 func withIdle(d time.Duration) wfOpt { return func(c *node.WorkflowConfig) { c.IdleTimeout = d } }
 func withFixtures() wfOpt            { return func(c *node.WorkflowConfig) { c.Fixtures = true } }
+func withLimits(l placement.Limits) wfOpt {
+	return func(c *node.WorkflowConfig) { c.Cluster.Limits = l }
+}
 
 func (h *harness) startWorkflow(name string, opts ...wfOpt) *node.Workflow {
 	h.t.Helper()

@@ -92,7 +92,11 @@ func TestStartDedupeRecordsOnce(t *testing.T) {
 // 100 concurrent first calls from two members meet one activation.
 func TestConcurrentFirstCallsOneActivation(t *testing.T) {
 	h := newHarness(t)
-	wa, wb := h.startWorkflow("workflow-a"), h.startWorkflow("workflow-b")
+	// Room in the grain's mailbox for every caller: beyond it the rest
+	// would be answered OVERLOADED, by design (TestFullMailboxAnswersOverloadedAtOnce in
+	// placement).
+	roomy := withLimits(placement.Limits{MailboxCapacity: 128})
+	wa, wb := h.startWorkflow("workflow-a", roomy), h.startWorkflow("workflow-b", roomy)
 	a, b := h.startAPI("api-a"), h.startAPI("api-b")
 	waitMembers(t, a.member.Lookup, 2)
 	waitMembers(t, b.member.Lookup, 2)

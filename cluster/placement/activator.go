@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,7 @@ type ReadyCarrier interface {
 }
 
 type hosted struct {
+	key        string
 	pid        *actor.PID
 	act        *Activation
 	carries    bool
@@ -52,6 +54,16 @@ type hosted struct {
 	// once it has.
 	waiting []waiter
 	opening bool
+	// noWork is the grain's last report (Activation.WorkLeft): it has no
+	// work left, so it may be passivated to make room. A grain that never
+	// reported has work left, as far as the activator knows.
+	noWork bool
+	// idle is h's place in activator.idle while it may be passivated:
+	// opened, noWork, and not asked already.
+	idle *list.Element
+	// evicting: the grain was sent Passivate and has not yet left or
+	// answered that it stays.
+	evicting bool
 }
 
 // waiter is a requester of an activation still opening, with its request
@@ -91,7 +103,48 @@ type activator struct {
 	retired map[string]retiredGrain
 	// mailbox makes the hosted grains' mailboxes (mailbox.go).
 	mailbox actor.MailboxProducer
+	limits  Limits
+	// opening counts the grains entries still opening; delivering the
+	// first commands being delivered off the activator's turn (answer).
+	opening, delivering int
+	// idle lists the hosted grains that may be passivated to make room,
+	// the one that went idle first at the front.
+	idle *list.List
+	// evictions are the grains sent Passivate, by pid id, until they
+	// stop or answer that they stay; evictingHosted counts those still
+	// in grains (not yet retired), which no longer count as hosted.
+	evictions      map[string]struct{}
+	evictingHosted int
 }
+
+// newActivator returns l's activator.
+func newActivator(l *Lookup, mailbox actor.MailboxProducer) *activator {
+	return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, keys: map[string]string{},
+		mailbox: mailbox, limits: l.cfg.Limits, idle: list.New(), evictions: map[string]struct{}{}}
+}
+
+// Passivate is the activator's request to a grain that reported no work
+// left (Activation.WorkLeft): leave now, releasing the identity as an
+// idle passivation does, to make room for a new activation beyond
+// Limits.MaxHosted. A grain that has work left by the time it reads it,
+// or cannot release, stays and says so (Activation.Stays). It never
+// leaves the process, and it does not postpone the grain's idle timeout.
+type Passivate struct{}
+
+// NotInfluenceReceiveTimeout implements actor.NotInfluenceReceiveTimeout.
+func (*Passivate) NotInfluenceReceiveTimeout() {}
+
+// workState is a grain's report of whether it has work left.
+type workState struct {
+	pid  *actor.PID
+	left bool
+}
+
+// stays is a grain's answer to Passivate when it did not leave.
+type stays struct{ pid *actor.PID }
+
+// delivered: a first command's delivery (answer) ended.
+type delivered struct{}
 
 type retiredGrain struct {
 	key string
@@ -109,6 +162,22 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 	case *opened:
 		a.onOpened(ctx, m)
+	case *workState:
+		if _, h, ok := a.find(m.pid); ok {
+			h.noWork = !m.left
+			a.relist(h)
+		}
+	case *stays:
+		// A grain that retired before its release failed is no longer
+		// in grains, but it is no passivation in progress either.
+		delete(a.evictions, m.pid.Id)
+		if _, h, ok := a.find(m.pid); ok && h.evicting {
+			h.evicting = false
+			a.evictingHosted--
+			a.relist(h)
+		}
+	case *delivered:
+		a.delivering--
 	case *retiring:
 		if key, h, ok := a.find(m.pid); ok && !h.opening {
 			a.drop(key, h)
@@ -119,6 +188,7 @@ func (a *activator) Receive(ctx actor.Context) {
 			a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
 		}
 	case *actor.Terminated:
+		delete(a.evictions, m.Who.Id)
 		if key, h, ok := a.find(m.Who); ok {
 			if h.opening {
 				// System messages overtake user messages: the grain's
@@ -174,9 +244,60 @@ func (a *activator) find(pid *actor.PID) (key string, h *hosted, ok bool) {
 }
 
 // drop removes h, the grains entry under key, and its pid's index entry.
+// A grain asked to passivate stays in evictions until it has stopped.
 func (a *activator) drop(key string, h *hosted) {
 	delete(a.grains, key)
 	delete(a.keys, h.pid.Id)
+	if h.opening {
+		h.opening = false
+		a.opening--
+	}
+	if h.evicting {
+		h.evicting = false
+		a.evictingHosted--
+	}
+	a.relist(h)
+}
+
+// relist puts h in the idle list when it may be passivated to make room,
+// and takes it out when it may not.
+func (a *activator) relist(h *hosted) {
+	_, present := a.grains[h.key]
+	may := present && h.noWork && !h.opening && !h.evicting
+	switch {
+	case may && h.idle == nil:
+		h.idle = a.idle.PushBack(h)
+	case !may && h.idle != nil:
+		a.idle.Remove(h.idle)
+		h.idle = nil
+	}
+}
+
+// admit makes room for a new activation, or says which limit refuses it.
+// Beyond MaxHosted, the grain that went idle first is asked to passivate
+// and no longer counts as hosted; it is gone before long, or says that it
+// stays. Only grains that reported no work left are ever asked.
+func (a *activator) admit(ctx actor.Context) (limit, why string) {
+	if a.opening+a.delivering+len(a.evictions) >= a.limits.MaxActivations {
+		return LimitActivations, fmt.Sprintf("member overloaded: %d activations and passivations in progress (limit %d)",
+			a.opening+a.delivering+len(a.evictions), a.limits.MaxActivations)
+	}
+	if len(a.grains)-a.evictingHosted < a.limits.MaxHosted {
+		return "", ""
+	}
+	e := a.idle.Front()
+	if e == nil {
+		return LimitHosted, fmt.Sprintf("member overloaded: it hosts %d grains (limit %d) and every one has work left",
+			len(a.grains)-a.evictingHosted, a.limits.MaxHosted)
+	}
+	h := e.Value.(*hosted)
+	h.evicting = true
+	a.evictingHosted++
+	a.evictions[h.pid.Id] = struct{}{}
+	a.relist(h)
+	a.metrics.passivated.Inc()
+	ctx.Send(h.pid, &Passivate{})
+	return "", ""
 }
 
 // stopNotice says whether forget tells the other members of a stop.
@@ -195,8 +316,9 @@ const (
 // is still there under key), announcing the stop as notice says.
 func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stopNotice) {
 	if cur, ok := a.grains[key]; ok && cur.pid.Equal(h.pid) {
+		wasServing := !cur.opening
 		a.drop(key, cur)
-		if !cur.opening {
+		if wasServing {
 			a.served(-1)
 		}
 	}
@@ -217,6 +339,8 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 	if key, h, ok := a.find(m.pid); ok && h.opening {
 		if m.err == nil {
 			h.opening = false
+			a.opening--
+			a.relist(h)
 			a.served(+1)
 			a.metrics.activations.WithLabelValues(Cause(h.reason)).Inc()
 			for _, w := range h.waiting {
@@ -274,12 +398,19 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 	if !ok || !a.lookup.kinds[m.Kind] {
 		return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "kind not hosted here: "+m.Kind)
 	}
+	if limit, why := a.admit(ctx); limit != "" {
+		a.metrics.refused.WithLabelValues(limit).Inc()
+		a.lookup.log.Debug("activation refused: overloaded", slog.String("identity", key), slog.String("limit", limit))
+		return refuse(ActivationFailure_ACTIVATION_FAILURE_OVERLOADED, why)
+	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	act := &Activation{
 		Kind: m.Kind, Identity: m.Identity, Generation: m.Generation, Reason: m.Reason, Minted: m.Minted,
 		Deadline: deadlineOf(m), Lookup: a.lookup,
 		report: func(o *opened) { root.Send(self, o) },
 		retire: func(pid *actor.PID) { root.Send(self, &retiring{pid: pid}) },
+		work:   func(pid *actor.PID, left bool) { root.Send(self, &workState{pid: pid, left: left}) },
+		stays:  func(pid *actor.PID) { root.Send(self, &stays{pid: pid}) },
 	}
 	var opens, carries bool
 	// Props must come from the Kind and carry the cluster identity, or the
@@ -295,12 +426,12 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 	pid := ctx.SpawnPrefix(props, m.Identity)
 	ctx.Watch(pid)
 	kind.Inc()
-	h := &hosted{pid: pid, act: act, carries: carries, generation: m.Generation, reason: m.Reason, opening: opens}
+	h := &hosted{key: key, pid: pid, act: act, carries: carries, generation: m.Generation, reason: m.Reason, opening: opens}
 	a.grains[key] = h
-	if a.keys == nil {
-		a.keys = map[string]string{}
-	}
 	a.keys[pid.Id] = key
+	if opens {
+		a.opening++
+	}
 	a.lookup.log.Debug("activated", slog.String("identity", key), slog.Int64("generation", m.Generation), slog.String("reason", m.Reason.String()))
 	if opens {
 		if s := ctx.Sender(); s != nil {
@@ -332,8 +463,14 @@ func (a *activator) answer(ctx actor.Context, w waiter, pid *actor.PID, h *hoste
 	if h != nil && h.carries {
 		act = h.act
 	}
-	sys, req := ctx.ActorSystem(), w.req
-	go func() { sys.Root.Send(w.pid, a.deliverFirst(sys, req, pid, act)) }()
+	sys, req, self := ctx.ActorSystem(), w.req, ctx.Self()
+	// Counted until it ends, so that these goroutines stay within
+	// Limits.MaxActivations.
+	a.delivering++
+	go func() {
+		sys.Root.Send(w.pid, a.deliverFirst(sys, req, pid, act))
+		sys.Root.Send(self, &delivered{})
+	}()
 }
 
 // deliverFirst records pid as req's Ready owner under req.Token, then
@@ -610,6 +747,43 @@ func NewActivation(kind, id string, generation int64, reason ActivationReason, p
 			}
 		},
 	}
+}
+
+// WorkLeft tells the activator whether the grain has work left (a step
+// to run, a retry pending, an open to retry): one that has none may be
+// passivated to make room (Passivate). Only a change is sent, so a grain
+// may call it after every turn; until its first call the grain counts as
+// having work left.
+func (a *Activation) WorkLeft(self *actor.PID, left bool) {
+	v := int32(workLeft)
+	if !left {
+		v = noWorkLeft
+	}
+	if a.workState.Swap(v) == v || a.work == nil {
+		return
+	}
+	a.work(self, left)
+}
+
+// The values of Activation.workState; zero is unreported.
+const (
+	workLeft int32 = iota + 1
+	noWorkLeft
+)
+
+// Stays answers a Passivate the grain did not act on: it has work left
+// after all, or could not release its identity.
+func (a *Activation) Stays(self *actor.PID) {
+	if a.stays != nil {
+		a.stays(self)
+	}
+}
+
+// WatchHost makes an activation from NewActivation report what a grain
+// tells its activator about its work (WorkLeft, Stays) to the given
+// functions, for a grain's own tests; either may be nil.
+func (a *Activation) WatchHost(work func(pid *actor.PID, left bool), stayed func(pid *actor.PID)) {
+	a.work, a.stays = work, stayed
 }
 
 // Leaving tells the activator that the grain is about to give up its

@@ -31,7 +31,9 @@ var _ pcluster.Context = (*Context)(nil)
 
 // Request sends message to the identity's owner and waits for its reply.
 // Errors: ErrUnavailable (owner gone, before or during the call),
-// ErrTimeout, ErrNoMember, ErrStoreUnavailable. A command the owner did not
+// ErrTimeout, ErrNoMember, ErrStoreUnavailable, ErrOverloaded (the
+// grain's mailbox or every eligible member had no room; nothing was
+// done). A command the owner did not
 // process (dead letter, or a Retry answer while it moves) is resent to the
 // new owner within the same deadline.
 func (c *Context) Request(identity, kind string, message any, opts ...pcluster.GrainCallOption) (any, error) {
@@ -89,6 +91,11 @@ func (c *Context) request(ctx context.Context, identity, kind string, message an
 		case err != nil:
 			return nil, err
 		default:
+			if o, ok := res.(*Overloaded); ok {
+				// Not processed, but not resent either: the grain had no
+				// room, and a resend would only add to its load.
+				return nil, fmt.Errorf("%w: %s/%s: %s", ErrOverloaded, kind, identity, o.GetReason())
+			}
 			if _, ok := res.(*Retry); ok {
 				retry = true
 			} else if _, ok := res.(*actor.DeadLetterResponse); ok {
@@ -136,7 +143,9 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
 	default:
 	}
-	done := awaitFuture(c.requestFuture(ctx, pid, message, timeout))
+	sys := c.lookup.cluster.ActorSystem
+	f := c.requestFuture(ctx, pid, message, timeout)
+	done := awaitFuture(f)
 	select {
 	case r := <-done:
 		if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
@@ -144,8 +153,10 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		}
 		return r.res, r.err
 	case <-left:
+		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: owner at %s left during the request", ErrUnavailable, pid.Address)
 	case <-ctx.Done():
+		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
 	}
 }
@@ -157,7 +168,11 @@ type futureResult struct {
 }
 
 // awaitFuture waits for f on a goroutine of its own, so the caller can
-// wait for other things too.
+// wait for other things too. A caller that stops waiting before f
+// resolves ends f (endFuture), so that the goroutine ends with the call:
+// otherwise it would outlive it until f's own timeout, and calls that
+// give up early (a caller's deadline, an owner seen leaving) would pile
+// up goroutines beyond what is in flight.
 func awaitFuture(f *actor.Future) <-chan futureResult {
 	done := make(chan futureResult, 1)
 	go func() {
@@ -165,6 +180,17 @@ func awaitFuture(f *actor.Future) <-chan futureResult {
 		done <- futureResult{res, err}
 	}()
 	return done
+}
+
+// endFuture resolves f now, if it has not resolved yet, releasing its
+// waiter; a reply that comes later goes to the dead letters, as one to a
+// future that timed out does.
+func endFuture(sys *actor.ActorSystem, f *actor.Future) {
+	// Only a future still registered: stopping one that resolved
+	// meanwhile would reach the dead-letter process instead.
+	if p, ok := sys.ProcessRegistry.Get(f.PID()); ok {
+		p.Stop(f.PID())
+	}
 }
 
 func deadline(ctx context.Context) time.Time {

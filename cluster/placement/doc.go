@@ -8,8 +8,14 @@
 // answered that command), the cluster context that turns a dead
 // owner into a fast, typed ErrUnavailable, planned relocation (move.go),
 // the gone records' in-memory view and self-fencing (gone.go,
-// selffence.go), and the activator's metrics (activations by cause,
-// aborted activations, grains hosted: metrics.go) in the process's
+// selffence.go), the bounds of what a member hosts (Limits: a capacity of
+// requests per grain mailbox, mailbox.go; a cap on hosted grains, beyond
+// which only grains that reported no work left are passivated, and on
+// activations in progress; past any of them the member answers
+// Overloaded at once, never queues, and the caller gets ErrOverloaded,
+// never ErrNoMember), and the activator's metrics (activations by cause,
+// aborted activations, grains hosted, overload refusals by limit,
+// passivations to make room: metrics.go) in the process's
 // telemetry.Registry, and how a grain call carries its trace: a client
 // span per call, the W3C trace context in the envelope's headers, read
 // back on the grain's side (trace.go). It never fails over: a Ready

@@ -49,6 +49,52 @@ type Config struct {
 	// TracerProvider makes the client span of every grain call through
 	// this lookup's Context (trace.go); nil uses the global provider.
 	TracerProvider trace.TracerProvider
+	// Limits bound the work this member takes on as a host; the zero
+	// value takes the defaults (DefaultLimits).
+	Limits Limits
+}
+
+// Limits bound what one member hosts, so that a burst is answered
+// Overloaded at once instead of queueing work that its callers give up
+// on: memory, goroutines and the Location Store's round trips all grow
+// with what a member holds. A value <= 0 takes its default.
+type Limits struct {
+	// MailboxCapacity is how many requests one hosted grain's mailbox
+	// holds; the next one is answered Overloaded at once (mailbox.go).
+	MailboxCapacity int
+	// MaxHosted is how many grains the member hosts. Beyond it, a new
+	// activation first passivates a grain that reported no work left (a
+	// terminal or stuck order); when every hosted grain has work left it
+	// is refused with ACTIVATION_FAILURE_OVERLOADED. A grain with work
+	// left is never passivated to make room.
+	MaxHosted int
+	// MaxActivations is how many activations the member runs at once:
+	// grains opening their state, first commands being delivered, and
+	// grains passivating to make room. The next one is refused with
+	// ACTIVATION_FAILURE_OVERLOADED.
+	MaxActivations int
+}
+
+// DefaultLimits are the limits a zero Limits takes. An order grain holds
+// its fold and a mailbox, a few KiB: 20,000 of them stay well inside a
+// workflow container's memory. One activation is a few Location and
+// stream round trips; 256 at once is far more than a member's store link
+// completes in a second, and no more is useful. A grain answers one
+// caller at a time and its callers are few (the order's client, an
+// operator, a drain); 64 queued requests is a queue no caller outlives.
+var DefaultLimits = Limits{MailboxCapacity: 64, MaxHosted: 20000, MaxActivations: 256}
+
+func (l Limits) withDefaults() Limits {
+	if l.MailboxCapacity <= 0 {
+		l.MailboxCapacity = DefaultLimits.MailboxCapacity
+	}
+	if l.MaxHosted <= 0 {
+		l.MaxHosted = DefaultLimits.MaxHosted
+	}
+	if l.MaxActivations <= 0 {
+		l.MaxActivations = DefaultLimits.MaxActivations
+	}
+	return l
 }
 
 // Activation is what a grain learns when it is activated.
@@ -69,7 +115,11 @@ type Activation struct {
 
 	report   func(*opened)
 	retire   func(*actor.PID)
+	work     func(*actor.PID, bool)
+	stays    func(*actor.PID)
 	reported atomic.Bool
+	// workState is what WorkLeft last told the activator.
+	workState atomic.Int32
 	// ready is the Ready commit the activator left to the grain
 	// (ReadyCarrier); nil while there is none.
 	ready atomic.Pointer[deferredReady]
@@ -171,6 +221,7 @@ func New(cfg Config) *Lookup {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	return &Lookup{
 		cfg:       cfg,
 		store:     cfg.Store,
@@ -234,7 +285,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.sub = sub
 	if !isClient && len(l.kinds) > 0 {
 		pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor {
-			return &activator{lookup: l, metrics: l.metrics, grains: map[string]*hosted{}, mailbox: hostMailbox(sys)}
+			return newActivator(l, hostMailbox(sys, l.cfg.Limits.MailboxCapacity, l.metrics.refusedMailbox))
 		}, actor.WithDispatcher(hostDispatcher)), ActivatorName)
 		if err != nil {
 			l.log.Error("activator spawn failed", slog.Any("error", err))
@@ -559,7 +610,11 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 // COLD, or TAKEOVER when a takeover reset the record: the activation is
 // the same, only its cause is told (and counted) apart. A member
 // that does not answer, or refuses, is skipped while the lock is extended,
-// so one frozen member cannot fail a cold start. A grain that could not
+// so one frozen member cannot fail a cold start. A member that is busy
+// refuses at once (ACTIVATION_FAILURE_OVERLOADED) and is skipped too; when
+// no member took the activation and one of them was busy or silent, the
+// creation fails with ErrOverloaded, never ErrNoMember, which means that
+// no member can host the kind at all. A grain that could not
 // open its state aborts the creation: the lock is given back and the next
 // command activates again.
 //
@@ -579,6 +634,10 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	}
 	start := int(l.rr.Add(1))
 	var lastErr error
+	// busy: a member refused for want of room, or did not answer in time.
+	// Either way there are members for the kind, and a retry soon may
+	// find room: the creation fails as ErrOverloaded, never ErrNoMember.
+	busy := false
 	for i := range candidates {
 		m := candidates[(start+i)%len(candidates)]
 		if i > 0 {
@@ -596,6 +655,9 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			}
 			lastErr = err
 			var af *activationError
+			if errors.As(err, &af) && (af.timeout || af.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED) {
+				busy = true
+			}
 			if errors.As(err, &af) && !af.tryNext() {
 				abort()
 				return nil, nil, err
@@ -604,7 +666,13 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 				break
 			}
 			if i+1 < len(candidates) {
-				l.log.Warn("activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
+				level := slog.LevelWarn
+				if errors.Is(err, ErrOverloaded) {
+					// Counted by the member that refused; a warning per
+					// refusal would flood the log exactly when it matters.
+					level = slog.LevelDebug
+				}
+				l.log.Log(ctx, level, "activation failed on a member; trying next member", slog.String("identity", kind+"/"+id),
 					slog.String("member", m.Id), slog.Any("error", err))
 			}
 			continue
@@ -627,6 +695,11 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	abort()
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("%w: activating %s: %v", location.ErrTimeout, id, lastErr)
+	}
+	if busy {
+		// lastErr's text only: a member's timeout must not make this a
+		// Timeout (nothing was done, and the caller may retry at once).
+		return nil, nil, fmt.Errorf("%w: activating %s: no member had room in time: %v", ErrOverloaded, id, lastErr)
 	}
 	return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
 }
@@ -659,6 +732,8 @@ func (e *activationError) Unwrap() error {
 		return location.ErrLockLost
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_UNANSWERED:
 		return location.ErrTimeout
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED:
+		return ErrOverloaded
 	}
 	return nil
 }
@@ -746,6 +821,7 @@ func (l *Lookup) activationResult(ctx context.Context, f *actor.Future, timeout 
 	}
 	rec, err := l.store.Get(ctx, kind, id)
 	if err != nil || rec.Status != location.Ready || rec.Owner != m.Id || rec.Generation != gen {
+		endFuture(l.cluster.ActorSystem, f)
 		return nil, actor.ErrTimeout
 	}
 	r := <-done

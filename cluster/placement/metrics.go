@@ -22,6 +22,31 @@ const (
 	// MetricGrainsHosted is the number of grains this member hosts and
 	// serves: opened, and not yet on their way out.
 	MetricGrainsHosted = telemetry.Namespace + "_grains_hosted"
+	// MetricOverloadRefusals counts what this member answered Overloaded
+	// at once instead of queueing it, by the limit it hit (LabelLimit):
+	// a rate above zero is an overload, seen from the member.
+	MetricOverloadRefusals = telemetry.Namespace + "_overload_refusals_total"
+	// MetricPassivationsForRoom counts the grains with no work left that
+	// this member asked to passivate to make room for a new activation,
+	// beyond Limits.MaxHosted.
+	MetricPassivationsForRoom = telemetry.Namespace + "_passivations_for_room_total"
+)
+
+// LabelLimit names the limit an overload refusal hit: LimitMailbox,
+// LimitHosted or LimitActivations.
+const LabelLimit = "limit"
+
+// The values of LabelLimit.
+const (
+	// LimitMailbox: a request found its grain's mailbox full
+	// (Limits.MailboxCapacity).
+	LimitMailbox = "mailbox"
+	// LimitHosted: an activation found the member at Limits.MaxHosted
+	// with every hosted grain having work left.
+	LimitHosted = "hosted"
+	// LimitActivations: an activation found Limits.MaxActivations in
+	// progress.
+	LimitActivations = "activations"
 )
 
 // LabelCause says why an activation happened: CauseCold, CauseRelocation
@@ -59,6 +84,11 @@ type activatorMetrics struct {
 	activations *prometheus.CounterVec
 	aborted     *prometheus.CounterVec
 	hosted      prometheus.Gauge
+	refused     *prometheus.CounterVec
+	// refusedMailbox is refused's mailbox series, which every grain's
+	// mailbox counts into.
+	refusedMailbox prometheus.Counter
+	passivated     prometheus.Counter
 }
 
 func newActivatorMetrics(reg *telemetry.Registry) *activatorMetrics {
@@ -73,6 +103,14 @@ func newActivatorMetrics(reg *telemetry.Registry) *activatorMetrics {
 		hosted: f.NewGauge(prometheus.GaugeOpts{Name: MetricGrainsHosted,
 			Help: "Grains this member hosts and serves (opened, not leaving)."}),
 	}
+	m.refused = f.NewCounterVec(prometheus.CounterOpts{Name: MetricOverloadRefusals,
+		Help: "Requests and activations this member answered Overloaded at once, by the limit they hit (mailbox, hosted, activations)."},
+		[]string{LabelLimit})
+	m.refusedMailbox = m.refused.WithLabelValues(LimitMailbox)
+	m.refused.WithLabelValues(LimitHosted)
+	m.refused.WithLabelValues(LimitActivations)
+	m.passivated = f.NewCounter(prometheus.CounterOpts{Name: MetricPassivationsForRoom,
+		Help: "Grains with no work left this member asked to passivate to make room for a new activation."})
 	// Every cause shows from the first scrape on, at zero, so that a rate
 	// or a delta never starts from an absent series.
 	for _, c := range []string{CauseCold, CauseRelocation, CauseTakeover} {

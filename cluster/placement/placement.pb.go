@@ -106,6 +106,10 @@ const (
 	// it did not answer by firstDeadlineUnixMs: the command may have run.
 	// Activated names the grain.
 	ActivationFailure_ACTIVATION_FAILURE_UNANSWERED ActivationFailure = 6
+	// The member has no room now: its concurrent activations are at their
+	// cap, or it hosts as many grains as it may and every one of them has
+	// work left. Nothing was spawned; another member may have room.
+	ActivationFailure_ACTIVATION_FAILURE_OVERLOADED ActivationFailure = 7
 )
 
 // Enum value maps for ActivationFailure.
@@ -118,6 +122,7 @@ var (
 		4: "ACTIVATION_FAILURE_EXPIRED",
 		5: "ACTIVATION_FAILURE_LOCK_LOST",
 		6: "ACTIVATION_FAILURE_UNANSWERED",
+		7: "ACTIVATION_FAILURE_OVERLOADED",
 	}
 	ActivationFailure_value = map[string]int32{
 		"ACTIVATION_FAILURE_UNSPECIFIED":       0,
@@ -127,6 +132,7 @@ var (
 		"ACTIVATION_FAILURE_EXPIRED":           4,
 		"ACTIVATION_FAILURE_LOCK_LOST":         5,
 		"ACTIVATION_FAILURE_UNANSWERED":        6,
+		"ACTIVATION_FAILURE_OVERLOADED":        7,
 	}
 )
 
@@ -475,6 +481,54 @@ func (x *Retry) GetReason() string {
 	return ""
 }
 
+// Overloaded is a hosted grain's mailbox's answer to a request it had no
+// room for: the request was not queued and the grain never saw it. The
+// cluster context turns it into ErrOverloaded; it is not resent, since a
+// resend would only add to the load.
+type Overloaded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overloaded) Reset() {
+	*x = Overloaded{}
+	mi := &file_cluster_placement_placement_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overloaded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overloaded) ProtoMessage() {}
+
+func (x *Overloaded) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_placement_placement_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
+func (*Overloaded) Descriptor() ([]byte, []int) {
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Overloaded) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // GoneRecorded tells every member that a member was recorded gone in the
 // Location Store, so each lookup reads the gone records at once instead of
 // waiting for its next periodic read.
@@ -487,7 +541,7 @@ type GoneRecorded struct {
 
 func (x *GoneRecorded) Reset() {
 	*x = GoneRecorded{}
-	mi := &file_cluster_placement_placement_proto_msgTypes[4]
+	mi := &file_cluster_placement_placement_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +553,7 @@ func (x *GoneRecorded) String() string {
 func (*GoneRecorded) ProtoMessage() {}
 
 func (x *GoneRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_placement_placement_proto_msgTypes[4]
+	mi := &file_cluster_placement_placement_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +566,7 @@ func (x *GoneRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoneRecorded.ProtoReflect.Descriptor instead.
 func (*GoneRecorded) Descriptor() ([]byte, []int) {
-	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{4}
+	return file_cluster_placement_placement_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GoneRecorded) GetMemberId() string {
@@ -556,6 +610,9 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\afailure\x18\x04 \x01(\x0e2,.shoppingmall.placement.v1.ActivationFailureR\afailure\x128\n" +
 	"\x05reply\x18\x05 \x01(\v2\".shoppingmall.placement.v1.MessageR\x05reply\"\x1f\n" +
 	"\x05Retry\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"$\n" +
+	"\n" +
+	"Overloaded\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"*\n" +
 	"\fGoneRecorded\x12\x1a\n" +
 	"\bmemberId\x18\x01 \x01(\tR\bmemberId*\x93\x01\n" +
@@ -563,7 +620,7 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
 	"\x1cACTIVATION_REASON_RELOCATION\x10\x02\x12\x1e\n" +
-	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\x8a\x02\n" +
+	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xad\x02\n" +
 	"\x11ActivationFailure\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +
@@ -571,7 +628,8 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1aACTIVATION_FAILURE_REFUSED\x10\x03\x12\x1e\n" +
 	"\x1aACTIVATION_FAILURE_EXPIRED\x10\x04\x12 \n" +
 	"\x1cACTIVATION_FAILURE_LOCK_LOST\x10\x05\x12!\n" +
-	"\x1dACTIVATION_FAILURE_UNANSWERED\x10\x06B;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
+	"\x1dACTIVATION_FAILURE_UNANSWERED\x10\x06\x12!\n" +
+	"\x1dACTIVATION_FAILURE_OVERLOADED\x10\aB;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
 
 var (
 	file_cluster_placement_placement_proto_rawDescOnce sync.Once
@@ -586,7 +644,7 @@ func file_cluster_placement_placement_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_placement_placement_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_placement_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_cluster_placement_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_cluster_placement_placement_proto_goTypes = []any{
 	(ActivationReason)(0),  // 0: shoppingmall.placement.v1.ActivationReason
 	(ActivationFailure)(0), // 1: shoppingmall.placement.v1.ActivationFailure
@@ -594,13 +652,14 @@ var file_cluster_placement_placement_proto_goTypes = []any{
 	(*Message)(nil),        // 3: shoppingmall.placement.v1.Message
 	(*Activated)(nil),      // 4: shoppingmall.placement.v1.Activated
 	(*Retry)(nil),          // 5: shoppingmall.placement.v1.Retry
-	(*GoneRecorded)(nil),   // 6: shoppingmall.placement.v1.GoneRecorded
-	nil,                    // 7: shoppingmall.placement.v1.Activate.FirstHeadersEntry
+	(*Overloaded)(nil),     // 6: shoppingmall.placement.v1.Overloaded
+	(*GoneRecorded)(nil),   // 7: shoppingmall.placement.v1.GoneRecorded
+	nil,                    // 8: shoppingmall.placement.v1.Activate.FirstHeadersEntry
 }
 var file_cluster_placement_placement_proto_depIdxs = []int32{
 	0, // 0: shoppingmall.placement.v1.Activate.reason:type_name -> shoppingmall.placement.v1.ActivationReason
 	3, // 1: shoppingmall.placement.v1.Activate.first:type_name -> shoppingmall.placement.v1.Message
-	7, // 2: shoppingmall.placement.v1.Activate.firstHeaders:type_name -> shoppingmall.placement.v1.Activate.FirstHeadersEntry
+	8, // 2: shoppingmall.placement.v1.Activate.firstHeaders:type_name -> shoppingmall.placement.v1.Activate.FirstHeadersEntry
 	1, // 3: shoppingmall.placement.v1.Activated.failure:type_name -> shoppingmall.placement.v1.ActivationFailure
 	3, // 4: shoppingmall.placement.v1.Activated.reply:type_name -> shoppingmall.placement.v1.Message
 	5, // [5:5] is the sub-list for method output_type
@@ -621,7 +680,7 @@ func file_cluster_placement_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_placement_placement_proto_rawDesc), len(file_cluster_placement_placement_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

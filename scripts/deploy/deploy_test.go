@@ -462,6 +462,16 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 			env[e.Name] = e.Value
 		}
 		require.Equal(t, "k8s", env["SHOPPINGMALL_PROVIDER"], "%s: the k8s membership provider", where)
+		// The Go runtime's soft memory limit sits at about 90 % of the
+		// container's hard one: the collector works harder near it,
+		// instead of the kernel killing the process in a burst.
+		limit := c.Resources.Limits.Memory()
+		require.False(t, limit.IsZero(), "%s: a memory limit", where)
+		require.Contains(t, env, "GOMEMLIMIT", "%s: GOMEMLIMIT is set", where)
+		soft, err := parseGoMemLimit(env["GOMEMLIMIT"])
+		require.NoError(t, err, "%s: GOMEMLIMIT", where)
+		ratio := float64(soft) / float64(limit.Value())
+		require.InDelta(t, 0.9, ratio, 0.025, "%s: GOMEMLIMIT %s is about 90%% of limits.memory %s (%.1f%%)", where, env["GOMEMLIMIT"], limit.String(), 100*ratio)
 		require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_REDIS").ValueFrom.SecretKeyRef, "%s: the Redis URL and its credentials come from a Secret", where)
 		if flags["admin-token"] {
 			require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_ADMIN_TOKEN").ValueFrom.SecretKeyRef, "%s: the admin token comes from a Secret", where)
@@ -577,6 +587,23 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 			t.Fatalf("%s: neither minAvailable nor maxUnavailable", where)
 		}
 	}
+}
+
+var goMemLimit = regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`)
+
+// parseGoMemLimit reads GOMEMLIMIT as the Go runtime does: a byte count
+// with an optional binary unit suffix. "off" is no limit, which fails.
+func parseGoMemLimit(v string) (int64, error) {
+	m := goMemLimit.FindStringSubmatch(v)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a byte count with an optional B, KiB, MiB, GiB or TiB suffix", v)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+	return n << shift, nil
 }
 
 func findEnv(env []corev1.EnvVar, name string) corev1.EnvVar {

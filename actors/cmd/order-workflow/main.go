@@ -49,6 +49,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
 func main() {
@@ -67,6 +68,7 @@ type options struct {
 	idleTimeout, requestTimeout, drain time.Duration
 	lease                              time.Duration
 	opsHTTP, adminToken                string
+	limits                             placement.Limits
 }
 
 func parse(args []string) (options, error) {
@@ -77,6 +79,9 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "default grain call timeout")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
 	fs.DurationVar(&o.lease, "lease", node.DefaultLease, "self-fence (exit 3) once the Location Store has not answered for this long: the member may have been recorded gone meanwhile")
+	fs.IntVar(&o.limits.MailboxCapacity, "mailbox-capacity", placement.DefaultLimits.MailboxCapacity, "requests one order's mailbox holds; the next is answered 503 OVERLOADED at once")
+	fs.IntVar(&o.limits.MaxHosted, "max-hosted", placement.DefaultLimits.MaxHosted, "orders this member hosts; beyond it finished orders are passivated to make room, and with none to passivate new activations are refused OVERLOADED")
+	fs.IntVar(&o.limits.MaxActivations, "max-activations", placement.DefaultLimits.MaxActivations, "activations (and passivations to make room) this member runs at once; the next is refused OVERLOADED")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
 	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz, /debug/pprof/); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the ops listener's /debug/pprof/ requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
@@ -123,6 +128,7 @@ func run(args []string) error {
 	defer cancelJoin()
 	cc := o.Cluster(log)
 	cc.RequestTimeout = o.requestTimeout
+	cc.Limits = o.limits
 	w, err := node.StartWorkflow(joinCtx, node.WorkflowConfig{
 		Cluster:     cc,
 		Stores:      stores,
@@ -143,7 +149,8 @@ func run(args []string) error {
 	}
 	ready.Joined(w.Member)
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
-		"ops", ops.Addr(), "metrics", proc.MetricsAddr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String())
+		"ops", ops.Addr(), "metrics", proc.MetricsAddr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String(),
+		"mailboxCapacity", o.limits.MailboxCapacity, "maxHosted", o.limits.MaxHosted, "maxActivations", o.limits.MaxActivations)
 
 	// The watch ends with SIGTERM: a drain hands orders off through the
 	// Location Store's own checks.
