@@ -88,7 +88,11 @@ type Stores struct {
 	// StartAppend, so a new order's start may carry its grain's Ready
 	// commit (grain.Config.ReadyInStart).
 	ReadyInStart bool
-	clients      []storeClient
+	// Probe is the Location Store on a client of its own (NewProbeClient)
+	// for the self-fence probe, which load on the shared pool must not
+	// starve.
+	Probe   location.Store
+	clients []storeClient
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
 	own []redis.UniversalClient
@@ -192,6 +196,16 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Location, s.Relocation = locations, relocations
+	pc, err := NewProbeClient(cmp.Or(urls.Location, urls.Default))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.own = append(s.own, pc)
+	if s.Probe, err = location.NewRedis(location.Config{Client: pc}); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if cmp.Or(urls.Commerce, urls.Default) == cmp.Or(urls.Location, urls.Default) && commerceStore.SingleServer() && locations.SingleServer() {
 		s.CreationLocks = locations
 	}
@@ -346,8 +360,9 @@ func IsClusterURL(u string) bool {
 
 // NewRedisClient returns a client for a Redis URL (see RedisURLs): a
 // *redis.ClusterClient for a cluster URL, a *redis.Client otherwise,
-// with poolSize connections per server unless it is 0. It does not
-// contact Redis; only a malformed URL fails.
+// with poolSize connections per server unless it is 0, bounded as
+// redisopts.go says. It does not contact Redis; only a malformed URL
+// fails.
 func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
 	if IsClusterURL(u) {
 		scheme, rest, _ := strings.Cut(u, "://")
@@ -359,6 +374,7 @@ func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
 			o.PoolSize = poolSize
 		}
 		o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
+		boundClusterOptions(o)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u)
@@ -369,6 +385,7 @@ func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
 		o.PoolSize = poolSize
 	}
 	o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
+	boundOptions(o)
 	return redis.NewClient(o), nil
 }
 

@@ -508,6 +508,7 @@ func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack
 		return nil, nil, nil, "", err
 	}
 	ropt.PoolSize = o.concurrency + 8
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	fail := func(err error) (*restateStack, *load, *redis.Client, string, error) {
 		rdb.Close()

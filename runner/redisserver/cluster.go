@@ -311,7 +311,7 @@ func ClusterURL(seeds []string) string {
 // Client returns a new cluster client seeded with every master; the
 // caller closes it.
 func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Seeds()})
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Seeds(), ContextTimeoutEnabled: true})
 }
 
 // Dir is the cluster's directory (one node-N directory per master).

@@ -313,7 +313,7 @@ func (s *Server) URL() string {
 
 // Client returns a new client for this server; the caller closes it.
 func (s *Server) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Network: s.network, Addr: s.addr})
+	return redis.NewClient(&redis.Options{Network: s.network, Addr: s.addr, ContextTimeoutEnabled: true})
 }
 
 // Stop sends SIGTERM to the server's PID, waits (bounded) for it to exit,

@@ -1,8 +1,10 @@
 package redisserver
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,7 +23,10 @@ func IsClusterURL(u string) bool {
 func NewClient(u string) (redis.UniversalClient, error) { return NewClientPool(u, 0) }
 
 // NewClientPool is NewClient with poolSize connections per server
-// (go-redis' default when 0).
+// (go-redis' default when 0). Like the processes' clients (actors/node),
+// it honours its callers' deadlines (ContextTimeoutEnabled, which no URL
+// can set) and bounds its reconnects, so a tool facing a stalled Redis
+// gives up when its context says.
 func NewClientPool(u string, poolSize int) (redis.UniversalClient, error) {
 	if IsClusterURL(u) {
 		o, err := ParseClusterURL(u)
@@ -31,6 +36,8 @@ func NewClientPool(u string, poolSize int) (redis.UniversalClient, error) {
 		if poolSize > 0 {
 			o.PoolSize = poolSize
 		}
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries, o.DialTimeout = cmp.Or(o.MaxRetries, 1), cmp.Or(o.DialTimeout, time.Second)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u)
@@ -40,6 +47,8 @@ func NewClientPool(u string, poolSize int) (redis.UniversalClient, error) {
 	if poolSize > 0 {
 		o.PoolSize = poolSize
 	}
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries, o.DialTimeout = cmp.Or(o.MaxRetries, 1), cmp.Or(o.DialTimeout, time.Second)
 	return redis.NewClient(o), nil
 }
 

@@ -51,6 +51,7 @@ func run(listen, redisURL string, pool int) error {
 		return fmt.Errorf("-redis-url: %w", err)
 	}
 	opt.PoolSize = pool
+	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 	defer func() { _ = rdb.Close() }()
 	store, err := commerce.NewRedis(commerce.Config{Client: rdb})
