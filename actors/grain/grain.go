@@ -180,6 +180,9 @@ type orderGrain struct {
 	// pending is the timer of the next one.
 	attempts int
 	pending  *time.Timer
+	// pendingMsg is what pending sends, so that a resumed member fires
+	// it at once (onResumed).
+	pendingMsg any
 	// retired is set once the activator was told the grain is leaving.
 	retired bool
 	// interrupted is the interceptor's state; zero without Interrupts.
@@ -221,6 +224,8 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 		g.onConfirm(ctx)
 	case *reopen:
 		g.onReopen(ctx)
+	case *placement.Resumed:
+		g.onResumed(ctx)
 	case *contracts.StartOrderWorkflowReq:
 		g.command(ctx, func(c context.Context) (any, error) { return g.start(ctx, c, m) })
 	case *contracts.ContinueOrderWorkflowReq:
@@ -323,6 +328,10 @@ func (g *orderGrain) onReopen(ctx actor.Context) {
 	if g.leaving || g.order != nil {
 		return
 	}
+	if g.suspended() {
+		g.park(ctx, &reopen{})
+		return
+	}
 	c, cancel := g.turnCtx()
 	defer cancel()
 	order, err := g.cfg.Service.Open(c, g.act.Identity, g.act.Generation)
@@ -368,6 +377,10 @@ func (g *orderGrain) onConfirm(ctx actor.Context) {
 		g.kick(ctx)
 		return
 	}
+	if g.suspended() {
+		g.park(ctx, &confirm{})
+		return
+	}
 	c, cancel := g.turnCtx()
 	defer cancel()
 	res, err := g.act.Lookup.Confirm(c, g.act.Kind, g.act.Identity, ctx.Self(), g.act.Generation)
@@ -395,6 +408,10 @@ func (g *orderGrain) onConfirm(ctx actor.Context) {
 func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, error)) {
 	if g.leaving {
 		ctx.Respond(&placement.Retry{Reason: "owner is leaving"})
+		return
+	}
+	if g.suspended() {
+		ctx.Respond(toWire(errSuspended))
 		return
 	}
 	// Callers find a grain only through a Ready record naming it.
@@ -508,6 +525,10 @@ func (g *orderGrain) onStep(ctx actor.Context) {
 		g.kick(ctx)
 		return
 	}
+	if g.suspended() {
+		g.park(ctx, &step{})
+		return
+	}
 	c, cancel := g.turnCtx()
 	defer cancel()
 	// A start whose append carried the Ready commit and has no known
@@ -581,9 +602,14 @@ func (g *orderGrain) retryLater(ctx actor.Context, msg any) {
 	}
 	d = g.cfg.RetryMin/2 + time.Duration(rand.Int64N(int64(d)))
 	g.attempts++
+	g.after(ctx, d, msg)
+}
+
+// after sends msg to the grain in d, replacing any pending one.
+func (g *orderGrain) after(ctx actor.Context, d time.Duration, msg any) {
 	g.stopTimer()
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	g.pending = time.AfterFunc(d, func() { root.Send(self, msg) })
+	g.pending, g.pendingMsg = time.AfterFunc(d, func() { root.Send(self, msg) }), msg
 }
 
 func (g *orderGrain) stopTimer() {
@@ -591,6 +617,43 @@ func (g *orderGrain) stopTimer() {
 		g.pending.Stop()
 		g.pending = nil
 	}
+	g.pendingMsg = nil
+}
+
+// errSuspended is what a suspended member's grains answer: the store is
+// out, the owner is fine, and the same request may succeed soon.
+var errSuspended = fmt.Errorf("%w: this member is suspended until the Location Store answers", ErrStoreUnavailable)
+
+// suspendedRecheck is how often a parked grain looks again by itself,
+// should the member's Resumed never reach it.
+const suspendedRecheck = time.Second
+
+// suspended reports whether the member suspended serving
+// (placement.Lookup.Suspended): the grain then writes nothing and reads
+// nothing.
+func (g *orderGrain) suspended() bool {
+	s, ok := g.act.Lookup.(interface{ Suspended() bool })
+	return ok && s.Suspended()
+}
+
+// park re-arms msg, the grain's own work, while its member is
+// suspended, without counting an attempt: the store did not fail this
+// order, and the member's resume fires it at once.
+func (g *orderGrain) park(ctx actor.Context, msg any) {
+	g.after(ctx, suspendedRecheck, msg)
+}
+
+// onResumed fires the grain's pending work now: its member served again
+// after the store answered, and every order it hosts must go on at once,
+// not after a backoff grown through the outage.
+func (g *orderGrain) onResumed(ctx actor.Context) {
+	if g.leaving || g.pending == nil || g.pendingMsg == nil {
+		return
+	}
+	msg := g.pendingMsg
+	g.stopTimer()
+	g.attempts = 0
+	ctx.Send(ctx.Self(), msg)
 }
 
 // retire tells the activator, once, that this grain is on its way out. It
@@ -643,6 +706,10 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 	if g.leaving {
 		return
 	}
+	if g.suspended() {
+		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+		return
+	}
 	if g.workLeft() || !g.passivate(ctx) {
 		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
 	}
@@ -655,7 +722,8 @@ func (g *orderGrain) onPassivate(ctx actor.Context) {
 	if g.leaving {
 		return
 	}
-	if g.workLeft() || !g.passivate(ctx) {
+	// A suspended member touches no store: the release would not land.
+	if g.suspended() || g.workLeft() || !g.passivate(ctx) {
 		g.act.Stays(ctx.Self())
 	}
 }

@@ -465,6 +465,9 @@ type Workflow struct {
 	Service *workflow.Service
 	Client  *grain.Client
 	log     *slog.Logger
+	// probe is the Location Store the self-fence watch reads through
+	// (Stores.Probe).
+	probe location.Store
 }
 
 // StartWorkflow starts a member hosting shoppingmall.order-workflow.
@@ -531,5 +534,6 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), log: cfg.Logger}, nil
+	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), log: cfg.Logger,
+		probe: cfg.Stores.Probe}, nil
 }

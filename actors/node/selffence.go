@@ -20,8 +20,10 @@ const SelfFenceExitCode = 3
 const DefaultLease = 10 * time.Second
 
 // ErrSelfFenced: the member stopped hosting because it is recorded gone
-// (placement.ErrEvicted) or lost the Location Store for longer than its
-// lease (placement.ErrLeaseExpired); both stay wrapped.
+// (placement.ErrEvicted) or its process did not run for longer than its
+// lease (placement.ErrLeaseExpired); both stay wrapped. A Location Store
+// that does not answer for longer than the lease suspends the member
+// instead, until it answers (placement.Lookup.RunSelfFence).
 var ErrSelfFenced = errors.New("node: self-fenced")
 
 // SelfFenceConfig tunes the watch of a workflow member's own eviction.
@@ -43,7 +45,7 @@ func (w *Workflow) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error 
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	err := w.Member.Lookup.RunSelfFence(ctx, placement.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval})
+	err := w.Member.Lookup.RunSelfFence(ctx, placement.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval, Probe: w.probe})
 	if err == nil {
 		return nil
 	}

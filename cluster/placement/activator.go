@@ -214,6 +214,12 @@ func (a *activator) Receive(ctx actor.Context) {
 			a.metrics.aborted.WithLabelValues(Cause(h.reason)).Inc()
 			a.forget(ctx, key, h, keepStopQuiet)
 		}
+	case *resumeHosted:
+		for _, h := range a.grains {
+			if !h.opening {
+				ctx.Send(h.pid, &Resumed{})
+			}
+		}
 	case *hostedQuery:
 		out := make([]HostedGrain, 0, len(a.grains))
 		for key, h := range a.grains {
@@ -393,6 +399,9 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 	}
 	if a.lookup.draining.Load() {
 		return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "member is draining")
+	}
+	if a.lookup.Suspended() {
+		return refuse(ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, "member suspended: the Location Store has not answered for longer than the lease")
 	}
 	kind, ok := a.lookup.cluster.TryGetClusterKind(m.Kind)
 	if !ok || !a.lookup.kinds[m.Kind] {

@@ -199,6 +199,8 @@ type Lookup struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	gone      goneState
+	// watch is the self-fence watch's state (selffence.go).
+	watch watchState
 }
 
 type resolveCall struct {

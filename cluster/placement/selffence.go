@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
@@ -14,22 +15,55 @@ import (
 // blocked it (its own view still lists itself), so a member that was
 // paused or cut off would go on serving orders that every other member
 // answers Unavailable for, and that an operator may take over. It learns
-// of its eviction from its own gone record instead, and stops hosting. A
-// member that cannot read the Location Store at all cannot learn it, so
-// after a lease without a successful read it assumes the worst.
+// of its eviction from its own gone record instead, and stops hosting.
 //
 // Fencing is local: the member stops its grains and its remoting; it
 // releases and relocates nothing, since handing the orders to another
 // member by itself would be the automatic failover the spec forbids. Its
 // records stay Ready at its member id, which is gone for good; the process
 // then comes back as a new member (the caller exits and is restarted).
+//
+// The watch tells apart two ways of going a lease without reading the
+// gone record, on the monotonic clock:
+//
+//   - The process did not run (SIGSTOP, a VM stall, a GC pause): the loop
+//     sees a gap of more than the lease between two of its own steps.
+//     While it did not run, the others may have recorded it gone and an
+//     operator may have taken its orders over; it fences at once, before
+//     the probe asks anything. Until the loop runs again, Suspended
+//     already reports the gap, so no grain turn and no activation starts
+//     in between.
+//   - The process ran, but the store did not answer (a stalled or
+//     restarting Redis, a black-holed network): the member suspends. It
+//     activates nothing and runs no grain turn, background steps and
+//     retry timers included (they are parked and re-armed), and answers
+//     STORE_UNAVAILABLE; it keeps its grains and its member id. The
+//     first read that answers again is of its own gone record: recorded
+//     gone, it fences for good; not recorded, it serves again and fires
+//     every parked step at once.
+//
+// Why no two owners can ever write one order, in any interleaving of a
+// stall, a pause, an eviction and a takeover:
+//
+//   - Every event append carries the owner's fence token (its activation
+//     generation) and the append script refuses a token below the
+//     stream's; a takeover or any later activation raises the generation
+//     before it writes, so an older owner's writes are refused from then
+//     on, whatever it believes.
+//   - A takeover needs the old owner recorded gone; a member recorded
+//     gone that runs again reads that record (within an Interval of
+//     running, or as the first read once a stalled store answers) and
+//     fences itself; a paused member fences on the gap alone.
+//   - A suspended member writes nothing and, when the store answers, reads
+//     its gone record before any grain runs again. Should it be recorded
+//     gone just after that read, its next write is refused by the fence
+//     of whoever took over, and its next read of the record fences it.
 
 // SelfFenceConfig configures (*Lookup).RunSelfFence.
 type SelfFenceConfig struct {
 	// Lease is how long the member may go without one successful read of
-	// its gone record before it fences itself; default 10s. A Location
-	// Store outage (or a process pause) longer than the lease fences
-	// every workflow member.
+	// its gone record before it suspends (the store does not answer) or
+	// fences itself (the process did not run); default 10s.
 	Lease time.Duration
 	// Interval between reads of the member's own gone record; default
 	// 500ms. It bounds how long an evicted member goes on hosting after it
@@ -38,8 +72,19 @@ type SelfFenceConfig struct {
 	// StopTimeout bounds the wait for the grains to stop: a grain in the
 	// middle of a turn stops once the turn returns. Default 2s.
 	StopTimeout time.Duration
+	// Probe, if set, is the Location Store the gone record is read
+	// through: one on a client of its own, so that load on the lookup's
+	// store cannot starve the probe. Nil reads through the lookup's.
+	Probe location.Store
 	// OnFence, if set, is told why once hosting stopped.
 	OnFence func(reason error)
+
+	// onSuspend and onResume are the watch's decisions to stop and start
+	// serving again (the lookup's suspend and resume); now is the clock
+	// (time.Now). Tests set them.
+	onSuspend func(reason error)
+	onResume  func(outage time.Duration, suspended bool)
+	now       func() time.Time
 }
 
 func (c SelfFenceConfig) withDefaults() SelfFenceConfig {
@@ -55,21 +100,52 @@ func (c SelfFenceConfig) withDefaults() SelfFenceConfig {
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = 2 * time.Second
 	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.onSuspend == nil {
+		c.onSuspend = func(error) {}
+	}
+	if c.onResume == nil {
+		c.onResume = func(time.Duration, bool) {}
+	}
 	return c
 }
 
 // RunSelfFence watches this member's own gone record until ctx ends
 // (nil) or the member must stop hosting: it finds itself recorded gone
-// (an error wrapping ErrEvicted) or could not read the Location Store for
-// longer than cfg.Lease (ErrLeaseExpired). It then stops hosting (see
+// (an error wrapping ErrEvicted) or the process did not run for longer
+// than cfg.Lease (ErrLeaseExpired). It then stops hosting (see
 // StopHosting), calls cfg.OnFence and returns the reason. The caller must
 // not let this member host again: it exits, or rejoins as a new member.
+//
+// A store that does not answer for longer than the lease suspends the
+// member instead (Suspended) until the store answers again; see above.
 func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
-	cfg = cfg.withDefaults()
 	self := l.Self()
+	log := l.log.With(slog.String("member", self))
+	store := cfg.Probe
+	if store == nil {
+		store = l.store
+	}
+	cfg.onSuspend = func(reason error) {
+		l.suspend(reason)
+		log.Error("suspended: the Location Store did not answer for longer than the lease; serving nothing, keeping every grain, until it answers",
+			slog.Any("error", reason))
+	}
+	cfg.onResume = func(outage time.Duration, suspended bool) {
+		if suspended {
+			log.Warn("resumed: the Location Store answered and this member is not recorded gone; serving again",
+				slog.Duration("outage", outage.Round(time.Millisecond)))
+		}
+		l.resume(suspended)
+	}
+	cfg = cfg.withDefaults()
+	l.watch.start(cfg.Lease)
+	defer l.watch.stop()
 	reason := watchSelf(ctx, cfg, func(c context.Context) (location.GoneMember, bool, error) {
-		return l.store.IsGone(c, self)
-	}, l.log.With(slog.String("member", self)))
+		return store.IsGone(c, self)
+	}, log, &l.watch)
 	if reason == nil {
 		return nil
 	}
@@ -81,37 +157,67 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 }
 
 // watchSelf polls probe every cfg.Interval until ctx ends (nil) or the
-// member must fence itself (the reason). The lease runs from the start of
-// the last probe that succeeded, on the monotonic clock, which goes on
-// while the process is paused: a member that resumes after more than the
-// lease fences itself before it asks anything.
-func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Context) (location.GoneMember, bool, error), log *slog.Logger) error {
+// member must fence itself (the reason), suspending and resuming it
+// through cfg on the way. Every step of the loop is noted in w (nil for
+// none), so that Suspended sees a gap before the loop runs again.
+func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Context) (location.GoneMember, bool, error), log *slog.Logger, w *watchState) error {
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
-	lastOK := time.Now()
+	now := cfg.now
+	lastOK := now()
+	lastRan := lastOK
+	// ran notes that the loop is running at at; it reports the gap since
+	// the last time, when it is longer than the lease.
+	ran := func(at time.Time) (time.Duration, bool) {
+		gap := at.Sub(lastRan)
+		lastRan = at
+		if w != nil {
+			w.ran(at)
+		}
+		return gap, gap > cfg.Lease
+	}
 	var lastErr error
 	failures := 0
+	suspended := false
+	// A probe must end well within the lease, so that the loop's own
+	// steps stay closer together than the lease while the process runs:
+	// a longer gap then means it did not.
+	probeBound := min(max(cfg.Interval, time.Second), cfg.Lease/2)
 	for {
-		if since := time.Since(lastOK); since > cfg.Lease {
-			return fmt.Errorf("%w: no successful read for %s (lease %s): %v", ErrLeaseExpired,
-				since.Round(time.Millisecond), cfg.Lease, lastErr)
+		began := now()
+		if gap, paused := ran(began); paused {
+			return fmt.Errorf("%w: this process did not run for %s (lease %s); it may have been recorded gone meanwhile",
+				ErrLeaseExpired, gap.Round(time.Millisecond), cfg.Lease)
 		}
-		began := time.Now()
-		// A probe must not outlive the lease: a hanging store is as good
-		// as a down one.
-		pctx, cancel := context.WithTimeout(ctx, min(cfg.Lease-time.Since(lastOK), max(cfg.Interval, time.Second)))
+		if since := began.Sub(lastOK); !suspended && since > cfg.Lease {
+			suspended = true
+			cfg.onSuspend(fmt.Errorf("%w: no successful read for %s (lease %s): %v", ErrLeaseExpired,
+				since.Round(time.Millisecond), cfg.Lease, lastErr))
+		}
+		bound := probeBound
+		if left := cfg.Lease - began.Sub(lastOK); !suspended && left < bound {
+			bound = max(left, 10*time.Millisecond)
+		}
+		pctx, cancel := context.WithTimeout(ctx, bound)
 		g, gone, err := probe(pctx)
 		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return nil
+		}
+		if gap, paused := ran(now()); paused {
+			// The read began before a pause: whatever it said is older
+			// than the lease.
+			return fmt.Errorf("%w: this process did not run for %s (lease %s) while it read its gone record",
+				ErrLeaseExpired, gap.Round(time.Millisecond), cfg.Lease)
+		}
+		switch {
 		case err != nil:
 			lastErr = err
 			failures++
 			if failures == 1 || failures%10 == 0 {
-				log.Warn("reading this member's gone record failed; fencing once the lease runs out",
-					slog.Duration("lease", cfg.Lease), slog.Duration("left", (cfg.Lease-time.Since(lastOK)).Round(time.Millisecond)),
-					slog.Int("failures", failures), slog.Any("error", err))
+				log.Warn("reading this member's gone record failed; suspending once the lease runs out",
+					slog.Duration("lease", cfg.Lease), slog.Duration("left", (cfg.Lease-now().Sub(lastOK)).Round(time.Millisecond)),
+					slog.Int("failures", failures), slog.Bool("suspended", suspended), slog.Any("error", err))
 			}
 		case gone:
 			return fmt.Errorf("%w: member %s (node %q) recorded gone, left at %s", ErrEvicted, g.MemberID, g.Node,
@@ -119,14 +225,74 @@ func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Cont
 		default:
 			if failures > 0 {
 				log.Info("this member's gone record is readable again", slog.Int("failures", failures))
+				cfg.onResume(began.Sub(lastOK), suspended)
 			}
-			lastOK, lastErr, failures = began, nil, 0
+			lastOK, lastErr, failures, suspended = began, nil, 0, false
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// watchState is what the self-fence watch shares with the rest of the
+// lookup: whether the member is suspended, and when the watch last ran,
+// as a monotonic offset from epoch.
+type watchState struct {
+	epoch     time.Time
+	lease     atomic.Int64
+	lastRan   atomic.Int64
+	suspended atomic.Bool
+}
+
+func (w *watchState) start(lease time.Duration) {
+	w.epoch = time.Now()
+	w.lastRan.Store(0)
+	w.lease.Store(int64(lease))
+}
+
+func (w *watchState) stop() { w.lease.Store(0) }
+
+func (w *watchState) ran(at time.Time) {
+	if !w.epoch.IsZero() {
+		w.lastRan.Store(int64(at.Sub(w.epoch)))
+	}
+}
+
+// paused reports whether a running watch has not stepped for longer than
+// its lease: the process did not run, and the watch fences once it does.
+func (w *watchState) paused() bool {
+	lease := time.Duration(w.lease.Load())
+	if lease <= 0 || w.epoch.IsZero() {
+		return false
+	}
+	return time.Since(w.epoch)-time.Duration(w.lastRan.Load()) > lease
+}
+
+// Suspended reports whether this member must not serve right now: its
+// self-fence watch suspended it (the Location Store has not answered for
+// longer than the lease), or the watch has not run for longer than the
+// lease (the process was paused, and fences once the watch runs). A
+// suspended member activates nothing, and its grains run no turn: they
+// answer ErrStoreUnavailable and park their own work until Resumed.
+func (l *Lookup) Suspended() bool { return l.watch.suspended.Load() || l.watch.paused() }
+
+// Resumed is the message every hosted grain receives when its member
+// resumes, or when the Location Store answers again after failures: a
+// grain fires its parked or pending retry at once.
+type Resumed struct{}
+
+// resumeHosted asks the activator to send Resumed to every hosted grain.
+type resumeHosted struct{}
+
+func (l *Lookup) suspend(error) { l.watch.suspended.Store(true) }
+
+func (l *Lookup) resume(bool) {
+	l.watch.suspended.Store(false)
+	if l.cluster != nil && l.activator != nil {
+		l.cluster.ActorSystem.Root.Send(l.activator, &resumeHosted{})
 	}
 }
 

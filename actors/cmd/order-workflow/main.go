@@ -12,11 +12,15 @@
 // process leaves the cluster and exits 0.
 //
 // A member that finds itself recorded gone (another member saw it leave
-// the topology, e.g. after a long pause), or that cannot read the Location
-// Store for longer than -lease, fences itself: its grains stop where they
-// are, nothing is released or relocated, it logs "self-fenced: <why>" and
-// the process exits with status 3 so that its supervisor starts it again
-// as a new member.
+// the topology, e.g. after a long pause), or whose process did not run for
+// longer than -lease, fences itself: its grains stop where they are,
+// nothing is released or relocated, it logs "self-fenced: <why>" and the
+// process exits with status 3 so that its supervisor starts it again as a
+// new member. A Location Store that does not answer for longer than
+// -lease suspends the member instead ("suspended: ..."): it serves
+// nothing (503 STORE_UNAVAILABLE) and keeps its grains until the store
+// answers; then it reads its gone record first and serves again, or
+// fences if it was recorded gone.
 //
 // The operations listener (-ops-http, net/http) answers /healthz (the
 // process runs) and /readyz (the stores answer a PING and the member has
@@ -78,7 +82,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Minute, "passivate an order idle this long, releasing its authority (0 never); bounds the grains a member holds")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "default grain call timeout")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "bound of the graceful drain")
-	fs.DurationVar(&o.lease, "lease", node.DefaultLease, "self-fence (exit 3) once the Location Store has not answered for this long: the member may have been recorded gone meanwhile")
+	fs.DurationVar(&o.lease, "lease", node.DefaultLease, "suspend once the Location Store has not answered for this long, and self-fence (exit 3) once the process did not run for this long: the member may have been recorded gone meanwhile")
 	fs.IntVar(&o.limits.MailboxCapacity, "mailbox-capacity", placement.DefaultLimits.MailboxCapacity, "requests one order's mailbox holds; the next is answered 503 OVERLOADED at once")
 	fs.IntVar(&o.limits.MaxHosted, "max-hosted", placement.DefaultLimits.MaxHosted, "orders this member hosts; beyond it finished orders are passivated to make room, and with none to passivate new activations are refused OVERLOADED")
 	fs.IntVar(&o.limits.MaxActivations, "max-activations", placement.DefaultLimits.MaxActivations, "activations (and passivations to make room) this member runs at once; the next is refused OVERLOADED")
