@@ -447,13 +447,19 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 		g.order = order
 	}
 	res, err := run(c)
-	failed = err
 	if carried {
 		w := g.order.FirstWritten()
 		// A start refused before it reached Start carries nothing on.
 		g.order.CarryFirstWrite(nil)
 		g.act.ReadyWritten(readyWrite(w))
+		if w == workflow.FirstWriteRefused && err != nil {
+			// The creation lock was gone: the activation lost it, or an
+			// earlier attempt of this very write landed. Either way a
+			// retry of the request finds out, and it is no internal error.
+			err = fmt.Errorf("%w: %w", location.ErrLockLost, err)
+		}
 	}
+	failed = err
 	switch {
 	case errors.Is(err, workflow.ErrFenced):
 		// A newer owner exists: nothing this command did was recorded, and

@@ -43,7 +43,9 @@ const (
 	ReadyNotWritten ReadyWrite = iota
 	// ReadyLanded: they landed: the record names the grain.
 	ReadyLanded
-	// ReadyLockLost: their lock check failed; nothing was written.
+	// ReadyLockLost: their lock check failed, so this attempt wrote
+	// nothing; an earlier attempt of the same write (a client's retry
+	// after a timeout) may have, so it is settled as in doubt.
 	ReadyLockLost
 	// ReadyInDoubt: the write that carried them has no known outcome.
 	ReadyInDoubt
@@ -69,9 +71,12 @@ func (d *deferredReady) written(w ReadyWrite) {
 		switch w {
 		case ReadyLanded:
 			d.settled, d.outcome = true, nil
-		case ReadyLockLost:
-			d.settled, d.outcome = true, location.ErrLockLost
-		case ReadyInDoubt:
+		case ReadyLockLost, ReadyInDoubt:
+			// A refused lock check settles nothing by itself: a client
+			// that retried the write after a timeout (go-redis does) sees
+			// the second attempt refused by the lock the first one
+			// consumed, and the first may have landed. The commit then
+			// asks the record, which names the grain or not.
 			d.doubt = true
 		}
 	}
@@ -142,8 +147,8 @@ func (a *Activation) TakeReady() (location.ReadyWrites, bool) {
 }
 
 // ReadyWritten reports what came of the writes TakeReady handed over.
-// Landed or lock lost settles the commit. Not written or in doubt hands
-// it back: the activator makes it before it answers, or the grain's next
+// Landed settles the commit. Not written, lock lost or in doubt hands it
+// back: the activator makes it before it answers, or the grain's next
 // EnsureReady does, whichever asks first. A commit after a write in doubt
 // finds the lock consumed if the write landed, and counts as made when
 // the record names the grain. A grain whose write is in doubt stays up

@@ -56,8 +56,9 @@ func TestDeferredReadyIsCommittedOnceWhoeverAsks(t *testing.T) {
 	}
 }
 
-// Writes the grain took settle the commit by what it reports: landed or
-// lost, nobody commits again; neither, the next to ask commits. The
+// Writes the grain took settle the commit by what it reports: landed,
+// nobody commits again; otherwise the next to ask commits, a refused lock
+// check included (an earlier attempt of the write may have landed). The
 // activator waits for writes taken and not yet returned.
 func TestDeferredReadyTakenWrites(t *testing.T) {
 	for _, tc := range []struct {
@@ -67,7 +68,9 @@ func TestDeferredReadyTakenWrites(t *testing.T) {
 		wantErr     error
 	}{
 		{name: "landed", w: ReadyLanded, wantCommits: 0},
-		{name: "lock lost", w: ReadyLockLost, wantCommits: 0, wantErr: location.ErrLockLost},
+		// The commit asks again; lockCommit's first answer is the record
+		// naming the grain, as when an earlier attempt of the write landed.
+		{name: "lock lost", w: ReadyLockLost, wantCommits: 1},
 		{name: "not written", w: ReadyNotWritten, wantCommits: 1},
 		{name: "in doubt", w: ReadyInDoubt, wantCommits: 1},
 	} {
@@ -144,7 +147,7 @@ func TestDeferredReadyMayHaveWritten(t *testing.T) {
 		{name: "taken, in flight", take: true, want: true},
 		{name: "returned not written", take: true, returned: true, w: ReadyNotWritten, want: false},
 		{name: "returned in doubt", take: true, returned: true, w: ReadyInDoubt, want: true},
-		{name: "returned lock lost", take: true, returned: true, w: ReadyLockLost, want: false},
+		{name: "returned lock lost", take: true, returned: true, w: ReadyLockLost, want: true},
 		{name: "returned landed", take: true, returned: true, w: ReadyLanded, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,7 +162,7 @@ func TestDeferredReadyMayHaveWritten(t *testing.T) {
 			if tc.returned {
 				act.ReadyWritten(tc.w)
 			}
-			if tc.w != ReadyLanded && tc.w != ReadyLockLost {
+			if tc.w != ReadyLanded {
 				require.ErrorIs(t, act.EnsureReady(context.Background()), down, "the store is down: nothing settles")
 			}
 			require.Equal(t, tc.want, d.mayHaveWritten())
@@ -167,5 +170,37 @@ func TestDeferredReadyMayHaveWritten(t *testing.T) {
 			_ = act.EnsureReady(context.Background())
 			require.False(t, d.mayHaveWritten(), "settled: the record says whose it is")
 		})
+	}
+}
+
+// A grain's carried write refused by its lock check, where an earlier
+// attempt of the same write landed (a client's retry after a timeout),
+// is not taken for a lost activation: the commit asks the record, which
+// names the grain, and the grain goes on as the owner. Where the record
+// does not name it, the lock was lost for real.
+func TestDeferredReadyRefusedLockIsCheckedAgainstTheRecord(t *testing.T) {
+	for _, named := range []bool{true, false} {
+		var calls atomic.Int32
+		act := &Activation{}
+		d := newDeferredReady(location.ReadyWrites{}, func(context.Context) error {
+			calls.Add(1)
+			if named {
+				return nil // commitReady: lock gone, record names the grain
+			}
+			return location.ErrLockLost
+		})
+		act.ready.Store(d)
+		_, ok := act.TakeReady()
+		require.True(t, ok)
+		act.ReadyWritten(ReadyLockLost)
+		require.True(t, d.mayHaveWritten(), "not stopped before the record was read")
+		err := act.EnsureReady(context.Background())
+		require.Equal(t, int32(1), calls.Load())
+		if named {
+			require.NoError(t, err, "the record names the grain: it owns the order it wrote")
+		} else {
+			require.ErrorIs(t, err, location.ErrLockLost)
+		}
+		require.False(t, d.mayHaveWritten(), "settled")
 	}
 }
