@@ -61,7 +61,7 @@ func (s *Server) adminRelocate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 	res, err := s.cfg.Operator.RelocateOrder(ctx, req)
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *Server) adminClose(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 	res, err := s.cfg.Operator.CloseOrder(ctx, req)
 	if err != nil {

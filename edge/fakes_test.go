@@ -122,6 +122,14 @@ type fakeOrders struct {
 	err    error
 	// check, if set, is called with every start before it is recorded.
 	check func(*contracts.StartOrderWorkflowReq)
+	// startCtx is, per start, its context's error and whether it has a
+	// deadline.
+	startCtx []ctxSeen
+}
+
+type ctxSeen struct {
+	err      error
+	deadline bool
 }
 
 func created(id string) *contracts.OrderState {
@@ -136,6 +144,8 @@ func (f *fakeOrders) StartOrderWorkflow(ctx context.Context, req *contracts.Star
 	defer f.mu.Unlock()
 	f.starts = append(f.starts, req)
 	f.minted = append(f.minted, placement.IsMinted(ctx, grain.KindName, req.OrderId))
+	_, dl := ctx.Deadline()
+	f.startCtx = append(f.startCtx, ctxSeen{err: ctx.Err(), deadline: dl})
 	if f.err != nil {
 		return nil, false, f.err
 	}

@@ -39,7 +39,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
@@ -195,7 +195,7 @@ func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 	if err := s.checkStream(ctx, id); err != nil {
 		s.fail(w, r, fmt.Errorf("continue order %s: %w", id, err))
@@ -216,7 +216,7 @@ func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 	if err := s.checkStream(ctx, id); err != nil {
 		s.fail(w, r, fmt.Errorf("rebuild projection of order %s: %w", id, err))

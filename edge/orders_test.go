@@ -47,6 +47,25 @@ func TestStartOrderNewOrderIs201WithCartAndDeterministicCommand(t *testing.T) {
 	require.Equal(t, []bool{true}, e.orders.minted, "the request that won the key minted the OrderId: its grain need not read")
 }
 
+// A client that hangs up does not cancel the start's writes: the key's
+// reservation and the start run to their own deadline, so that the
+// retry with the same key finds a known outcome.
+func TestStartOrderWritesOutliveTheirClient(t *testing.T) {
+	e := newEnv(t)
+	ctx, hangUp := context.WithCancel(context.Background())
+	hangUp()
+	r := httptest.NewRequestWithContext(ctx, "POST", "/orders", strings.NewReader(startBody(cartOK, "addr-1", "pm-1", "key-gone")))
+	w := httptest.NewRecorder()
+	e.srv.ServeHTTP(w, r)
+	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+	require.Len(t, e.orders.startCtx, 1)
+	require.NoError(t, e.orders.startCtx[0].err, "the client's cancellation reached the start")
+	require.True(t, e.orders.startCtx[0].deadline, "the start has a deadline of its own")
+	m, ok := e.idem.get("key-gone")
+	require.True(t, ok, "the key was reserved")
+	require.Equal(t, commerce.MappingPending, m.Status)
+}
+
 func TestStartOrderValidation(t *testing.T) {
 	long := strings.Repeat("x", MaxIDLen+1)
 	maxOK := strings.Repeat("é", MaxIDLen) // characters, not bytes, are bounded

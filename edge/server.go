@@ -298,6 +298,17 @@ func (s *Server) requestContext(r *http.Request) (context.Context, context.Cance
 	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 }
 
+// writeContext bounds a request that writes by the edge's request
+// timeout alone: a client that hangs up does not cancel it. A write
+// canceled half way has an outcome nobody knows (a reservation that took
+// the key but answered nobody, a start recorded while its caller saw an
+// error); run to its own deadline, it has an answer, which the client's
+// retry with the same key finds. It keeps the request's values (its
+// trace).
+func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RequestTimeout)
+}
+
 // fail answers err through httpError and logs what the client does not
 // see: 5xx at warn/error with the full error, client errors at debug.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -105,7 +105,7 @@ func (s *Server) adminTakeoverOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.OrderID = id
-	ctx, cancel := s.requestContext(r)
+	ctx, cancel := s.writeContext(r)
 	defer cancel()
 	res, err := s.cfg.Takeover.Order(ctx, req)
 	if err != nil {
