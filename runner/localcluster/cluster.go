@@ -126,6 +126,8 @@ type Config struct {
 	// on an order's owner staying where it was activated. The bench sets
 	// it, so that each order's passivation is in its figures.
 	WorkflowIdleTimeout time.Duration
+	// WorkflowLease is the workflows' -lease; zero keeps their default.
+	WorkflowLease time.Duration
 	// Env is every node's environment; nil inherits the caller's. See
 	// ChildEnv.
 	Env []string
@@ -389,6 +391,9 @@ func (c *Cluster) args(n *node) []string {
 		return a
 	}
 	a := append(append([]string{}, common...), "-idle-timeout", c.cfg.WorkflowIdleTimeout.String(), "-ops-http", "127.0.0.1:"+strconv.Itoa(n.opsPort))
+	if c.cfg.WorkflowLease > 0 {
+		a = append(a, "-lease", c.cfg.WorkflowLease.String())
+	}
 	if c.cfg.Fixtures {
 		a = append(a, "-fixtures")
 	}
