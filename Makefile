@@ -100,7 +100,8 @@ pause-test:
 # redis-server frozen with SIGSTOP, and SIGKILLed then restarted from its
 # AOF, for 7 s against a 3 s lease under light load; the members suspend
 # and resume, none restarts, every acknowledged or retried order is
-# terminal. Prints the figures (the whole output when it fails).
+# terminal; a workflow SIGSTOPped for longer than the lease fences on the
+# gap. Prints the figures (the whole output when it fails).
 stall-test:
 	@out=$$($(GO) test -race -count=1 -timeout 6m -v ./runner/localcluster/stalltest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \

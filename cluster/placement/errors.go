@@ -34,8 +34,10 @@ var (
 	ErrOpen = errors.New("placement: grain could not open its state")
 	// ErrEvicted: this member is recorded gone; it must stop hosting.
 	ErrEvicted = errors.New("placement: this member is recorded gone")
-	// ErrLeaseExpired: this member could not read the Location Store for
-	// longer than its lease, so it cannot know whether it was recorded
-	// gone meanwhile; it must stop hosting.
-	ErrLeaseExpired = errors.New("placement: location store unreachable for longer than the lease")
+	// ErrLeaseExpired: this member went longer than its lease without
+	// reading its gone record. Its process did not run meanwhile, so it
+	// cannot know whether it was recorded gone and taken over: it must stop
+	// hosting. (A store that did not answer while the process ran suspends
+	// the member instead; the reason it suspended wraps this too.)
+	ErrLeaseExpired = errors.New("placement: lease expired without a read of this member's gone record")
 )

@@ -8,7 +8,10 @@
 // and every acknowledged order reaches a terminal status by itself (no
 // continue, no operator), no member restarts or self-fences, and every
 // key whose start failed during the outage reaches a terminal status
-// when it is retried with the same key and body. It holds only tests.
+// when it is retried with the same key and body. The other case of a
+// lease without a read is told apart: a workflow process that was itself
+// SIGSTOPped for longer than the lease fences on the gap, before it reads
+// anything, and exits 3 for a restart. It holds only tests.
 //
 // It owns the clusters it starts (runner/localcluster, in a test's
 // temporary directory, every process stopped by PID) and nothing else. It

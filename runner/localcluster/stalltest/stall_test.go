@@ -383,3 +383,54 @@ func TestKilledStoreIsRiddenOut(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
+
+// TestPausedMemberFencesOnTheGap: the other case of a lease without a
+// read, told apart from a stall: workflow-a itself is SIGSTOPped for
+// longer than the lease while the store answers all along. Once it runs
+// again it fences on the gap alone ("did not run"), exits 3 and is
+// started again as a new member, and orders started afterwards confirm.
+func TestPausedMemberFencesOnTheGap(t *testing.T) {
+	f := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	paused := localcluster.WorkflowA
+	pid := f.c.PID(paused)
+	logFrom, err := localcluster.LogSize(f.c.LogPath(paused))
+	require.NoError(t, err)
+	var once sync.Once
+	cont := func() {
+		once.Do(func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Logf("SIGCONT %s pid %d: %v", paused, pid, err)
+			}
+		})
+	}
+	t.Cleanup(cont)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	pace(ctx, lease+1500*time.Millisecond)
+	cont()
+	require.Eventually(t, func() bool { return len(f.c.Restarts(paused)) == 1 }, 20*time.Second, 20*time.Millisecond,
+		"%s was not restarted after fencing itself", paused)
+	r := f.c.Restarts(paused)[0]
+	require.Equal(t, "exit status 3", r.Exit, "the self-fenced exit status")
+	cur := localcluster.NewLogCursor(f.c.LogPath(paused), logFrom)
+	require.NoError(t, cur.Refresh())
+	fenced := cur.Lines(localcluster.MatchFunc("self-fenced", func(l string) bool { return strings.Contains(l, `"msg":"self-fenced: `) }))
+	require.Len(t, fenced, 1)
+	t.Logf("%s: %s", paused, fenced[0])
+	// The gap decides before any read; a read that found the gone record
+	// the others wrote meanwhile would say "recorded gone".
+	require.Contains(t, fenced[0], "did not run", "fenced on the gap, before reading anything")
+	require.Zero(t, cur.Count(localcluster.MatchFunc("suspended", func(l string) bool { return strings.Contains(l, `"msg":"suspended: `) })),
+		"a pause is no stall")
+
+	for i := range 4 {
+		var a attempt
+		require.Eventually(t, func() bool {
+			a = f.start(ctx, i, fmt.Sprintf("stall-gap-%d-%d", time.Now().UnixNano(), i))
+			return a.acked()
+		}, 20*time.Second, 200*time.Millisecond, "a start after the pause: %s", a.outcome())
+		require.Eventually(t, func() bool { return f.statusOf(ctx, a.orderID, i) == contracts.OrderStatus_Confirmed.String() },
+			30*time.Second, 50*time.Millisecond, "order %s confirms", a.orderID)
+	}
+}
