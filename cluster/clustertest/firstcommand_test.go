@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
@@ -351,4 +352,57 @@ func TestMintedStartInDoubtKeepsItsGrain(t *testing.T) {
 	down.Store(false)
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+}
+
+// retriedStart runs a start's append twice, as go-redis does when the
+// first attempt's reply timed out although Redis ran it (a frozen store
+// that wakes up): the first lands, the second is refused by the creation
+// lock the first consumed, and the grain is told only the second.
+type retriedStart struct {
+	workflow.StartAppender
+	refusals *atomic.Int32
+}
+
+func (s retriedStart) AppendStart(ctx context.Context, orderID string, expected int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
+	v, marked, err := s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
+	if err != nil || len(with) == 0 {
+		return v, marked, err
+	}
+	v, marked, err = s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
+	if err != nil {
+		s.refusals.Add(1)
+	}
+	return v, marked, err
+}
+
+// A start whose carried Ready commit landed but whose answer was the
+// lock check of a retried attempt is not taken for a lost activation: the
+// grain settles the commit against the record, which names it, and
+// drives the order to its end by itself; the start's retry with the same
+// request answers the order, and nothing is INTERNAL.
+func TestMintedStartLandedButRetriedIsDrivenToTheEnd(t *testing.T) {
+	h := newHarness(t)
+	var refusals atomic.Int32
+	stores := *h.stores
+	stores.StartAppend = retriedStart{StartAppender: h.stores.StartAppend, refusals: &refusals}
+	require.True(t, stores.ReadyInStart)
+	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 1)
+
+	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	startCtx := h.holdCreation(t, req.OrderId, "held-by-the-edge", "held-by-the-edge")
+	_, _, err := a.client.StartOrderWorkflow(startCtx, req)
+	require.EqualValues(t, 1, refusals.Load(), "the retried attempt was refused by the lock")
+	if err != nil {
+		require.NotEqual(t, errkind.Internal, errkind.Of(err), "the refused retry is no internal error: %v", err)
+		t.Logf("the start answered: %v", err)
+	}
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+
+	res, recorded, err := a.client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
+	require.NoError(t, err, "the start's retry answers the order")
+	require.False(t, recorded)
+	require.Equal(t, contracts.OrderStatus_Confirmed, res.GetState().GetStatus())
 }
