@@ -256,6 +256,16 @@ func TestLostLocationStoreForTheLeaseSuspendsTheMember(t *testing.T) {
 	}
 	require.EqualValues(t, 1, grainCount(w), "the suspended member keeps its grain")
 	require.False(t, w.Member.Lookup.Fenced())
+	// Its grain runs no turn: a command reaching it answers
+	// STORE_UNAVAILABLE at once.
+	gs, err := w.Member.Lookup.Hosted()
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	res, err := w.Member.Cluster.ActorSystem.Root.RequestFuture(gs[0].PID, &contracts.ContinueOrderWorkflowReq{OrderId: req.OrderId}, 2*time.Second).Result()
+	require.NoError(t, err)
+	we, ok := res.(*contracts.WorkflowError)
+	require.True(t, ok, "a suspended member's grain answers an error, not %T", res)
+	require.Equal(t, contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, we.GetReason())
 	stopWatch()
 	require.NoError(t, <-fenced)
 }

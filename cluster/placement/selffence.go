@@ -225,6 +225,11 @@ func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Cont
 		default:
 			if failures > 0 {
 				log.Info("this member's gone record is readable again", slog.Int("failures", failures))
+			}
+			// After an outage shorter than the lease the grains' retries
+			// fire at once too, rather than after a backoff grown through
+			// it; a lone failed read is no outage.
+			if suspended || failures >= outageReads {
 				cfg.onResume(began.Sub(lastOK), suspended)
 			}
 			lastOK, lastErr, failures, suspended = began, nil, 0, false
@@ -236,6 +241,10 @@ func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Cont
 		}
 	}
 }
+
+// outageReads is how many failed reads in a row make an outage whose
+// end fires the grains' pending retries.
+const outageReads = 3
 
 // watchState is what the self-fence watch shares with the rest of the
 // lookup: whether the member is suspended, and when the watch last ran,
