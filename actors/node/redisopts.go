@@ -83,7 +83,6 @@ func NewProbeClient(u string) (redis.UniversalClient, error) {
 		o := *pc.Options()
 		_ = pc.Close()
 		o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = -1, probeDialTimeout, probeIOTimeout, probeIOTimeout
-		o.MinIdleConns = 1
 		return redis.NewClient(&o), nil
 	case *redis.ClusterClient:
 		o := *pc.Options()

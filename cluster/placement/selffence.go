@@ -250,23 +250,26 @@ const outageReads = 3
 // lookup: whether the member is suspended, and when the watch last ran,
 // as a monotonic offset from epoch.
 type watchState struct {
-	epoch     time.Time
+	// epoch is set once a watch starts; grains read it concurrently.
+	epoch     atomic.Pointer[time.Time]
 	lease     atomic.Int64
 	lastRan   atomic.Int64
 	suspended atomic.Bool
 }
 
 func (w *watchState) start(lease time.Duration) {
-	w.epoch = time.Now()
+	w.lease.Store(0)
 	w.lastRan.Store(0)
+	now := time.Now()
+	w.epoch.Store(&now)
 	w.lease.Store(int64(lease))
 }
 
 func (w *watchState) stop() { w.lease.Store(0) }
 
 func (w *watchState) ran(at time.Time) {
-	if !w.epoch.IsZero() {
-		w.lastRan.Store(int64(at.Sub(w.epoch)))
+	if e := w.epoch.Load(); e != nil {
+		w.lastRan.Store(int64(at.Sub(*e)))
 	}
 }
 
@@ -274,10 +277,11 @@ func (w *watchState) ran(at time.Time) {
 // its lease: the process did not run, and the watch fences once it does.
 func (w *watchState) paused() bool {
 	lease := time.Duration(w.lease.Load())
-	if lease <= 0 || w.epoch.IsZero() {
+	e := w.epoch.Load()
+	if lease <= 0 || e == nil {
 		return false
 	}
-	return time.Since(w.epoch)-time.Duration(w.lastRan.Load()) > lease
+	return time.Since(*e)-time.Duration(w.lastRan.Load()) > lease
 }
 
 // Suspended reports whether this member must not serve right now: its
