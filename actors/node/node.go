@@ -96,6 +96,8 @@ type Stores struct {
 	// own are store clients with a connection pool of their own (see
 	// storeClientFor), closed with the others.
 	own []redis.UniversalClient
+	// probe is Probe's client.
+	probe redis.UniversalClient
 }
 
 // The store labels of StoreOptions.StoreHook: one client per store, so a
@@ -201,7 +203,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		s.Close()
 		return nil, err
 	}
-	s.own = append(s.own, pc)
+	s.probe = pc
 	if s.Probe, err = location.NewRedis(location.Config{Client: pc}); err != nil {
 		s.Close()
 		return nil, err
@@ -303,6 +305,9 @@ func ping(ctx context.Context, c redis.UniversalClient) error {
 
 // Close closes every client.
 func (s *Stores) Close() {
+	if s.probe != nil {
+		_ = s.probe.Close()
+	}
 	for _, c := range s.own {
 		_ = c.Close()
 	}
