@@ -67,8 +67,13 @@ func (c SelfFenceConfig) withDefaults() SelfFenceConfig {
 func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 	cfg = cfg.withDefaults()
 	self := l.Self()
+	bound := cfg.heartbeatBound()
 	reason := watchSelf(ctx, cfg, func(c context.Context) (location.GoneMember, bool, error) {
-		return l.store.IsGone(c, self)
+		// One round trip reads the gone record and beats: the heartbeat
+		// is what keeps observers that lost sight of this member from
+		// recording it gone (gone.go). A member isolated from every API
+		// withholds it, so that it is recorded gone and fences.
+		return l.store.ProbeSelf(c, self, l.beatBound(bound))
 	}, l.log.With(slog.String("member", self)))
 	if reason == nil {
 		return nil
