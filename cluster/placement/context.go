@@ -140,7 +140,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 	left := c.lookup.leaveSignal(pid.Address)
 	select {
 	case <-left:
-		return nil, c.lookup.lostOwner(pid.Address, "has left")
+		return nil, c.lookup.lostOwner(ctx, pid.Address, "has left")
 	default:
 	}
 	sys := c.lookup.cluster.ActorSystem
@@ -154,7 +154,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return r.res, r.err
 	case <-left:
 		endFuture(sys, f)
-		return nil, c.lookup.lostOwner(pid.Address, "left during the request")
+		return nil, c.lookup.lostOwner(ctx, pid.Address, "left during the request")
 	case <-ctx.Done():
 		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)

@@ -72,9 +72,9 @@ type goneState struct {
 	// recording holds the member ids whose departure is being recorded.
 	recording sync.Map
 	// unreachable holds the members this lookup lost from its topology
-	// but which are not recorded gone (yet): their orders answer
-	// ErrOwnerUnreachable here rather than ErrUnavailable, since the
-	// cluster's evidence (their heartbeat) says they are alive.
+	// and is judging (*lostMember by id): once their heartbeat was found
+	// fresh, their orders answer ErrOwnerUnreachable here rather than
+	// ErrUnavailable, since the cluster's evidence says they are alive.
 	unreachable sync.Map
 	// reachable, if set, is told once of a member in unreachable that
 	// still beats and answers a dial again (see OnLostMemberReachable).
@@ -288,8 +288,6 @@ func (l *Lookup) observeLeft(left []*pcluster.Member) {
 			// mark Unavailable, and it keeps no heartbeat.
 			continue
 		}
-		l.gone.unreachable.Store(m.Id, true)
-		l.lostAddr.Store(m.Id, m.Address())
 		if stall, ok := l.stalled(); ok {
 			l.log.Warn("not recording a member gone: this process stalled just before it saw the member leave, so its view is suspect",
 				slog.String("member", m.Id), slog.String("address", m.Address()), slog.Duration("stall", stall.Round(time.Millisecond)))
@@ -298,7 +296,9 @@ func (l *Lookup) observeLeft(left []*pcluster.Member) {
 		if _, busy := l.gone.recording.LoadOrStore(m.Id, true); busy {
 			continue
 		}
-		go l.recordGone(m.Id, m.Address(), now)
+		lm := &lostMember{addr: m.Address(), judged: make(chan struct{})}
+		l.gone.unreachable.Store(m.Id, lm)
+		go l.recordGone(m.Id, lm, now)
 	}
 	l.nudgeGone()
 }
@@ -314,11 +314,49 @@ func hostsKinds(m *pcluster.Member) bool {
 	return false
 }
 
+// lostMember is a member this lookup lost from its topology, while its
+// departure is being judged.
+type lostMember struct {
+	addr string
+	// judged is closed at the first verdict on its heartbeat; fresh says
+	// whether that (or a later) verdict found it alive.
+	judged chan struct{}
+	once   sync.Once
+	fresh  atomic.Bool
+}
+
+func (m *lostMember) judge(fresh bool) {
+	m.fresh.Store(fresh)
+	m.once.Do(func() { close(m.judged) })
+}
+
+// judgeWait bounds how long a call waits for the first verdict on an
+// owner that just left its caller's topology: one round trip, normally.
+const judgeWait = time.Second
+
 // ownerUnreachable reports whether memberID is a member this lookup lost
-// but which is not recorded gone: its heartbeat says it is alive.
-func (l *Lookup) ownerUnreachable(memberID string) bool {
-	_, ok := l.gone.unreachable.Load(memberID)
-	return ok && !l.isGone(memberID)
+// but which is not recorded gone: its heartbeat says it is alive. A call
+// that comes while the first verdict is still out waits for it (within
+// ctx and judgeWait), so that a member that is only cut off never answers
+// OWNER_GONE.
+func (l *Lookup) ownerUnreachable(ctx context.Context, memberID string) bool {
+	v, ok := l.gone.unreachable.Load(memberID)
+	if !ok {
+		return false
+	}
+	m := v.(*lostMember)
+	select {
+	case <-m.judged:
+	default:
+		t := time.NewTimer(judgeWait)
+		select {
+		case <-m.judged:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return m.fresh.Load() && !l.isGone(memberID)
 }
 
 // lostOwner is the error of a call whose owner, at addr, left this
@@ -326,7 +364,7 @@ func (l *Lookup) ownerUnreachable(memberID string) bool {
 // recorded gone or left with no hope (not a member this lookup is still
 // judging), ErrOwnerUnreachable while the cluster's evidence says it is
 // alive. The command may have run: neither is resent.
-func (l *Lookup) lostOwner(addr, what string) error {
+func (l *Lookup) lostOwner(ctx context.Context, addr, what string) error {
 	l.mu.Lock()
 	id, live := l.byAddress[addr]
 	l.mu.Unlock()
@@ -336,14 +374,14 @@ func (l *Lookup) lostOwner(addr, what string) error {
 	}
 	if !live {
 		var found string
-		l.gone.unreachable.Range(func(k, _ any) bool {
-			if m, ok := l.lostAddr.Load(k); ok && m == addr {
+		l.gone.unreachable.Range(func(k, v any) bool {
+			if v.(*lostMember).addr == addr {
 				found = k.(string)
 				return false
 			}
 			return true
 		})
-		if found != "" && l.ownerUnreachable(found) {
+		if found != "" && l.ownerUnreachable(ctx, found) {
 			return fmt.Errorf("%w: owner %s at %s %s; it is not recorded gone", ErrOwnerUnreachable, found, addr, what)
 		}
 	}
@@ -425,8 +463,11 @@ func (l *Lookup) OnLostMemberReachable(f func(memberID, address string)) {
 // observer's loss of sight is no evidence); while it is fresh the
 // observer asks again every goneRecheck, as long as the member is not
 // back in its topology.
-func (l *Lookup) recordGone(memberID, address string, leftAt time.Time) {
+func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 	defer l.gone.recording.Delete(memberID)
+	// Whatever ends this, nobody waits for a verdict any longer.
+	defer lm.judge(false)
+	address := lm.addr
 	backoff := 100 * time.Millisecond
 	told, fresh := false, 0
 	for attempt := 1; ; attempt++ {
@@ -450,9 +491,11 @@ func (l *Lookup) recordGone(memberID, address string, leftAt time.Time) {
 			}
 			wait, backoff = backoff, min(backoff*2, 5*time.Second)
 		case v.Gone:
+			lm.judge(false)
 			l.gone.unreachable.Delete(memberID)
 			return
 		case v.Fresh:
+			lm.judge(true)
 			fresh++
 			if fresh == 1 {
 				l.log.Warn("not recording a lost member gone: its heartbeat is fresh, so it is alive and only unreachable from here",

@@ -133,8 +133,9 @@ func TestALostMemberIsRecordedGoneOnlyOnceItsHeartbeatIsStale(t *testing.T) {
 	require.NoError(t, err)
 	l.observeLeft([]*pcluster.Member{{Id: "m-cut", Host: host, Port: int32(p), Kinds: []string{"k"}}})
 	l.observeLeft([]*pcluster.Member{{Id: "m-api", Host: "127.0.0.1", Port: 1}})
-	require.True(t, l.ownerUnreachable("m-cut"))
-	require.False(t, l.ownerUnreachable("m-api"))
+	require.Eventually(t, func() bool { return l.ownerUnreachable(context.Background(), "m-cut") }, 5*time.Second, 10*time.Millisecond,
+		"judged alive by its fresh heartbeat")
+	require.False(t, l.ownerUnreachable(context.Background(), "m-api"))
 	require.Never(t, func() bool { return recorded(t, s, "m-cut") || recorded(t, s, "m-api") },
 		time.Second, 50*time.Millisecond, "a beating member or a member without kinds was recorded gone")
 	notRecorded(t, s, "m-cut", "m-api")
@@ -144,15 +145,15 @@ func TestALostMemberIsRecordedGoneOnlyOnceItsHeartbeatIsStale(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a lost member that beats and answers a dial was not reported")
 	}
-	err = l.lostOwner(host+":"+port, "has left")
+	err = l.lostOwner(context.Background(), host+":"+port, "has left")
 	require.ErrorIs(t, err, ErrOwnerUnreachable)
 
 	// It stops beating: once the heartbeat is older than its bound, the
 	// observer that kept asking records it.
 	close(beat)
 	require.Eventually(t, func() bool { return recorded(t, s, "m-cut") }, 5*time.Second, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return l.IsGone("m-cut") && !l.ownerUnreachable("m-cut") }, 5*time.Second, 10*time.Millisecond)
-	require.ErrorIs(t, l.lostOwner(host+":"+port, "has left"), ErrUnavailable)
+	require.Eventually(t, func() bool { return l.IsGone("m-cut") && !l.ownerUnreachable(context.Background(), "m-cut") }, 5*time.Second, 10*time.Millisecond)
+	require.ErrorIs(t, l.lostOwner(context.Background(), host+":"+port, "has left"), ErrUnavailable)
 	notRecorded(t, s, "m-api")
 }
 

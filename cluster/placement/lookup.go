@@ -199,8 +199,6 @@ type Lookup struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	gone      goneState
-	// lostAddr maps each member in gone.unreachable to its address.
-	lostAddr sync.Map
 }
 
 type resolveCall struct {
@@ -585,7 +583,7 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 			return pid, err
 		case rec.Status == location.Ready:
 			if !l.Live(rec.Owner) {
-				if l.ownerUnreachable(rec.Owner) {
+				if l.ownerUnreachable(ctx, rec.Owner) {
 					return nil, fmt.Errorf("%w: %s is owned by member %s, which this member lost sight of but which is not recorded gone", ErrOwnerUnreachable, id, rec.Owner)
 				}
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
@@ -594,7 +592,7 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which is recorded gone", ErrUnavailable, id, rec.Owner)
 			}
 			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
-		case rec.Status == location.Moving && !l.Live(rec.Owner) && l.ownerUnreachable(rec.Owner):
+		case rec.Status == location.Moving && !l.Live(rec.Owner) && l.ownerUnreachable(ctx, rec.Owner):
 			return nil, fmt.Errorf("%w: %s is moving from member %s, which this member lost sight of but which is not recorded gone", ErrOwnerUnreachable, id, rec.Owner)
 		case rec.Status == location.Moving && (!l.Live(rec.Owner) || l.isGone(rec.Owner)):
 			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left or is recorded gone", ErrUnavailable, id, rec.Owner)
