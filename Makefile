@@ -55,7 +55,7 @@ k8s-test:
 	$(GO) test -tags k8s -count=1 ./cluster/k8smembers/...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/partitiontest -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -104,7 +104,7 @@ pause-test:
 # figures (the whole output when it fails).
 partition-test:
 	@bash scripts/install-iptables.sh >/dev/null
-	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/partitiontest/ 2>&1); rc=$$?; \
+	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/partition/ ./runner/localcluster/partitiontest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 
