@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A member is "gone" once any member saw it leave the topology and
-// recorded that in the Location Store. protoactor blocks a member id for
+// A member is "gone" once a member saw it leave the topology and, its
+// heartbeat being stale (below), recorded that in the Location Store. protoactor blocks a member id for
 // good once it put it in a topology's Left, but only in the view of the
 // members that saw it; the record makes the verdict the same everywhere:
 // every lookup answers Unavailable for the gone member's orders, even one

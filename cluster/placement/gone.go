@@ -18,9 +18,14 @@ import (
 // The gone records themselves are the Location Store's (location.Members;
 // why they exist is told in location/gone.go). Here is a lookup's side of
 // them: its in-memory view, read on the warm path without a round trip,
-// the recording of the departures it sees, and the stall heartbeat that
+// the recording of the departures it sees (only once the departed
+// member's Location Store heartbeat is stale: one observer's loss of sight
+// is no evidence), the judging of a lost member that still beats
+// (OWNER_UNREACHABLE, and the API's rejoin once it answers again), the
+// rule for a member that no API can reach, and the stall heartbeat that
 // keeps a process that did not run for a while from recording live peers
-// gone.
+// gone. The store heartbeat gates only the recording of gone: topology
+// and eligibility stay protoactor's.
 
 const (
 	// A lookup reads the gone records again when its topology changes,
@@ -397,7 +402,10 @@ func (l *Lookup) lostOwner(ctx context.Context, addr, what string) error {
 // stale, it finds its own record at its next probe and fences, and its
 // orders answer OWNER_GONE until an operator (or the takeover policy)
 // acts. A member that never saw an API (a cluster without one, a test)
-// keeps beating; a rolling restart of the APIs keeps one in sight.
+// keeps beating; a rolling restart of the APIs keeps one in sight, and
+// while every API is down nobody lost the member, so nobody records it.
+// Two workflow members cut apart from each other while no API is up
+// would record each other gone once both withhold their heartbeats.
 
 // heartbeatBound is how old this member's heartbeat may grow before an
 // observer that lost it may record it gone: four probe intervals (three
@@ -502,12 +510,10 @@ func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 					slog.String("member", memberID), slog.String("address", address),
 					slog.Duration("age", v.Age), slog.Duration("bound", v.Bound))
 			}
-			if !told && l.dialable(address) {
-				if f := l.gone.reachable.Load(); f != nil {
-					told = true
-					l.log.Warn("a lost member that is not recorded gone answers again", slog.String("member", memberID), slog.String("address", address))
-					(*f)(memberID, address)
-				}
+			if f := l.gone.reachable.Load(); f != nil && !told && l.dialable(address) {
+				told = true
+				l.log.Warn("a lost member that is not recorded gone answers again", slog.String("member", memberID), slog.String("address", address))
+				(*f)(memberID, address)
 			}
 		default:
 			// This member is itself recorded gone: it records nobody.
