@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// A member is "gone" once any member saw it leave the topology and
-// recorded that in the Location Store. protoactor blocks a member id for
+// A member is "gone" once a member saw it leave the topology and, its
+// heartbeat being stale (below), recorded that in the Location Store. protoactor blocks a member id for
 // good once it put it in a topology's Left, but only in the view of the
 // members that saw it; the record makes the verdict the same everywhere:
 // every lookup answers Unavailable for the gone member's orders, even one
@@ -110,4 +112,114 @@ func goneFrom(id, v string) GoneMember {
 	_ = json.Unmarshal([]byte(v), &g)
 	g.MemberID = id
 	return g
+}
+
+// Heartbeats. One observer's loss of sight is no evidence that a member is
+// gone: a burst, a pause of the observer or a link cut between two pods
+// looks the same from there. Each workflow member therefore keeps a
+// heartbeat here, written by Redis' own clock (TIME, since pods' clocks
+// drift) in the same round trip as its self-fence read of its gone record,
+// and a member is recorded gone only when its heartbeat is older than the
+// bound it published with it, judged by TIME inside the script that writes
+// the record: the check and the mark are one atomic step, so a member that
+// beat just now is never marked on a verdict read a moment earlier.
+//
+//	<prefix>heartbeat   hash: member id -> "<TIME in ms>:<bound in ms>"
+//
+// A member with no heartbeat at all (it died before its first probe, or it
+// hosts nothing and never beats) is judged stale: the topology's verdict
+// alone decides for it, as before heartbeats existed.
+
+// HeartbeatVerdict is what MarkGoneIfStale found.
+type HeartbeatVerdict struct {
+	// Won: this call wrote the gone record.
+	Won bool
+	// Gone: the member is recorded gone (by this call or an earlier one).
+	Gone bool
+	// Fresh: the member's heartbeat is within its bound, so nothing was
+	// written; Age is its age by Redis' clock and Bound the bound it
+	// published.
+	Fresh bool
+	Age   time.Duration
+	Bound time.Duration
+}
+
+var probeSelf = redis.NewScript(`
+local g = redis.call('HGET', KEYS[1], ARGV[1])
+if g then return g end
+if ARGV[2] ~= '' then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  redis.call('HSET', KEYS[2], ARGV[1], now .. ':' .. ARGV[2])
+end
+return false
+`)
+
+// ProbeSelf is a member's self-fence read: it returns memberID's gone
+// record, if there is one, and otherwise, when bound is positive, writes
+// the member's heartbeat at Redis' TIME with that bound, in one round
+// trip. A zero bound reads without beating (a member that withholds its
+// heartbeat so that it can be recorded gone, see package placement).
+func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Duration) (GoneMember, bool, error) {
+	if memberID == "" {
+		return GoneMember{}, false, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
+	}
+	b := ""
+	if bound > 0 {
+		b = strconv.FormatInt(bound.Milliseconds(), 10)
+	}
+	v, err := probeSelf.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, b).Text()
+	if errors.Is(err, redis.Nil) {
+		return GoneMember{}, false, nil
+	}
+	if err != nil {
+		return GoneMember{}, false, translateGone(err)
+	}
+	return goneFrom(memberID, v), true, nil
+}
+
+// markGoneIfStale returns {1} when it wrote the record, {2} when the
+// member was already recorded, {0, age, bound} when its heartbeat is
+// fresh. The heartbeat field goes with the record: a gone member never
+// beats again.
+var markGoneIfStale = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {2} end
+local hb = redis.call('HGET', KEYS[2], ARGV[1])
+if hb then
+  local sep = string.find(hb, ':', 1, true)
+  local at = tonumber(string.sub(hb, 1, sep - 1))
+  local bound = tonumber(string.sub(hb, sep + 1))
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if at and bound and now - at <= bound then return {0, now - at, bound} end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return {1}
+`)
+
+// MarkGoneIfStale is MarkGone gated by the member's heartbeat: it records
+// memberID gone only when its heartbeat is older than the bound it
+// published (or it has none). The first record of a member id wins.
+func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, leftAtUnixMs int64) (HeartbeatVerdict, error) {
+	if memberID == "" {
+		return HeartbeatVerdict{}, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
+	}
+	v, err := json.Marshal(GoneMember{Node: node, LeftAtUnixMs: leftAtUnixMs})
+	if err != nil {
+		return HeartbeatVerdict{}, err
+	}
+	r, err := markGoneIfStale.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v)).Int64Slice()
+	if err != nil {
+		return HeartbeatVerdict{}, translateGone(err)
+	}
+	switch {
+	case len(r) == 1 && r[0] == 1:
+		return HeartbeatVerdict{Won: true, Gone: true}, nil
+	case len(r) == 1 && r[0] == 2:
+		return HeartbeatVerdict{Gone: true}, nil
+	case len(r) == 3:
+		return HeartbeatVerdict{Fresh: true, Age: time.Duration(r[1]) * time.Millisecond, Bound: time.Duration(r[2]) * time.Millisecond}, nil
+	}
+	return HeartbeatVerdict{}, fmt.Errorf("%w: unexpected mark-gone reply %v", ErrStoreUnavailable, r)
 }

@@ -19,6 +19,7 @@ const DefaultKeyPrefix = "sm:loc:"
 //
 //	<prefix>members                hash: member id -> node name
 //	<prefix>gone                   hash: member id -> GoneMember (JSON)
+//	<prefix>heartbeat              hash: member id -> "<ms>:<bound ms>" (gone.go)
 //	<prefix>owned:<memberId>       set: "<kind>/<id>" the member was made owner of
 type keys struct{ prefix string }
 
@@ -45,6 +46,8 @@ func (k keys) history(kind, id string) string { return k.record(kind, id) + ":hi
 func (k keys) members() string { return k.prefix + "members" }
 
 func (k keys) gone() string { return k.prefix + "gone" }
+
+func (k keys) heartbeat() string { return k.prefix + "heartbeat" }
 
 func (k keys) owned(memberID string) string { return k.prefix + "owned:" + memberID }
 

@@ -178,6 +178,14 @@ type Members interface {
 	// GoneCount is the number of gone records. They are only ever added,
 	// so a changed count tells a reader to read them again.
 	GoneCount(ctx context.Context) (int64, error)
+	// ProbeSelf is a member's self-fence read: its gone record, and when
+	// it is not gone and bound is positive, its heartbeat written at the
+	// store's clock with that bound, in one round trip (gone.go).
+	ProbeSelf(ctx context.Context, memberID string, bound time.Duration) (GoneMember, bool, error)
+	// MarkGoneIfStale is MarkGone only when memberID's heartbeat is older
+	// than its bound by the store's clock, checked and written in one
+	// atomic step; a fresh heartbeat writes nothing (gone.go).
+	MarkGoneIfStale(ctx context.Context, memberID, node string, leftAtUnixMs int64) (HeartbeatVerdict, error)
 }
 
 // OwnershipHistory is each identity's log of ownership changes, written

@@ -140,7 +140,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 	left := c.lookup.leaveSignal(pid.Address)
 	select {
 	case <-left:
-		return nil, fmt.Errorf("%w: owner at %s has left", ErrUnavailable, pid.Address)
+		return nil, c.lookup.lostOwner(ctx, pid.Address, "has left")
 	default:
 	}
 	sys := c.lookup.cluster.ActorSystem
@@ -154,7 +154,7 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return r.res, r.err
 	case <-left:
 		endFuture(sys, f)
-		return nil, fmt.Errorf("%w: owner at %s left during the request", ErrUnavailable, pid.Address)
+		return nil, c.lookup.lostOwner(ctx, pid.Address, "left during the request")
 	case <-ctx.Done():
 		endFuture(sys, f)
 		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)

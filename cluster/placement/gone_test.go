@@ -3,6 +3,8 @@ package placement
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ func standaloneLookup(t *testing.T, s *location.Redis) *Lookup {
 }
 
 func departed(id string) []*pcluster.Member {
-	return []*pcluster.Member{{Id: id, Host: "127.0.0.1", Port: 1}}
+	return []*pcluster.Member{{Id: id, Host: "127.0.0.1", Port: 1, Kinds: []string{"k"}}}
 }
 
 // recorded reads the gone record. It runs inside Eventually and Never,
@@ -97,4 +99,86 @@ func TestDeparturesAreRecordedUnlessThisProcessStalledOrIsGone(t *testing.T) {
 	require.Never(t, func() bool { return recorded(t, s, "m-live-3") },
 		300*time.Millisecond, 20*time.Millisecond, "a member recorded gone recorded another")
 	notRecorded(t, s, "m-live-3")
+}
+
+// One observer's loss of sight is not enough: a lost member whose
+// heartbeat is fresh is not recorded, its orders answer
+// ErrOwnerUnreachable here, and the observer keeps asking until the
+// heartbeat goes stale. A lost member without kinds hosts nothing and is
+// never recorded. A lost member that still beats and answers a dial again
+// is reported once (the API's cue to rejoin).
+func TestALostMemberIsRecordedGoneOnlyOnceItsHeartbeatIsStale(t *testing.T) {
+	s := newStore(t)
+	l := standaloneLookup(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	reported := make(chan string, 4)
+	l.OnLostMemberReachable(func(id, _ string) { reported <- id })
+
+	beat := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-beat:
+				return
+			case <-time.After(100 * time.Millisecond):
+				_, _, _ = s.ProbeSelf(context.Background(), "m-cut", 600*time.Millisecond)
+			}
+		}
+	}()
+	_, _, err = s.ProbeSelf(ctx(t), "m-cut", 600*time.Millisecond)
+	require.NoError(t, err)
+	l.observeLeft([]*pcluster.Member{{Id: "m-cut", Host: host, Port: int32(p), Kinds: []string{"k"}}})
+	l.observeLeft([]*pcluster.Member{{Id: "m-api", Host: "127.0.0.1", Port: 1}})
+	require.Eventually(t, func() bool { return l.ownerUnreachable(context.Background(), "m-cut") }, 5*time.Second, 10*time.Millisecond,
+		"judged alive by its fresh heartbeat")
+	require.False(t, l.ownerUnreachable(context.Background(), "m-api"))
+	require.Never(t, func() bool { return recorded(t, s, "m-cut") || recorded(t, s, "m-api") },
+		time.Second, 50*time.Millisecond, "a beating member or a member without kinds was recorded gone")
+	notRecorded(t, s, "m-cut", "m-api")
+	select {
+	case id := <-reported:
+		require.Equal(t, "m-cut", id)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lost member that beats and answers a dial was not reported")
+	}
+	err = l.lostOwner(context.Background(), host+":"+port, "has left")
+	require.ErrorIs(t, err, ErrOwnerUnreachable)
+
+	// It stops beating: once the heartbeat is older than its bound, the
+	// observer that kept asking records it.
+	close(beat)
+	require.Eventually(t, func() bool { return recorded(t, s, "m-cut") }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return l.IsGone("m-cut") && !l.ownerUnreachable(context.Background(), "m-cut") }, 5*time.Second, 10*time.Millisecond)
+	require.ErrorIs(t, l.lostOwner(context.Background(), host+":"+port, "has left"), ErrUnavailable)
+	notRecorded(t, s, "m-api")
+}
+
+// A hosting member that saw an API and then sees none for longer than
+// its heartbeat bound withholds its heartbeat (the rule for a member
+// that no API can reach); one that never saw an API keeps beating.
+func TestAMemberIsolatedFromEveryAPIWithholdsItsHeartbeat(t *testing.T) {
+	s := newStore(t)
+	l := standaloneLookup(t, s)
+	l.kinds = map[string]bool{"k": true}
+	wf := &pcluster.Member{Id: "m-wf", Kinds: []string{"k"}}
+	api := &pcluster.Member{Id: "m-api"}
+	bound := 200 * time.Millisecond
+	l.noteAPIs([]*pcluster.Member{wf})
+	require.Equal(t, bound, l.beatBound(bound), "never saw an API: beats")
+	l.noteAPIs([]*pcluster.Member{wf, api})
+	require.Equal(t, bound, l.beatBound(bound))
+	l.noteAPIs([]*pcluster.Member{wf})
+	require.Equal(t, bound, l.beatBound(bound), "within the bound: still beats")
+	require.Eventually(t, func() bool { return l.beatBound(bound) == 0 }, 2*time.Second, 20*time.Millisecond)
+	_, _, err := s.ProbeSelf(ctx(t), "m-wf", l.beatBound(bound))
+	require.NoError(t, err)
+	v, err := s.MarkGoneIfStale(ctx(t), "m-wf", "", 1)
+	require.NoError(t, err)
+	require.True(t, v.Won, "no heartbeat was written: it can be recorded gone")
+	l.noteAPIs([]*pcluster.Member{wf, api})
+	require.Equal(t, bound, l.beatBound(bound), "an API in sight again: beats again")
 }

@@ -365,6 +365,7 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 	if self {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
+	l.noteAPIs(t.Members)
 	l.observeLeft(t.Left)
 	for _, m := range t.Joined {
 		for _, f := range joins {
@@ -584,12 +585,17 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 			return pid, err
 		case rec.Status == location.Ready:
 			if !l.Live(rec.Owner) {
+				if l.ownerUnreachable(ctx, rec.Owner) {
+					return nil, fmt.Errorf("%w: %s is owned by member %s, which this member lost sight of but which is not recorded gone", ErrOwnerUnreachable, id, rec.Owner)
+				}
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which has left", ErrUnavailable, id, rec.Owner)
 			}
 			if l.isGone(rec.Owner) {
 				return nil, fmt.Errorf("%w: %s is owned by member %s, which is recorded gone", ErrUnavailable, id, rec.Owner)
 			}
 			return actor.NewPID(rec.PIDAddress, rec.PIDID), nil
+		case rec.Status == location.Moving && !l.Live(rec.Owner) && l.ownerUnreachable(ctx, rec.Owner):
+			return nil, fmt.Errorf("%w: %s is moving from member %s, which this member lost sight of but which is not recorded gone", ErrOwnerUnreachable, id, rec.Owner)
 		case rec.Status == location.Moving && (!l.Live(rec.Owner) || l.isGone(rec.Owner)):
 			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left or is recorded gone", ErrUnavailable, id, rec.Owner)
 		}

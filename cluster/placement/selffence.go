@@ -143,8 +143,13 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 	cfg = cfg.withDefaults()
 	l.watch.start(cfg.Lease)
 	defer l.watch.stop()
+	bound := cfg.heartbeatBound()
 	reason := watchSelf(ctx, cfg, func(c context.Context) (location.GoneMember, bool, error) {
-		return store.IsGone(c, self)
+		// One round trip reads the gone record and beats: the heartbeat
+		// is what keeps observers that lost sight of this member from
+		// recording it gone (gone.go). A member isolated from every API
+		// withholds it, so that it is recorded gone and fences.
+		return store.ProbeSelf(c, self, l.beatBound(bound))
 	}, log, &l.watch)
 	if reason == nil {
 		return nil

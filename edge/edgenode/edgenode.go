@@ -89,7 +89,28 @@ type API struct {
 	// terminal notices, which wakes GET /orders/{id}?waitFor=terminal;
 	// nil when the read model is not on Redis.
 	Terminal *readmodel.TerminalFeed
+	rejoin   chan string
 }
+
+// RejoinExitCode is the exit status of a commerce-api process that leaves
+// to rejoin the cluster as a new member (see Rejoin). Its supervisor (the
+// local cluster's, or Kubernetes with restartPolicy Always) starts it
+// again.
+const RejoinExitCode = 4
+
+// Rejoin receives, once, why this API must rejoin the cluster under a new
+// member id. protoactor blocks a member id for good in the view of each
+// member that lost it, so after a partition between this API and a
+// workflow member heals, neither sees the other again: this API's
+// topology no longer holds the workflow member, and the workflow member
+// refuses this API's connections. The member is not recorded gone (its
+// heartbeat stayed fresh) and answers a dial again, so its orders are
+// served through the other APIs and would answer OWNER_UNREACHABLE here
+// for good. A new incarnation of this process has a new id and a fresh
+// view; an API hosts no grains, so leaving strands nothing. protoactor's
+// public API offers no way to unblock an id or to restart a member in
+// place, which is why the process, not the member, is restarted.
+func (a *API) Rejoin() <-chan string { return a.rejoin }
 
 // topology counts live workflow members as this member sees them, and
 // checks the stores for the edge's /readyz (edge.StoreCheck).
@@ -272,7 +293,14 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		routes.Close()
 		return nil, err
 	}
-	return &API{Member: m, Server: srv, Routes: routes, Client: client, Takeover: tk, Policy: policy, Terminal: feed}, nil
+	rejoin := make(chan string, 1)
+	m.Lookup.OnLostMemberReachable(func(memberID, address string) {
+		select {
+		case rejoin <- fmt.Sprintf("member %s at %s, lost from this API's topology, is not recorded gone and answers again", memberID, address):
+		default:
+		}
+	})
+	return &API{Member: m, Server: srv, Routes: routes, Client: client, Takeover: tk, Policy: policy, Terminal: feed, rejoin: rejoin}, nil
 }
 
 // Stop shuts the HTTP edge down (waiting for requests in flight until ctx

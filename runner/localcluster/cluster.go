@@ -159,6 +159,11 @@ type Config struct {
 	// BeforeNodes, if set, runs once Redis answers and before any node
 	// starts (spec §10 step 2: stores and seed data first).
 	BeforeNodes func(ctx context.Context, redisURL string) error
+	// Cgroup, if set, names the cgroup v2 directory each node's process
+	// (every incarnation of it) starts in, "" for the runner's own: a
+	// partition (runner/localcluster/partition) tells a node's packets
+	// apart by it.
+	Cgroup func(node string) string
 }
 
 type node struct {
@@ -409,7 +414,11 @@ func (c *Cluster) startNode(n *node) error {
 	if n.role == RoleWorkflow {
 		bin = c.cfg.WorkflowBin
 	}
-	p, err := startProcess(n.name, bin, c.args(n), c.env(n), n.logPath, n.pidPath)
+	cgroup := ""
+	if c.cfg.Cgroup != nil {
+		cgroup = c.cfg.Cgroup(n.name)
+	}
+	p, err := startProcess(n.name, bin, c.args(n), c.env(n), n.logPath, n.pidPath, cgroup)
 	if err != nil {
 		return err
 	}

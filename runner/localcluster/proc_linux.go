@@ -49,3 +49,20 @@ func processStartTime(pid int) (uint64, error) {
 	}
 	return v, nil
 }
+
+// intoCgroup makes the child start inside the cgroup v2 directory dir
+// (clone3's CLONE_INTO_CGROUP), so that every socket it opens belongs to
+// that cgroup from its first instruction: moving a running process would
+// leave the sockets it already opened behind. The returned func closes
+// the directory once the child started.
+func intoCgroup(a *syscall.SysProcAttr, dir string) (func(), error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: cgroup %s: %w", dir, err)
+	}
+	a.UseCgroupFD, a.CgroupFD = true, int(f.Fd())
+	return func() { _ = f.Close() }, nil
+}

@@ -26,8 +26,9 @@ type process struct {
 }
 
 // startProcess runs bin with args, stdout and stderr appended to logPath
-// (created if needed), and records its PID in pidFile.
-func startProcess(name, bin string, args, env []string, logPath, pidFile string) (*process, error) {
+// (created if needed), inside the cgroup v2 directory cgroup unless it is
+// empty, and records its PID in pidFile.
+func startProcess(name, bin string, args, env []string, logPath, pidFile, cgroup string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: %s: log dir: %w", name, err)
 	}
@@ -45,7 +46,13 @@ func startProcess(name, bin string, args, env []string, logPath, pidFile string)
 	cmd.Stderr = f
 	cmd.Env = env
 	cmd.SysProcAttr = sysProcAttr()
+	closeCgroup, err := intoCgroup(cmd.SysProcAttr, cgroup)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	err = cmd.Start()
+	closeCgroup()
 	// The child holds its own copy of the descriptor.
 	f.Close()
 	if err != nil {

@@ -10,6 +10,10 @@
 //	commerce-api admin timeline -api http://127.0.0.1:9081 -order <id> [-json]
 //	commerce-api admin stock -api http://127.0.0.1:9081 -sku <sku> [-limit N] [-json]
 //
+// A process that lost sight of a workflow member which is not recorded
+// gone, and can reach it again, exits with status 4 so that its supervisor
+// starts it as a new member (edgenode.API.Rejoin).
+//
 // A dead Ready owner's orders answer 503 UNAVAILABLE (OWNER_GONE) until an
 // operator takes them over (admin takeover). -takeover-after DURATION
 // turns on a policy instead: the command that finds the owner gone still
@@ -81,6 +85,9 @@ func main() {
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "commerce-api:", err)
+		if errors.Is(err, errRejoin) {
+			os.Exit(edgenode.RejoinExitCode)
+		}
 		os.Exit(1)
 	}
 }
@@ -216,11 +223,15 @@ func run(args []string) error {
 		go func() { served <- api.Server.ServeAdmin(adminLn) }()
 	}
 
+	var rejoin error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
 	case err := <-served:
 		log.Error("http server ended", "error", err)
+	case why := <-api.Rejoin():
+		rejoin = fmt.Errorf("%w: %s", errRejoin, why)
+		log.Warn("rejoining the cluster as a new member: "+why, "exitCode", edgenode.RejoinExitCode)
 	}
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancelShut()
@@ -228,8 +239,12 @@ func run(args []string) error {
 		log.Warn("graceful stop incomplete", "error", err)
 	}
 	log.Info("stopped")
-	return nil
+	return rejoin
 }
+
+// errRejoin: the process stops so that its supervisor starts it again as
+// a new member (edgenode.API.Rejoin).
+var errRejoin = errors.New("leaving to rejoin as a new member")
 
 const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline|stock [flags]
   relocate -order ID [-target NODE] [-operation ID]
