@@ -259,5 +259,8 @@ bench-peers: redis
 # period, then the invariant checker (runner/soak/check) over Redis and the
 # client's log. Results and the history in $(RUN_DIR)/soak. SOAK_FLAGS may
 # set -duration (default 2m) and -seed (default: from the clock, printed).
+# The partition fault needs iptables (installed when missing, as for
+# partition-test) and root; without them it is skipped and says why.
 soak: redis
+	@bash scripts/install-iptables.sh >/dev/null || echo "soak: no iptables: the partition fault is skipped" >&2
 	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(SOAK_FLAGS)

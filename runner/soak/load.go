@@ -346,3 +346,17 @@ func fill(e *ClientEvent, rep client.Reply, err error) {
 		e.Code, e.Reason = rep.Error.Code, rep.Error.Reason
 	}
 }
+
+// reasonFromBetween counts the answers from api with error reason
+// reason to calls sent between from and to.
+func (l *clientLog) reasonFromBetween(api, reason string, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.API == api && e.Reason == reason && e.SentAtUnixMs >= from.UnixMilli() && e.SentAtUnixMs <= to.UnixMilli() {
+			n++
+		}
+	}
+	return n
+}

@@ -78,7 +78,13 @@ type Results struct {
 	ClientErrors    map[string]int `json:"clientErrors"`
 	Missing         []string       `json:"missing,omitempty"`
 	Operator        []string       `json:"operator,omitempty"`
-	OK              bool           `json:"ok"`
+	// Restarts: each node's supervisor restarts, by how the old
+	// incarnation ended (a self-fence, a rejoin, a drain, a kill).
+	Restarts map[string][]string `json:"restarts,omitempty"`
+	// Problems are fault outcomes the system must not show (a partition
+	// that evicted a live member); any fails the soak.
+	Problems []string `json:"problems,omitempty"`
+	OK       bool     `json:"ok"`
 }
 
 func run(ctx context.Context, o options) (bool, error) {
@@ -105,6 +111,14 @@ func run(ctx context.Context, o options) (bool, error) {
 			return false, err
 		}
 	}
+	// The partition's cgroups exist before the nodes start in them, and
+	// go (every cut healed) after the cluster has stopped: deferred
+	// first, it runs last, on every return, an interrupt's included.
+	pnet, noPartition := newPartitionNet()
+	defer closePartitionNet(pnet)
+	if pnet == nil {
+		logf("partition fault skipped: %s", noPartition)
+	}
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: dir, APIBin: o.apiBin, WorkflowBin: o.workflowBin, Env: localcluster.ChildEnv(os.Environ()),
 		// appendfsync always: the soak kills redis-server and holds every
@@ -112,7 +126,8 @@ func run(ctx context.Context, o options) (bool, error) {
 		// promise (Redis postpones the AOF write behind a slow fsync and
 		// replies meanwhile).
 		Workflows: len(workflowNodes), RedisPersist: true, RedisAppendFsync: "always", Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
-		Logf: func(f string, a ...any) { logf(f, a...) },
+		Logf:   func(f string, a ...any) { logf(f, a...) },
+		Cgroup: cgroupHook(pnet),
 	})
 	if err != nil {
 		return false, err
@@ -151,7 +166,7 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 	fl := &faulter{c: c, loc: loc, log: clog, ld: ld, http: hc, seed: o.seed}
-	fl.partition, fl.noPartition = newPartitioner(c)
+	fl.partition, fl.noPartition = newPartitioner(c, pnet, noPartition)
 
 	stopLoad := make(chan struct{})
 	var loadWG sync.WaitGroup
@@ -259,7 +274,14 @@ func run(ctx context.Context, o options) (bool, error) {
 	} else {
 		res.LastFaultToAll = allTerminalAt.Sub(lastFault).Round(time.Millisecond).String()
 	}
-	res.OK = rep.OK() && len(pending) == 0
+	res.Problems = partitionProblems(faults)
+	res.Restarts = map[string][]string{}
+	for _, n := range append(append([]string{}, localcluster.APINodes...), c.Workflows()...) {
+		for _, r := range c.Restarts(n) {
+			res.Restarts[n] = append(res.Restarts[n], r.Exit)
+		}
+	}
+	res.OK = rep.OK() && len(pending) == 0 && len(res.Problems) == 0
 	if err := writeJSON(filepath.Join(dir, "soak-results.json"), res); err != nil {
 		return false, err
 	}
@@ -375,8 +397,15 @@ func printSummary(r Results, rep check.Report) {
 	for _, k := range sortedKeys(r.ClientErrors) {
 		fmt.Printf("    %-40s %d\n", k, r.ClientErrors[k])
 	}
+	fmt.Println("  supervisor restarts by node:")
+	for _, n := range sortedKeys(r.Restarts) {
+		fmt.Printf("    %-20s %s\n", n, strings.Join(r.Restarts[n], ", "))
+	}
 	for _, m := range r.Missing {
 		fmt.Printf("  missing: %s\n", m)
+	}
+	for _, p := range r.Problems {
+		fmt.Printf("  PROBLEM: %s\n", p)
 	}
 	verdict := "PASS"
 	if !r.OK {
