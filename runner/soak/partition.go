@@ -151,6 +151,8 @@ func (f *faulter) partitionFault(ctx context.Context, ft Fault) Fault {
 		note("%s rejoined as a new member (exit 4, restarted by the supervisor): expected after a partition", ft.Target)
 	case ft.Rejoined:
 		note("%s restarted after the cut: %s", ft.Target, strings.Join(exits, ", "))
+	case ctx.Err() != nil:
+		note("interrupted before %s rejoined", ft.Target)
 	default:
 		note("%s did not rejoin within %s of the heal", ft.Target, partitionRejoinWithin)
 	}
