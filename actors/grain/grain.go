@@ -185,6 +185,11 @@ type orderGrain struct {
 	pendingMsg any
 	// retired is set once the activator was told the grain is leaving.
 	retired bool
+	// idle is the idle-passivation timer (armIdle), idleOn whether it is
+	// armed, and idleSeq tells its latest tick from stale ones.
+	idle    *time.Timer
+	idleOn  bool
+	idleSeq uint64
 	// interrupted is the interceptor's state; zero without Interrupts.
 	interrupted interruption
 	traces      grainTraces
@@ -207,15 +212,27 @@ func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 
 func (g *orderGrain) Receive(ctx actor.Context) {
 	defer g.reportWork(ctx)
+	switch ctx.Message().(type) {
+	case *idleTick, *placement.Passivate, *actor.Restarting, *actor.Stopping:
+	default:
+		// Anything else the grain receives is activity: the idle timer
+		// runs again from now, once the message is handled.
+		defer g.resetIdle(ctx)
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		g.onStarted(ctx)
 	case *actor.Restarting:
 		g.stopTimer()
+		g.disarmIdle()
 	case *actor.Stopping:
 		g.stopTimer()
-	case *actor.ReceiveTimeout:
-		g.onIdle(ctx)
+		g.disarmIdle()
+	case *idleTick:
+		if g.idleOn && m.seq == g.idleSeq {
+			g.idleOn, g.idle = false, nil
+			g.onIdle(ctx)
+		}
 	case *placement.Passivate:
 		g.onPassivate(ctx)
 	case *step:
@@ -310,9 +327,7 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 	}
 	g.order = order
 	act.Opened(ctx.Self())
-	if g.cfg.IdleTimeout > 0 {
-		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
-	}
+	g.armIdle(ctx)
 	if act.Reason == placement.ActivationReason_ACTIVATION_REASON_RELOCATION && !restarted {
 		g.evidence.line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", act.Identity, act.Generation))
 	}
@@ -618,6 +633,47 @@ func (g *orderGrain) after(ctx actor.Context, d time.Duration, msg any) {
 	g.pending, g.pendingMsg = time.AfterFunc(d, func() { root.Send(self, msg) }), msg
 }
 
+// idleTick is the idle timer firing (armIdle). The grain keeps its own
+// timer instead of protoactor's receive timeout, whose timer goroutine
+// cancels and re-arms the actor context's timer fields while the mailbox
+// goroutine resets them: a data race inside the library, which a grain
+// that re-arms its idle timeout (an order with work left that stays) hits
+// under -race.
+type idleTick struct{ seq uint64 }
+
+// armIdle starts idle passivation: an idleTick after IdleTimeout without
+// any other message (resetIdle). Zero IdleTimeout disables it.
+func (g *orderGrain) armIdle(ctx actor.Context) {
+	if g.cfg.IdleTimeout <= 0 || g.leaving {
+		return
+	}
+	g.idleOn = true
+	g.resetIdle(ctx)
+}
+
+// resetIdle runs an armed idle timer again from now; a tick already on
+// its way is stale and ignored.
+func (g *orderGrain) resetIdle(ctx actor.Context) {
+	if !g.idleOn {
+		return
+	}
+	if g.idle != nil {
+		g.idle.Stop()
+	}
+	g.idleSeq++
+	seq, self, root := g.idleSeq, ctx.Self(), ctx.ActorSystem().Root
+	g.idle = time.AfterFunc(g.cfg.IdleTimeout, func() { root.Send(self, &idleTick{seq: seq}) })
+}
+
+func (g *orderGrain) disarmIdle() {
+	g.idleOn = false
+	g.idleSeq++
+	if g.idle != nil {
+		g.idle.Stop()
+		g.idle = nil
+	}
+}
+
 func (g *orderGrain) stopTimer() {
 	if g.pending != nil {
 		g.pending.Stop()
@@ -713,11 +769,11 @@ func (g *orderGrain) onIdle(ctx actor.Context) {
 		return
 	}
 	if g.suspended() {
-		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+		g.armIdle(ctx)
 		return
 	}
 	if g.workLeft() || !g.passivate(ctx) {
-		ctx.SetReceiveTimeout(g.cfg.IdleTimeout)
+		g.armIdle(ctx)
 	}
 }
 
@@ -810,7 +866,7 @@ func (g *orderGrain) leave(ctx actor.Context, record leaveRecord) {
 	}
 	g.leaving = true
 	g.stopTimer()
-	ctx.SetReceiveTimeout(0)
+	g.disarmIdle()
 	ctx.Poison(ctx.Self())
 }
 

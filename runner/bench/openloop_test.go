@@ -142,8 +142,11 @@ func TestOpenLoopCountsMissedStarts(t *testing.T) {
 			return orderResult{Status: "Confirmed", Start: scheduled.Sub(phaseStart)}
 		})
 	require.EqualValues(t, 20, run.Scheduled)
-	require.EqualValues(t, 5, run.Sent)
-	require.EqualValues(t, 15, run.Missed)
+	// The order due right after the cancel may already be on its way when
+	// the cancel lands on a loaded machine; every other one is missed.
+	require.GreaterOrEqual(t, run.Sent, int64(5))
+	require.LessOrEqual(t, run.Sent, int64(6))
+	require.Equal(t, run.Scheduled, run.Sent+run.Missed, "every order is sent or missed")
 }
 
 func TestHdrPercentilesReadTheHistogram(t *testing.T) {
