@@ -19,7 +19,8 @@ const DefaultKeyPrefix = "sm:loc:"
 //
 //	<prefix>members                hash: member id -> node name
 //	<prefix>gone                   hash: member id -> GoneMember (JSON)
-//	<prefix>heartbeat              hash: member id -> "<ms>:<bound ms>" (gone.go)
+//	<prefix>{<prefix>gone}heartbeat hash: member id -> "<ms>:<bound ms>" (gone.go),
+//	                               in the gone record's slot
 //	<prefix>owned:<memberId>       set: "<kind>/<id>" the member was made owner of
 type keys struct{ prefix string }
 
@@ -47,7 +48,13 @@ func (k keys) members() string { return k.prefix + "members" }
 
 func (k keys) gone() string { return k.prefix + "gone" }
 
-func (k keys) heartbeat() string { return k.prefix + "heartbeat" }
+// heartbeat is hash-tagged with the gone key's whole name, which is what
+// Redis Cluster hashes for a key without a tag, so both share a slot: the
+// self-fence probe and the stale-heartbeat mark read and write both in
+// one script, which a Redis Cluster refuses (CROSSSLOT) across slots. The
+// gone key keeps its untagged name, so existing records stay where they
+// are.
+func (k keys) heartbeat() string { return k.prefix + "{" + k.gone() + "}heartbeat" }
 
 func (k keys) owned(memberID string) string { return k.prefix + "owned:" + memberID }
 
