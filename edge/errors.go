@@ -58,6 +58,10 @@ const (
 	// hosting cap); nothing was done, so a retry after the Retry-After
 	// pause is safe. Shed at once, never after a wait.
 	ReasonOverloaded = "OVERLOADED"
+	// ReasonStoreFull: a store refused a write at its memory limit
+	// (Redis' OOM under noeviction); nothing of the write was applied.
+	// Retrying helps only once an operator frees or adds memory.
+	ReasonStoreFull = "STORE_FULL"
 	// ReasonOwnerUnreachable: the order's owner is still a member of the
 	// cluster, but this API cannot reach it; another API may, and the
 	// owner is not gone.
@@ -187,6 +191,9 @@ func httpError(err error) (int, apiError) {
 	case errkind.OwnerGone:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOwnerGone,
 			Message: "the order's owner is gone; it is not moved elsewhere automatically", retryAfter: retryAfterGone}
+	case errkind.StoreFull:
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreFull,
+			Message: "a store the order needs is full; nothing was done, retry once it has room", retryAfter: retryAfterSoon}
 	case errkind.StoreUnavailable:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
 			Message: "a store the order needs is unavailable; retry later", retryAfter: retryAfterSoon}

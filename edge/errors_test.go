@@ -145,6 +145,8 @@ func TestEveryKindMapsToItsPublicReply(t *testing.T) {
 		errkind.Canceled:             {503, CodeUnavailable, ReasonCanceled, 1, "the request was canceled before it completed"},
 		errkind.OwnerUnreachable: {503, CodeUnavailable, ReasonOwnerUnreachable, 1,
 			"the order's owner cannot be reached from this API; retry, possibly through another API"},
+		errkind.StoreFull: {503, CodeUnavailable, ReasonStoreFull, 1,
+			"a store the order needs is full; nothing was done, retry once it has room"},
 		// Overloaded's Retry-After is jittered over 1–3 s; checked below.
 		errkind.Overloaded: {503, CodeUnavailable, ReasonOverloaded, -1,
 			"the service is overloaded; nothing was done, retry after the Retry-After pause"},

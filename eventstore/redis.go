@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // Stream entry field names.
@@ -442,6 +444,10 @@ func translate(op string, err error) error {
 	if redis.HasErrorPrefix(err, "WRONGTYPE") {
 		// Something other than this store's structure sits at its key.
 		return fmt.Errorf("%w: %s: %w", ErrCorrupt, op, err)
+	}
+	if redis.HasErrorPrefix(err, "OOM") {
+		// Refused whole under noeviction: nothing of the write applied.
+		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, errkind.StoreFull, op, err)
 	}
 	if isUnavailable(err) {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

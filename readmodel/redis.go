@@ -197,6 +197,10 @@ func translate(op string, err error) error {
 	if redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return fmt.Errorf("%w: %s: %w", ErrCorrupt, op, err)
 	}
+	if redis.HasErrorPrefix(err, "OOM") {
+		// Refused whole under noeviction: nothing of the write applied.
+		return fmt.Errorf("%w: %w: %s: %w", ErrUnavailable, errkind.StoreFull, op, err)
+	}
 	if isUnavailable(err) {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // Config configures the Redis-backed CommerceStateStore.
@@ -132,12 +134,14 @@ func translate(op string, err error) error {
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
 		switch {
+		case strings.HasPrefix(msg, "OOM"):
+			// Refused whole under noeviction: nothing of the write applied.
+			return fmt.Errorf("%w: %w: %s: %s", ErrUnavailable, errkind.StoreFull, op, msg)
 		case strings.HasPrefix(msg, "WRONGTYPE"), strings.HasPrefix(msg, "CORRUPT"):
 			return fmt.Errorf("%w: %s: %s", ErrCorrupt, op, msg)
 		case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "READONLY"),
 			strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "CLUSTERDOWN"),
-			strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "OOM"),
-			strings.HasPrefix(msg, "BUSY"):
+			strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "BUSY"):
 			return fmt.Errorf("%w: %s: %s", ErrUnavailable, op, msg)
 		default:
 			return fmt.Errorf("commerce: %s: redis replied: %s", op, msg)

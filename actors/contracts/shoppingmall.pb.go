@@ -120,6 +120,10 @@ const (
 	// The member (or the grain's mailbox) had no room for the command; it
 	// was not processed and a retry after a short pause is safe.
 	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 11
+	// A store the grain needs refused a write at its memory limit (Redis'
+	// OOM under noeviction); nothing of it was applied. A retry succeeds
+	// once memory is freed, which takes an operator, not just time.
+	ErrorReason_ERROR_REASON_STORE_FULL ErrorReason = 12
 )
 
 // Enum value maps for ErrorReason.
@@ -137,6 +141,7 @@ var (
 		9:  "ERROR_REASON_STORE_UNAVAILABLE",
 		10: "ERROR_REASON_NO_ELIGIBLE_MEMBER",
 		11: "ERROR_REASON_OVERLOADED",
+		12: "ERROR_REASON_STORE_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -151,6 +156,7 @@ var (
 		"ERROR_REASON_STORE_UNAVAILABLE":   9,
 		"ERROR_REASON_NO_ELIGIBLE_MEMBER":  10,
 		"ERROR_REASON_OVERLOADED":          11,
+		"ERROR_REASON_STORE_FULL":          12,
 	}
 )
 
@@ -1970,7 +1976,7 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x11PaymentAuthorized\x10\x03\x12\r\n" +
 	"\tConfirmed\x10\x04\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x05*\xfc\x02\n" +
+	"\x06Failed\x10\x05*\x99\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -1984,7 +1990,8 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x1eERROR_REASON_STORE_UNAVAILABLE\x10\t\x12#\n" +
 	"\x1fERROR_REASON_NO_ELIGIBLE_MEMBER\x10\n" +
 	"\x12\x1b\n" +
-	"\x17ERROR_REASON_OVERLOADED\x10\vB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
+	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1b\n" +
+	"\x17ERROR_REASON_STORE_FULL\x10\fB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
 
 var (
 	file_actors_contracts_shoppingmall_proto_rawDescOnce sync.Once

@@ -22,6 +22,11 @@ var (
 	// while its owner is alive. The caller cannot tell which store, and
 	// need not: the answer is the same (retry soon), unlike a dead owner.
 	ErrStoreUnavailable = errkind.New(errkind.StoreUnavailable, "grain: a store the order needs is unavailable")
+	// ErrStoreFull: a store the grain needs refused a write at its memory
+	// limit. It is also ErrStoreUnavailable, so a caller that only asks
+	// "retry later?" needs no new case; its kind is StoreFull, so the
+	// edge tells the operator what to fix.
+	ErrStoreFull = fmt.Errorf("grain: a store the order needs is full: %w: %w", ErrStoreUnavailable, errkind.StoreFull)
 )
 
 // reasons maps each stable reason code to its error kind, to the sentinel
@@ -51,6 +56,8 @@ var reasons = []struct {
 	{reason: contracts.ErrorReason_ERROR_REASON_TIMEOUT, kind: errkind.Timeout, err: location.ErrTimeout,
 		also: []error{context.DeadlineExceeded}},
 	{reason: contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, kind: errkind.FailedPrecondition, err: ErrFailedPrecondition},
+	{reason: contracts.ErrorReason_ERROR_REASON_STORE_FULL, kind: errkind.StoreFull, err: ErrStoreFull,
+		also: []error{errkind.StoreFull}},
 	{reason: contracts.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, kind: errkind.StoreUnavailable, err: ErrStoreUnavailable,
 		also: []error{errkind.StoreUnavailable}},
 	{reason: contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, kind: errkind.NoEligibleMember, err: placement.ErrNoMember},

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // Config configures the Redis Location Store.
@@ -61,6 +63,10 @@ func translate(err error) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	if redis.HasErrorPrefix(err, "OOM") {
+		// Refused whole under noeviction: nothing of the write applied.
+		return fmt.Errorf("%w: %w: location store: %v", ErrStoreUnavailable, errkind.StoreFull, err)
 	}
 	return fmt.Errorf("%w: location store: %v", ErrStoreUnavailable, err)
 }

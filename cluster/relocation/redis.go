@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
 
 // Config configures the Redis Relocation Store.
@@ -59,6 +61,10 @@ func translate(err error) error {
 	}
 	if errors.Is(err, redis.Nil) {
 		return ErrNotFound
+	}
+	if redis.HasErrorPrefix(err, "OOM") {
+		// Refused whole under noeviction: nothing of the write applied.
+		return fmt.Errorf("%w: %w: %w", ErrUnavailable, errkind.StoreFull, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

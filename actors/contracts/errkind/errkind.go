@@ -66,6 +66,13 @@ const (
 	// topology, but the process that answered cannot reach it; other
 	// processes may, and the owner is not gone.
 	OwnerUnreachable
+	// StoreFull: a store refused a write because it reached its memory
+	// limit (Redis' OOM reply under noeviction). Nothing of the write was
+	// applied; the same request may succeed once memory is freed, but not
+	// by waiting alone. It is a store outage that tells the operator what
+	// to fix, so every error of this kind is also StoreUnavailable to a
+	// caller that only asks whether to retry.
+	StoreFull
 )
 
 var names = [...]string{
@@ -82,6 +89,7 @@ var names = [...]string{
 	Canceled:             "canceled",
 	Overloaded:           "overloaded",
 	OwnerUnreachable:     "owner unreachable",
+	StoreFull:            "store full",
 }
 
 // All returns every kind, Internal first, so that a mapping can prove it
@@ -132,13 +140,13 @@ func (s *sentinel) Is(target error) bool {
 // and an overload (nothing was tried) less than any outage behind it.
 var precedence = []Kind{
 	Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
-	Canceled, OwnerGone, OwnerUnreachable, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
+	Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
 	Overloaded,
 }
 
 // Of returns the kind of err: the first of its kinds in precedence order
 // (Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
-// Canceled, OwnerGone, OwnerUnreachable, StoreUnavailable,
+// Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable,
 // NoEligibleMember, RelocationRolledBack, Overloaded), where context.DeadlineExceeded counts as Timeout
 // and context.Canceled as Canceled. An error with no kind, and nil, are
 // Internal.
