@@ -35,6 +35,20 @@ type Readiness struct {
 	stores   *Stores
 	member   atomic.Pointer[cluster.Member]
 	draining atomic.Bool
+	durable  atomic.Pointer[DurableWatch]
+}
+
+// WatchDurable adds the condition "durable": w's latest verdict, so that
+// a store that stops keeping acknowledged writes at run time (a failover
+// onto an unsafe replica) turns the process unready.
+func (r *Readiness) WatchDurable(w *DurableWatch) { r.durable.Store(w) }
+
+// DurableErr is the "durable" condition alone: nil without a watch.
+func (r *Readiness) DurableErr() error {
+	if w := r.durable.Load(); w != nil {
+		return w.Err()
+	}
+	return nil
 }
 
 // NewReadiness returns a Readiness for a process whose member has not
@@ -68,7 +82,11 @@ func (r *Readiness) Check(ctx context.Context) []Condition {
 	case !m.Lookup.Live(m.ID()):
 		member = fmt.Errorf("%w: member %s is not in its own topology", ErrNotJoined, m.ID())
 	}
-	return append(out, Condition{Name: "member", Err: member})
+	out = append(out, Condition{Name: "member", Err: member})
+	if w := r.durable.Load(); w != nil {
+		out = append(out, Condition{Name: "durable", Err: w.Err()})
+	}
+	return out
 }
 
 // DefaultReadyzTimeout bounds the store PINGs of one /readyz. A PING to a

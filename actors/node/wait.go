@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,6 +19,11 @@ type WaitConfig struct {
 	CheckTimeout time.Duration
 	// Logger receives one line per failed check; default slog.Default().
 	Logger *slog.Logger
+	// RequireDurable: once the stores answer, every master must also
+	// keep acknowledged writes (Stores.CheckDurable); one that does not
+	// ends the wait with an error wrapping ErrUnsafeStore, since no
+	// amount of waiting fixes a configuration.
+	RequireDurable bool
 }
 
 func (c WaitConfig) withDefaults() WaitConfig {
@@ -44,7 +50,8 @@ func (c WaitConfig) withDefaults() WaitConfig {
 // no attempt limit: a process started before its Redis (or while Redis
 // loads its data set) must come up once Redis does, not give up and leave
 // the restart to a supervisor. Only ctx ends the wait; the error then
-// wraps ctx's error and the last ErrStoresUnavailable.
+// wraps ctx's error and the last ErrStoresUnavailable. With
+// RequireDurable, an unsafe master ends it at once (ErrUnsafeStore).
 func WaitStores(ctx context.Context, s *Stores, cfg WaitConfig) error {
 	cfg = cfg.withDefaults()
 	start := time.Now()
@@ -52,7 +59,13 @@ func WaitStores(ctx context.Context, s *Stores, cfg WaitConfig) error {
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 		err := s.Ping(pctx)
+		if err == nil && cfg.RequireDurable {
+			err = s.CheckDurable(pctx)
+		}
 		cancel()
+		if errors.Is(err, ErrUnsafeStore) {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
 		if err == nil {
 			cfg.Logger.Info("stores answer", slog.Int("attempts", attempt), slog.Duration("waited", time.Since(start).Round(time.Millisecond)))
 			return nil

@@ -40,6 +40,10 @@ type Config struct {
 	// Kinds, Location and OnMemberJoined are filled here.
 	Cluster cluster.Config
 	Stores  *node.Stores
+	// Readiness, optional, is the process's: a store found not durable at
+	// run time (-require-durable-store) turns the edge's /readyz unready
+	// like a store that does not answer.
+	Readiness *node.Readiness
 	// RequestTimeout bounds each HTTP request (and is the grain call
 	// default); 0 keeps edge's default.
 	RequestTimeout time.Duration
@@ -117,11 +121,20 @@ func (a *API) Rejoin() <-chan string { return a.rejoin }
 type topology struct {
 	l      *placement.Lookup
 	stores *node.Stores
+	ready  *node.Readiness
 }
 
 func (t topology) WorkflowMembers() int { return len(t.l.Eligible(grain.KindName)) }
 
-func (t topology) CheckStores(ctx context.Context) error { return t.stores.Ping(ctx) }
+func (t topology) CheckStores(ctx context.Context) error {
+	if err := t.stores.Ping(ctx); err != nil {
+		return err
+	}
+	if t.ready != nil {
+		return t.ready.DurableErr()
+	}
+	return nil
+}
 
 // StartingHandler answers on the public listener (node.ServeInterim) while
 // the API waits for its stores and joins: /healthz 200, and /readyz and
@@ -234,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		CartReserve:    cartReserver(st, m.Lookup.CreateLockTTL()),
 		ReadModel:      st.ReadModel,
 		Orders:         orders,
-		Topology:       topology{l: m.Lookup, stores: st},
+		Topology:       topology{l: m.Lookup, stores: st, ready: cfg.Readiness},
 		Operator:       client,
 		Admin:          cfg.Admin,
 		AdminToken:     cfg.AdminToken,

@@ -473,6 +473,9 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 		ratio := float64(soft) / float64(limit.Value())
 		require.InDelta(t, 0.9, ratio, 0.025, "%s: GOMEMLIMIT %s is about 90%% of limits.memory %s (%.1f%%)", where, env["GOMEMLIMIT"], limit.String(), 100*ratio)
 		require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_REDIS").ValueFrom.SecretKeyRef, "%s: the Redis URL and its credentials come from a Secret", where)
+		// A production order store must keep what it acknowledged:
+		// the process checks its Redis masters (actors/node/durable.go).
+		require.Equal(t, "true", env["SHOPPINGMALL_REQUIRE_DURABLE_STORE"], "%s: -require-durable-store is on", where)
 		if flags["admin-token"] {
 			require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_ADMIN_TOKEN").ValueFrom.SecretKeyRef, "%s: the admin token comes from a Secret", where)
 		}

@@ -119,7 +119,7 @@ func run(args []string) error {
 	}()
 	log.Info("ops listening", "ops", ops.Addr())
 
-	if err := proc.WaitStores(ctx); err != nil {
+	if err := proc.WaitStores(ctx, ready); err != nil {
 		if ctx.Err() != nil {
 			log.Info("stopped before the stores answered")
 			return nil

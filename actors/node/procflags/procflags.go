@@ -45,6 +45,10 @@ type Common struct {
 	ClusterTLS cluster.TLS
 	// StockLedgerMax is commerce.Config.LedgerMaxLen.
 	StockLedgerMax int64
+	// RequireDurableStore refuses to start on a Redis master that would
+	// lose acknowledged writes, and turns the process unready when one
+	// appears later (node.WaitConfig.RequireDurable, node.WatchDurable).
+	RequireDurableStore bool
 	// service is the process kind (the flag set's name): the traces'
 	// default service.name.
 	service string
@@ -76,6 +80,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.StringVar(&c.MetricsHTTP, "metrics-http", telemetry.DefaultMetricsAddr, "Prometheus /metrics listener, unauthenticated: keep it on loopback or a private network; port 0 picks one (logged as metrics); \"off\" serves none")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&c.RequireDurableStore, "require-durable-store", false, "refuse to start when a store's Redis master runs without the append-only file, with appendfsync no, or with an eviction policy other than noeviction; checked again every 10s while running (unready when it fails)")
 	fs.Int64Var(&c.StockLedgerMax, "stock-ledger-max", 0, "movements kept per SKU in the stock ledger, about (older ones are trimmed as new ones are appended); 0 = 10000, negative = keep every movement")
 }
 
@@ -176,6 +181,8 @@ type Process struct {
 	Tracing *telemetry.Tracing
 	Stores  *node.Stores
 	metrics *telemetry.Server
+	// requireDurable is Common.RequireDurableStore.
+	requireDurable bool
 }
 
 // Open sets up the logger and the metrics registry, starts the metrics
@@ -210,7 +217,7 @@ func (c *Common) Open() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Log: log, Metrics: reg, Tracing: tr, Stores: stores}
+	p := &Process{Log: log, Metrics: reg, Tracing: tr, Stores: stores, requireDurable: c.RequireDurableStore}
 	if c.MetricsHTTP != telemetry.MetricsOff {
 		if p.metrics, err = reg.Serve(c.MetricsHTTP, log); err != nil {
 			stores.Close()
@@ -229,9 +236,18 @@ func (p *Process) MetricsAddr() string {
 	return p.metrics.Addr()
 }
 
-// WaitStores waits, logging, until every store answers or ctx ends.
-func (p *Process) WaitStores(ctx context.Context) error {
-	return node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log})
+// WaitStores waits, logging, until every store answers or ctx ends. With
+// -require-durable-store it refuses an unsafe master (an error wrapping
+// node.ErrUnsafeStore) and, once the stores pass, keeps checking them
+// until ctx ends, reporting the verdict as ready's "durable" condition.
+func (p *Process) WaitStores(ctx context.Context, ready *node.Readiness) error {
+	err := node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log, RequireDurable: p.requireDurable})
+	if err != nil || !p.requireDurable {
+		return err
+	}
+	p.Log.Info("every store's Redis master keeps acknowledged writes (append-only file on, noeviction)")
+	ready.WatchDurable(node.WatchDurable(ctx, p.Stores, node.DurableWatchConfig{Logger: p.Log}))
+	return nil
 }
 
 // Close closes the stores, exports the spans still buffered (for up to 5

@@ -62,7 +62,7 @@ func TestOpenDoesNotWaitForRedis(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err = p.WaitStores(ctx)
+	err = p.WaitStores(ctx, node.NewReadiness(p.Stores))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, node.ErrStoresUnavailable)
 }

@@ -171,7 +171,7 @@ func run(args []string) error {
 		return err
 	}
 	log.Info("http listening; starting", "http", ln.Addr().String())
-	if err := proc.WaitStores(ctx); err != nil {
+	if err := proc.WaitStores(ctx, ready); err != nil {
 		_ = interim.Close()
 		if ctx.Err() != nil {
 			log.Info("stopped before the stores answered")
@@ -186,6 +186,7 @@ func run(args []string) error {
 	api, err := edgenode.Start(joinCtx, edgenode.Config{
 		Cluster:        o.Cluster(log),
 		Stores:         stores,
+		Readiness:      ready,
 		RequestTimeout: o.requestTimeout,
 		Admission:      o.admission,
 		SelfCheck:      o.selfCheck,

@@ -5,5 +5,7 @@
 // runner's GateStop fixture holding an order at InventoryReserved. It also
 // proves that every process serves /metrics on a loopback listener of its
 // own whose Redis figures move by exactly what a request costs, and that a
-// workflow's /debug/pprof/ needs the cluster's token. It holds only tests.
+// workflow's /debug/pprof/ needs the cluster's token, and that both
+// process kinds refuse, with -require-durable-store, a Redis that keeps
+// nothing on disk. It holds only tests.
 package admintest
