@@ -1,6 +1,7 @@
 package order
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
@@ -15,18 +16,40 @@ import (
 //
 // Scheme:
 //
+//	OrderIDFor(secret, k)       "ord-" + first 32 hex digits of HMAC-SHA256(secret, k)
 //	ReservationID(o)            "rsv-" + o
 //	PaymentID(o)                "pay-" + o
 //	EventID(o, v)               "evt-" + o + "-" + v (decimal version)
 //	StartSourceCommandID(k)     "start-" + first 32 hex digits of sha256(k)
 //	StepSourceCommandID(o, s)   o + ":" + step name, e.g. "ord-1:reserve-inventory"
 //
-// OrderIds are short, server-generated values and stay readable in the
+// OrderIds are short, server-derived values and stay readable in the
 // ids; idempotency keys come from clients and may be long or contain any
 // character, so they are hashed. The prefixes keep ids of different stages
 // distinct for the same order, and EventID's version (1-based, so never
 // negative) is the part after the last "-", so different (order, version)
 // pairs never collide.
+
+// OrderIDLen is the length of every OrderId OrderIDFor derives: the
+// prefix and 128 bits of the MAC in lowercase hex.
+const OrderIDLen = len(orderIDPrefix) + 32
+
+const orderIDPrefix = "ord-"
+
+// OrderIDFor is the OrderId of the order a client's idempotency key
+// starts: a function of the key, so that a retry whose idempotency
+// mapping was lost still reaches the order it started, and never a
+// second one. It is a keyed MAC, not a bare hash: keys are the clients'
+// own and may be guessable, and whoever could compute another client's
+// OrderId from its key could read that order. The secret is the
+// cluster's, shared by every API process and never rotated: under a new
+// secret every retry of an earlier key would name a new order. 128 bits
+// keep the ids unguessable without the secret.
+func OrderIDFor(secret []byte, idempotencyKey string) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(idempotencyKey))
+	return orderIDPrefix + hex.EncodeToString(mac.Sum(nil))[:OrderIDLen-len(orderIDPrefix)]
+}
 
 // ReservationID is the inventory reservation id of an order.
 func ReservationID(orderID string) string { return "rsv-" + orderID }

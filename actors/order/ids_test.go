@@ -81,3 +81,23 @@ func TestCommandsUseTheDeterministicIDs(t *testing.T) {
 	require.Equal(t, PaymentID(oid), p.PaymentID)
 	require.Equal(t, EventID(oid, 3), p.EventID)
 }
+
+func TestOrderIDForIsAKeyedFunctionOfTheKey(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	shape := regexp.MustCompile(`^ord-[0-9a-f]{32}$`)
+	for _, k := range []string{"", "k", "idem-1", "ключ/with spaces", string(make([]byte, 10000))} {
+		id := OrderIDFor(secret, k)
+		assert.Regexp(t, shape, id, "OrderIDFor(%.20q)", k)
+		assert.Len(t, id, OrderIDLen)
+		assert.Equal(t, id, OrderIDFor(secret, k), "same key and secret, same OrderId")
+		assert.Equal(t, id, OrderIDFor(append([]byte{}, secret...), k), "the secret's bytes decide, not its slice")
+		assert.NotEqual(t, id, OrderIDFor([]byte("another cluster's secret"), k), "another secret, another OrderId")
+	}
+	// HMAC-SHA256 with key "key" over "The quick brown fox jumps over the
+	// lazy dog" is f7bc83f430538424b13298e6aa6fb143ef4d59a1...
+	assert.Equal(t, "ord-f7bc83f430538424b13298e6aa6fb143",
+		OrderIDFor([]byte("key"), "The quick brown fox jumps over the lazy dog"))
+	assert.NotEqual(t, OrderIDFor(secret, "idem-1"), OrderIDFor(secret, "idem-2"))
+	// Not the bare hash of the key that StartSourceCommandID uses.
+	assert.NotEqual(t, StartSourceCommandID("idem-1")[len("start-"):], OrderIDFor(secret, "idem-1")[len("ord-"):])
+}
