@@ -25,6 +25,9 @@ type Idempotency interface {
 	// call created it. Of concurrent reservers exactly one wins and every
 	// caller gets the winner's mapping.
 	Reserve(ctx context.Context, key string, candidate commerce.Mapping) (commerce.Mapping, bool, error)
+	// Forget deletes key's mapping only while it is still m and pending,
+	// atomically, and reports whether it did (commerce.Idempotency's).
+	Forget(ctx context.Context, key string, m commerce.Mapping) (bool, error)
 }
 
 // Carts reads cart snapshots.
@@ -215,10 +218,21 @@ type Config struct {
 	// TracerProvider makes each request's server span (tracing.go);
 	// optional, default the global provider (no-op unless a main set one).
 	TracerProvider trace.TracerProvider
-	// NewID returns fresh ids (candidate OrderIds, sourceCommandIds);
-	// optional, default random UUIDs.
+	// OrderIDSecret is the cluster's secret under which a start's OrderId
+	// is derived from its idempotency key (order.OrderIDFor), at least
+	// MinOrderIDSecretLen bytes. Every API process of a cluster must have
+	// the same one, and it is never rotated: an API with another secret
+	// would give a retried key a second order whenever its mapping is
+	// gone.
+	OrderIDSecret []byte
+	// NewID returns fresh ids (sourceCommandIds, the random OrderIds of
+	// AdminRouter.NewOrderID); optional, default random UUIDs.
 	NewID func() string
 }
+
+// MinOrderIDSecretLen is the shortest Config.OrderIDSecret: 128 bits, as
+// many as the OrderId keeps of its MAC.
+const MinOrderIDSecretLen = 16
 
 // ErrConfig: the configuration cannot build a Server.
 var ErrConfig = errors.New("edge: invalid configuration")
@@ -236,6 +250,9 @@ func (c *Config) check() error {
 	need(c.ReadModel != nil, "ReadModel")
 	need(c.Orders != nil, "Orders")
 	need(c.Topology != nil, "Topology")
+	if len(c.OrderIDSecret) < MinOrderIDSecretLen {
+		missing = append(missing, fmt.Sprintf("OrderIDSecret (at least %d bytes)", MinOrderIDSecretLen))
+	}
 	if c.Admin {
 		need(c.Operator != nil, "Operator")
 	}

@@ -89,7 +89,7 @@ var (
 	ErrPayloadTooLarge = errors.New("edge: request body too large")
 	// ErrIdempotencyKeyReused: the key already stands for a different
 	// request (cart, shipping address or payment method).
-	ErrIdempotencyKeyReused = errors.New("edge: idempotency key reused with a different request")
+	ErrIdempotencyKeyReused = errkind.New(errkind.KeyReused, "edge: idempotency key reused with a different request")
 	// ErrNotFound: the edge itself found nothing (unknown route, an order
 	// without a stream in the evidence hooks).
 	ErrNotFound = errkind.New(errkind.NotFound, "edge: not found")
@@ -160,9 +160,6 @@ func httpError(err error) (int, apiError) {
 			Message: fmt.Sprintf("request body exceeds %d bytes", MaxBody)}
 	case errors.As(err, &fe):
 		return http.StatusBadRequest, apiError{Code: CodeInvalidArgument, Message: fe.Error(), Field: fe.Field}
-	case errors.Is(err, ErrIdempotencyKeyReused):
-		return http.StatusUnprocessableEntity, apiError{Code: CodeIdempotencyKeyReused,
-			Message: "the idempotency key was already used with a different cart, shipping address or payment method"}
 	case errors.Is(err, errNoRoute):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "no such route"}
 	case errors.Is(err, errUnknownSKU):
@@ -180,6 +177,9 @@ func httpError(err error) (int, apiError) {
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "order not found"}
 	case errkind.InvalidArgument:
 		return http.StatusBadRequest, apiError{Code: CodeInvalidArgument, Message: "the request was refused as invalid"}
+	case errkind.KeyReused:
+		return http.StatusUnprocessableEntity, apiError{Code: CodeIdempotencyKeyReused,
+			Message: "the idempotency key was already used with a different cart, shipping address or payment method"}
 	case errkind.Conflict, errkind.FailedPrecondition:
 		return http.StatusConflict, apiError{Code: CodeFailedPrecondition,
 			Message: "the operation cannot run in the order's current situation"}

@@ -132,9 +132,11 @@ func TestEveryKindMapsToItsPublicReply(t *testing.T) {
 		retryAfter int
 		message    string
 	}{
-		errkind.Internal:             {500, CodeInternal, "", 0, "internal error"},
-		errkind.InvalidArgument:      {400, CodeInvalidArgument, "", 0, "the request was refused as invalid"},
-		errkind.NotFound:             {404, CodeNotFound, "", 0, "order not found"},
+		errkind.Internal:        {500, CodeInternal, "", 0, "internal error"},
+		errkind.InvalidArgument: {400, CodeInvalidArgument, "", 0, "the request was refused as invalid"},
+		errkind.NotFound:        {404, CodeNotFound, "", 0, "order not found"},
+		errkind.KeyReused: {422, CodeIdempotencyKeyReused, "", 0,
+			"the idempotency key was already used with a different cart, shipping address or payment method"},
 		errkind.Conflict:             {409, CodeFailedPrecondition, "", 0, "the operation cannot run in the order's current situation"},
 		errkind.FailedPrecondition:   {409, CodeFailedPrecondition, "", 0, "the operation cannot run in the order's current situation"},
 		errkind.OwnerGone:            {503, CodeUnavailable, ReasonOwnerGone, 30, "the order's owner is gone; it is not moved elsewhere automatically"},

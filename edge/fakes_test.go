@@ -51,6 +51,16 @@ func (f *fakeIdempotency) Reserve(_ context.Context, key string, c commerce.Mapp
 	return c, true, nil
 }
 
+func (f *fakeIdempotency) Forget(_ context.Context, key string, m commerce.Mapping) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.m[key]; !ok || cur != m || cur.Status != commerce.MappingPending {
+		return false, nil
+	}
+	delete(f.m, key)
+	return true, nil
+}
+
 func (f *fakeIdempotency) set(key string, m commerce.Mapping) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -277,6 +287,9 @@ type cartReserveMarker struct{ CartReserver }
 // testAdminToken is the admin bearer token of the test servers.
 const testAdminToken = "admin-token-for-tests"
 
+// testOrderIDSecret is the fake cluster's OrderId secret.
+const testOrderIDSecret = "order-id-secret-for-tests"
+
 func withAdmin() envOpt {
 	return func(c *Config) { c.Admin, c.AdminToken = true, testAdminToken }
 }
@@ -300,7 +313,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	var seq atomic.Int64
 	cfg := Config{
 		NodeID: "api-t", Idempotency: e.idem, Carts: e.carts, ReadModel: e.rm, Orders: e.orders,
-		Topology: e.topo, Operator: e.orders, Evidence: e.evidence,
+		Topology: e.topo, Operator: e.orders, Evidence: e.evidence, OrderIDSecret: []byte(testOrderIDSecret),
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		NewID:  func() string { return fmt.Sprintf("id-%d", seq.Add(1)) },
 	}

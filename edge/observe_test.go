@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow/workflowtest"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
@@ -286,7 +287,7 @@ func TestAccessLogLineNamesMethodRouteStatusOrderAndRequestID(t *testing.T) {
 	require.Equal(t, "POST", l["method"])
 	require.Equal(t, "/orders", l["route"])
 	require.Equal(t, 201.0, l["status"])
-	require.Equal(t, "ord-id-1", l["orderId"], "the reply names the order")
+	require.Equal(t, order.OrderIDFor([]byte(testOrderIDSecret), "k"), l["orderId"], "the reply names the order")
 	require.Contains(t, l, "duration")
 
 	request(o.srv, "GET", "/orders/ord-x", "", map[string]string{HeaderRequestID: "r-get"})
@@ -338,7 +339,7 @@ func TestPanicIsCountedAndLoggedWithTheRequestID(t *testing.T) {
 	require.Equal(t, 1.0, o.sum(MetricHTTPRequests, nil))
 	l := o.accessLine("r-panic")
 	require.Equal(t, 500.0, l["status"])
-	require.Equal(t, "ord-id-1", l["orderId"])
+	require.Equal(t, order.OrderIDFor([]byte(testOrderIDSecret), "k"), l["orderId"])
 	panicked := o.logLines("handler panicked")
 	require.Len(t, panicked, 1)
 	require.Equal(t, "r-panic", panicked[0][LogKeyRequestID])

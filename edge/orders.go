@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
@@ -21,13 +22,19 @@ import (
 // Created boundary is confirmed and never waits for the continuation:
 //
 //  1. validate the request and load the cart (an unknown cart is 400 cartId);
-//  2. reserve the idempotency key with a fresh candidate OrderId — the first
-//     reservation wins, every other request uses the winner's OrderId;
+//  2. reserve the idempotency key with the OrderId derived from it
+//     (order.OrderIDFor) — the first reservation wins, every other request
+//     uses the winner's OrderId (another one only for a mapping made
+//     before OrderIds were derived);
 //  3. a key mapped for a different cart, address or method is 422;
 //  4. a started mapping is a replay: 200 with the current read model;
 //  5. otherwise (pending, or started without a projection yet) the grain
 //     records the start or finds it recorded: 201 if this call recorded
-//     it, else 200.
+//     it, else 200. A key whose mapping was lost reserves it again with
+//     the same OrderId and so reaches the order it started: the grain
+//     answers 200, or 422 when the recorded start is another request
+//     (workflow.ErrKeyReused), and the mapping this call made for it is
+//     given back.
 func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
@@ -44,7 +51,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
 	rsv, err := s.cartAndKey(ctx, req, commerce.Mapping{
-		OrderID: s.newOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
+		OrderID: s.orderIDFor(req.IdempotencyKey), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
 		s.fail(w, r, err)
@@ -95,6 +102,12 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		Currency:          cart.Currency,
 	})
 	if err != nil {
+		if rsv.Created && errors.Is(err, errkind.KeyReused) {
+			// The key's mapping was lost and this call made it anew for a
+			// request the order refused: left in place, it would refuse
+			// the key's own retry.
+			s.forget(ctx, req.IdempotencyKey, m)
+		}
 		s.fail(w, r, fmt.Errorf("start order %s: %w", m.OrderID, err))
 		return
 	}
@@ -104,6 +117,17 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		tracked()
 	}
 	s.writeMessage(w, r, status, &contracts.StartOrderRes{OrderId: m.OrderID, State: res.GetState()})
+}
+
+// forget gives back the mapping m this start reserved for key. A mapping
+// that stays is logged, not failed: the client's answer is the refusal
+// either way, and an operator can delete the key.
+func (s *Server) forget(ctx context.Context, key string, m commerce.Mapping) {
+	gone, err := s.cfg.Idempotency.Forget(context.WithoutCancel(ctx), key, m)
+	if err != nil || !gone {
+		s.log.Warn("a refused start's idempotency mapping stays (pending, for another request)",
+			slog.String("idempotencyKey", key), slog.String("orderId", m.OrderID), slog.Any("error", err))
+	}
 }
 
 // cartAndKey loads the start's cart and reserves its idempotency key for
@@ -156,8 +180,13 @@ func cartError(err error) error {
 	return fmt.Errorf("load cart: %w", err)
 }
 
-// newOrderID returns a candidate OrderId; it becomes the order's id only
-// if its reservation wins.
+// orderIDFor is the OrderId a start with idempotencyKey reserves.
+func (s *Server) orderIDFor(idempotencyKey string) string {
+	return order.OrderIDFor(s.cfg.OrderIDSecret, idempotencyKey)
+}
+
+// newOrderID returns a random OrderId, for synthetic orders that no
+// idempotency key names.
 func (s *Server) newOrderID() string { return "ord-" + s.cfg.NewID() }
 
 // getOrder is GET /orders/{orderId}: the read model only, no grain call,

@@ -22,7 +22,7 @@ func TestStartOrderNewOrderIs201WithCartAndDeterministicCommand(t *testing.T) {
 	w := e.do("POST", "/orders", startBody(cartOK, "addr-1", "pm-1", "key-1"))
 	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
 	res := decodeMessage[contracts.StartOrderRes](t, w)
-	require.Equal(t, "ord-id-1", res.OrderId)
+	require.Equal(t, order.OrderIDFor([]byte(testOrderIDSecret), "key-1"), res.OrderId, "derived from the key")
 	require.Equal(t, contracts.OrderStatus_Created, res.GetState().GetStatus())
 
 	require.Len(t, e.orders.starts, 1)

@@ -105,7 +105,7 @@ func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	carts := &fakeCarts{carts: map[string]commerce.Cart{cartOK: {CartID: cartOK,
 		Lines: []*contracts.OrderLine{{Sku: "sku-a", Quantity: 1}}, Amount: 100, Currency: "EUR"}}}
 	srv, err := New(Config{NodeID: "api-t", Idempotency: &fakeIdempotency{m: map[string]commerce.Mapping{}}, Carts: carts,
-		ReadModel: rm, Terminal: w.feed, Orders: w.orders, Topology: &fakeTopology{}, Logger: log, Metrics: w.reg})
+		ReadModel: rm, Terminal: w.feed, Orders: w.orders, Topology: &fakeTopology{}, Logger: log, Metrics: w.reg, OrderIDSecret: []byte(testOrderIDSecret)})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -134,6 +134,12 @@ type Idempotency interface {
 	// MarkStarted sets the status to started if the key maps to orderID.
 	// It is idempotent; a key mapped to another order is ErrNotFound.
 	MarkStarted(ctx context.Context, key, orderID string) error
+	// Forget deletes key's mapping if, and only if, it is still m and
+	// pending, atomically, and reports whether it did: the caller that
+	// reserved m gives it back after the order refused the request (a
+	// reused key whose earlier mapping was lost). A started mapping, or
+	// one for another order or fingerprint, is never deleted.
+	Forget(ctx context.Context, key string, m Mapping) (bool, error)
 }
 
 // Cart is a cart snapshot. Amount is in the currency's minor unit.

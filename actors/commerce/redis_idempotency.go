@@ -33,6 +33,15 @@ redis.call('HSET', KEYS[1], 'status', ARGV[2])
 return 1
 `)
 
+// forgetScript deletes the mapping only while it is the caller's pending
+// one.
+var forgetScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
 // Reserve implements Idempotency. The candidate's status is ignored: a
 // new mapping always starts pending.
 func (r idempotencyStore) Reserve(ctx context.Context, key string, candidate Mapping) (Mapping, bool, error) {
@@ -117,6 +126,19 @@ func (r idempotencyStore) MarkStarted(ctx context.Context, key, orderID string) 
 		return fmt.Errorf("%w: idempotency key %q is not mapped to order %q", ErrNotFound, key, orderID)
 	}
 	return nil
+}
+
+// Forget implements Idempotency.
+func (r idempotencyStore) Forget(ctx context.Context, key string, m Mapping) (bool, error) {
+	if key == "" || m.OrderID == "" {
+		return false, invalid("idempotency key and orderId are required")
+	}
+	n, err := forgetScript.Run(ctx, r.client, []string{r.keys.idem(key)},
+		m.OrderID, string(MappingPending), m.Fingerprint).Int64()
+	if err != nil {
+		return false, translate("forget idempotency key", err)
+	}
+	return n == 1, nil
 }
 
 func checkMapping(key string, m Mapping) error {

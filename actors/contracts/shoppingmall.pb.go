@@ -124,6 +124,11 @@ const (
 	// OOM under noeviction); nothing of it was applied. A retry succeeds
 	// once memory is freed, which takes an operator, not just time.
 	ErrorReason_ERROR_REASON_STORE_FULL ErrorReason = 12
+	// The start's idempotency key already started this order with a
+	// different cart, shipping address or payment method: the client's
+	// mistake, judged from the recorded start when the key's mapping is
+	// gone. Nothing was recorded.
+	ErrorReason_ERROR_REASON_KEY_REUSED ErrorReason = 13
 )
 
 // Enum value maps for ErrorReason.
@@ -142,6 +147,7 @@ var (
 		10: "ERROR_REASON_NO_ELIGIBLE_MEMBER",
 		11: "ERROR_REASON_OVERLOADED",
 		12: "ERROR_REASON_STORE_FULL",
+		13: "ERROR_REASON_KEY_REUSED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -157,6 +163,7 @@ var (
 		"ERROR_REASON_NO_ELIGIBLE_MEMBER":  10,
 		"ERROR_REASON_OVERLOADED":          11,
 		"ERROR_REASON_STORE_FULL":          12,
+		"ERROR_REASON_KEY_REUSED":          13,
 	}
 )
 
@@ -1976,7 +1983,7 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x11PaymentAuthorized\x10\x03\x12\r\n" +
 	"\tConfirmed\x10\x04\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x05*\x99\x03\n" +
+	"\x06Failed\x10\x05*\xb6\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -1991,7 +1998,8 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x1fERROR_REASON_NO_ELIGIBLE_MEMBER\x10\n" +
 	"\x12\x1b\n" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1b\n" +
-	"\x17ERROR_REASON_STORE_FULL\x10\fB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
+	"\x17ERROR_REASON_STORE_FULL\x10\f\x12\x1b\n" +
+	"\x17ERROR_REASON_KEY_REUSED\x10\rB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
 
 var (
 	file_actors_contracts_shoppingmall_proto_rawDescOnce sync.Once

@@ -51,6 +51,7 @@ var reasons = []struct {
 }{
 	{reason: contracts.ErrorReason_ERROR_REASON_NOT_FOUND, kind: errkind.NotFound, err: workflow.ErrNotFound},
 	{reason: contracts.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, kind: errkind.InvalidArgument, err: workflow.ErrInvalidArgument},
+	{reason: contracts.ErrorReason_ERROR_REASON_KEY_REUSED, kind: errkind.KeyReused, err: workflow.ErrKeyReused},
 	{reason: contracts.ErrorReason_ERROR_REASON_CONFLICT, kind: errkind.Conflict, err: workflow.ErrConflict},
 	{reason: contracts.ErrorReason_ERROR_REASON_UNAVAILABLE, kind: errkind.OwnerGone, err: placement.ErrUnavailable},
 	{reason: contracts.ErrorReason_ERROR_REASON_TIMEOUT, kind: errkind.Timeout, err: location.ErrTimeout,

@@ -37,6 +37,7 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		{"turn deadline", context.DeadlineExceeded, contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
 		{"store deadline", fmt.Errorf("%w: append: %w", eventstore.ErrUnavailable, context.DeadlineExceeded),
 			contracts.ErrorReason_ERROR_REASON_TIMEOUT, location.ErrTimeout},
+		{"key reused", workflow.ErrKeyReused, contracts.ErrorReason_ERROR_REASON_KEY_REUSED, nil},
 		{"failed precondition", ErrFailedPrecondition, contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, nil},
 		{"relocation without a member", fmt.Errorf("%w: %w: %w", ErrFailedPrecondition, placement.ErrMoveRolledBack, placement.ErrNoMember),
 			contracts.ErrorReason_ERROR_REASON_FAILED_PRECONDITION, ErrFailedPrecondition},

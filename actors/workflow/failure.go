@@ -28,7 +28,7 @@ func Permanent(err error) bool {
 	}
 	for _, p := range []error{
 		eventstore.ErrCorrupt, readmodel.ErrCorrupt, commerce.ErrCorrupt,
-		eventstore.ErrFenced, ErrConflict, ErrInvalidArgument, ErrReleaseRefused, ErrNotFound,
+		eventstore.ErrFenced, ErrConflict, ErrKeyReused, ErrInvalidArgument, ErrReleaseRefused, ErrNotFound,
 		commerce.ErrInvalidArgument, commerce.ErrNotFound, eventstore.ErrInvalidOrderID,
 	} {
 		if errors.Is(err, p) {

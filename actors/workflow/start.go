@@ -18,7 +18,9 @@ import (
 // nothing and returns the fold with recorded=false, but still writes the
 // projection at the current version and marks the mapping started: a
 // start that crashed between those steps is repaired by its retry. A
-// different start for a started order is ErrConflict.
+// different start for a started order is ErrConflict, and the same
+// idempotency key with another cart, shipping address or payment method
+// is ErrKeyReused (see sameRequest).
 //
 // Round trips for a new order: SaveFirst + append + projection +
 // MarkStarted = 4; 2 with a ProjectedAppender, 1 with a StartAppender.
@@ -124,6 +126,9 @@ func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.Start
 	if o.state.StartSourceCommandID != req.SourceCommandId {
 		return nil, fmt.Errorf("%w: order %s was started by %q, not %q", ErrConflict, o.id, o.state.StartSourceCommandID, req.SourceCommandId)
 	}
+	if err := s.sameRequest(ctx, o, req); err != nil {
+		return nil, err
+	}
 	if err := s.project(ctx, o.state); err != nil {
 		return nil, err
 	}
@@ -136,6 +141,36 @@ func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.Start
 		o.unmarkedKey = ""
 	}
 	return view(o.state), nil
+}
+
+// sameRequest refuses a repeated start whose key is the recorded start's
+// but whose request is not. The API compares the request with the key's
+// mapping first; this is the judgement that still holds when that mapping
+// was lost (a store failover), since the OrderId is derived from the key
+// and a reused key reaches the order it started. The cart and the
+// shipping address are in the OrderStartedEvent, the payment method only
+// in the first envelope: a start whose envelope cannot be found is judged
+// by the event alone, because refusing it would refuse the key's own
+// retry too.
+func (s *Service) sameRequest(ctx context.Context, o *Order, req *contracts.StartOrderWorkflowReq) error {
+	if o.state.CartID != req.CartId || o.state.ShippingAddressID != req.ShippingAddressId {
+		return fmt.Errorf("%w: order %s was started for cart %q and address %q", ErrKeyReused, o.id, o.state.CartID, o.state.ShippingAddressID)
+	}
+	first := o.start
+	if first == nil {
+		var err error
+		first, err = s.cfg.Envelopes.LoadFirst(ctx, o.id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("load first envelope of order %s: %w", o.id, err)
+		}
+	}
+	if first.GetPaymentMethodId() != req.PaymentMethodId {
+		return fmt.Errorf("%w: order %s was started with another payment method", ErrKeyReused, o.id)
+	}
+	return nil
 }
 
 func validateStart(o *Order, req *contracts.StartOrderWorkflowReq) error {

@@ -36,6 +36,11 @@ var (
 	// (a different start for a started order, or a step whose external
 	// effect is already recorded).
 	ErrConflict = errkind.New(errkind.Conflict, "workflow: conflicting command")
+	// ErrKeyReused: a start's idempotency key already started this order
+	// with a different cart, shipping address or payment method. It is
+	// judged from the stream and the first envelope, so it holds when the
+	// key's mapping was lost; nothing is recorded or marked.
+	ErrKeyReused = errkind.New(errkind.KeyReused, "workflow: idempotency key reused with a different request")
 	// ErrFenced: a newer owner of the order exists; the caller must stop
 	// and never write again. It is the event store's sentinel, so both
 	// names match with errors.Is.

@@ -303,6 +303,46 @@ func TestStartConflict(t *testing.T) {
 	assert.Len(t, e.d.Events.Stream("ord-c"), 1)
 }
 
+// TestStartOfAReusedKeyIsRefusedByTheStream: the OrderId is the key's, so
+// a key reused for another request after its mapping was lost reaches the
+// order it started; the stream and the first envelope refuse it, and the
+// key's own retry still converges.
+func TestStartOfAReusedKeyIsRefusedByTheStream(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*contracts.StartOrderWorkflowReq)
+		cold   bool // a fresh activation, which reads the first envelope
+	}{
+		{"another cart", func(r *contracts.StartOrderWorkflowReq) { r.CartId = "cart-other" }, false},
+		{"another address", func(r *contracts.StartOrderWorkflowReq) { r.ShippingAddressId = "addr-other" }, false},
+		{"another payment method", func(r *contracts.StartOrderWorkflowReq) { r.PaymentMethodId = methodDecline }, false},
+		{"another payment method, replayed", func(r *contracts.StartOrderWorkflowReq) { r.PaymentMethodId = methodDecline }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			o, req := e.start("ord-k", "key-k", methodOK)
+			if tc.cold {
+				o = e.open("ord-k", 2)
+			}
+			writes := e.d.Writes()
+			other := proto.Clone(req).(*contracts.StartOrderWorkflowReq)
+			tc.change(other)
+
+			_, recorded, err := e.svc.Start(e.ctx, o, other)
+			require.ErrorIs(t, err, workflow.ErrKeyReused)
+			assert.False(t, recorded)
+			assert.True(t, workflow.Permanent(err), "retrying a reused key never helps")
+			assert.Equal(t, writes, e.d.Writes(), "a refused start writes nothing")
+
+			st, recorded, err := e.svc.Start(e.ctx, o, req)
+			require.NoError(t, err, "the key's own request")
+			assert.False(t, recorded)
+			assert.Equal(t, contracts.OrderStatus_Created, st.GetStatus())
+			assert.Len(t, e.d.Events.Stream("ord-k"), 1)
+		})
+	}
+}
+
 func TestStartRejectsInvalidRequests(t *testing.T) {
 	cases := map[string]func(r *contracts.StartOrderWorkflowReq){
 		"no orderId":           func(r *contracts.StartOrderWorkflowReq) { r.OrderId = "" },

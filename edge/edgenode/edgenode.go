@@ -58,6 +58,10 @@ type Config struct {
 	// (API.Server.ServeAdmin), which serves /admin/, /self-check/ and
 	// /debug/pprof/; required with Admin or SelfCheck.
 	AdminToken string
+	// OrderIDSecret is the cluster's secret OrderIds are derived under
+	// (edge.Config.OrderIDSecret): required, and the same in every API
+	// process of the cluster.
+	OrderIDSecret []byte
 	// TakeoverAfter, when positive, turns on the takeover policy
 	// (cluster/takeover.Policy): an order whose command found its owner
 	// gone is taken over once the owner's gone record is this old. Zero
@@ -251,6 +255,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		Operator:       client,
 		Admin:          cfg.Admin,
 		AdminToken:     cfg.AdminToken,
+		OrderIDSecret:  cfg.OrderIDSecret,
 		Takeover:       tk,
 		Admission:      cfg.Admission,
 		RequestTimeout: cfg.RequestTimeout,

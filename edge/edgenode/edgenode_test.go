@@ -107,7 +107,7 @@ func TestEdgeReadyzFollowsTheStores(t *testing.T) {
 	srv, err := edge.New(edge.Config{
 		NodeID: "api-t", Idempotency: st.Commerce.Idempotency(), Carts: st.Commerce.Carts(),
 		ReadModel: st.ReadModel, Orders: unusedOrders{}, Topology: oneMember{topology{stores: st}},
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), OrderIDSecret: []byte("edgenode-test-order-id-secret"),
 	})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

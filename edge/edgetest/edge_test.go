@@ -134,6 +134,46 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		requireCode(t, b, edge.CodeIdempotencyKeyReused)
 	})
 
+	t.Run("a lost mapping reaches the same order, and a reused key is still 422", func(t *testing.T) {
+		// A store failover that lost the key's newest write: the mapping
+		// of a Confirmed order is gone. The OrderId is the key's, so the
+		// retry finds the order it started instead of making a second one.
+		key := newKey(t)
+		body := startBody(commerce.DemoCartOK, commerce.DemoMethodOK, key)
+		res := h.startOrder(apiA, body, http.StatusCreated)
+		require.Equal(t, order.OrderIDFor([]byte(orderIDSecret), key), res.OrderId)
+		h.waitStatus(apiA, res.OrderId, contracts.OrderStatus_Confirmed)
+		lose := func() {
+			t.Helper()
+			mapping := h.keysNaming("idem:{" + key + "}")
+			require.Len(t, mapping, 1, "the key's mapping")
+			h.del(mapping...)
+		}
+
+		lose()
+		again := h.startOrder(apiB, body, http.StatusOK)
+		require.Equal(t, res.OrderId, again.OrderId, "the same order, not a second one")
+		require.Equal(t, contracts.OrderStatus_Confirmed, again.GetState().GetStatus())
+		ev := h.evidenceOf(apiA, res.OrderId)
+		require.Equal(t, success, ev.types(), "one OrderStartedEvent")
+		require.EqualValues(t, 1, ev.AuthorizeCalls, "one payment authorization")
+		require.EqualValues(t, 1, ev.ReserveCalls)
+
+		// The same key for another request, with the mapping gone again:
+		// the recorded start refuses it, and its mapping is given back so
+		// that the key's own retry is still answered.
+		lose()
+		code, b := h.do("POST", apiA, "/orders", startBody(commerce.DemoCartOK, commerce.DemoMethodDeclined, key))
+		require.Equal(t, http.StatusUnprocessableEntity, code, string(b))
+		requireCode(t, b, edge.CodeIdempotencyKeyReused)
+		require.Empty(t, h.keysNaming("idem:{"+key+"}"), "the refused request's mapping was given back")
+		again = h.startOrder(apiA, body, http.StatusOK)
+		require.Equal(t, res.OrderId, again.OrderId)
+		ev = h.evidenceOf(apiB, res.OrderId)
+		require.Equal(t, success, ev.types())
+		require.EqualValues(t, 1, ev.AuthorizeCalls)
+	})
+
 	t.Run("unknown order: continue and rebuild are 404 and create nothing", func(t *testing.T) {
 		id := "ord-never-" + newKey(t)
 		for _, p := range []string{"/continue", "/rebuild-projection"} {

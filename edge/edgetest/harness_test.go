@@ -64,6 +64,9 @@ func (a *apiNode) metric(t *testing.T, name string, labels map[string]string) fl
 // adminToken is the APIs' admin bearer token.
 const adminToken = "edgetest-admin-token"
 
+// orderIDSecret is the APIs' OrderId secret, the same in both.
+const orderIDSecret = "edgetest-order-id-secret"
+
 type harness struct {
 	t         *testing.T
 	stores    *node.Stores
@@ -149,6 +152,7 @@ func (h *harness) startAPI(ctx context.Context, name string) {
 		SelfCheck:      true,
 		Admin:          true,
 		AdminToken:     adminToken,
+		OrderIDSecret:  []byte(orderIDSecret),
 		Evidence:       io.MultiWriter(h.ev(name), tlogWriter{h.t}),
 		Logger:         h.logger(name),
 		Metrics:        reg,
@@ -327,6 +331,19 @@ var (
 	inventoryFailed = []string{"OrderStartedEvent", "InventoryReservationFailedEvent", "OrderFailedEvent"}
 	paymentFailed   = []string{"OrderStartedEvent", "InventoryReservedEvent", "PaymentFailedEvent", "InventoryReleasedEvent", "OrderFailedEvent"}
 )
+
+// del deletes keys from the stores' redis-server, as a failover that lost
+// their newest writes would.
+func (h *harness) del(keys ...string) {
+	h.t.Helper()
+	opt, err := redis.ParseURL(h.redisURL)
+	require.NoError(h.t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(h.t, rdb.Del(ctx, keys...).Err())
+}
 
 // keysNaming lists the stores' keys whose name holds s.
 func (h *harness) keysNaming(s string) []string {

@@ -90,6 +90,7 @@ func newTraced(t *testing.T) *traced {
 		Evidence:       io.Discard,
 		Logger:         h.logger("api-a"),
 		TracerProvider: apiTP,
+		OrderIDSecret:  []byte(orderIDSecret),
 	})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -184,8 +184,9 @@ type hooks struct {
 }
 
 // pendingMapping is POST /self-check/pending-mapping: it reserves a pending
-// idempotency mapping with a fresh OrderId and does not start the order,
-// as if a start had crashed between the reservation and the grain call.
+// idempotency mapping with the OrderId POST /orders derives for its key
+// and does not start the order, as if a start had crashed between the
+// reservation and the grain call.
 func (h *hooks) pendingMapping(w http.ResponseWriter, r *http.Request) {
 	req := h.r.DecodeStartOrder(w, r)
 	if req == nil {
@@ -195,7 +196,7 @@ func (h *hooks) pendingMapping(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	fp := commerce.Fingerprint(req.CartId, req.ShippingAddressId, req.PaymentMethodId)
 	m, _, err := h.cfg.Idempotency.Reserve(ctx, req.IdempotencyKey, commerce.Mapping{
-		OrderID: h.r.NewOrderID(), Status: commerce.MappingPending, Fingerprint: fp,
+		OrderID: h.r.OrderIDFor(req.IdempotencyKey), Status: commerce.MappingPending, Fingerprint: fp,
 	})
 	if err != nil {
 		h.r.Fail(w, r, fmt.Errorf("reserve idempotency key: %w", err))

@@ -51,6 +51,16 @@ func (f *fakes) Reserve(_ context.Context, key string, c commerce.Mapping) (comm
 	return c, true, nil
 }
 
+func (f *fakes) Forget(_ context.Context, key string, m commerce.Mapping) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mappings[key] != m {
+		return false, nil
+	}
+	delete(f.mappings, key)
+	return true, nil
+}
+
 func (f *fakes) ResumeOrder(_ context.Context, req *contracts.ResumeOrderReq) (*contracts.ResumeOrderRes, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -167,7 +177,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	ev := &workflowtest.Evidence{}
 	srv, err := edge.New(edge.Config{NodeID: "api-t", Idempotency: f, Carts: nop{}, ReadModel: nop{}, Orders: nop{},
-		Topology: nop{}, AdminToken: token, Mounts: []edge.Mount{hooks}, Evidence: ev,
+		Topology: nop{}, AdminToken: token, OrderIDSecret: []byte("selfcheck-test-order-id-secret"), Mounts: []edge.Mount{hooks}, Evidence: ev,
 		Logger: slog.New(slog.DiscardHandler), NewID: func() string { return "new" }})
 	require.NoError(t, err)
 	return &env{f: f, admin: srv.AdminHandler(), public: srv, evidence: ev}
@@ -254,14 +264,14 @@ func TestGatesArmAndReleaseResumesTheOrder(t *testing.T) {
 	require.Equal(t, []string{"k-s"}, e.f.skips)
 }
 
-func TestPendingMappingReservesAFreshOrderID(t *testing.T) {
+func TestPendingMappingReservesTheKeysOrderID(t *testing.T) {
 	e := newEnv(t)
 	req := selfcheckapi.PendingMappingRequest{IdempotencyKey: "k-p", CartID: "c-1", ShippingAddressID: "a-1", PaymentMethodID: "pm-1"}
 	w := e.do("POST", selfcheckapi.PendingMappingPath, jsonBody(t, req))
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	var rep selfcheckapi.PendingMappingReply
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rep))
-	require.Equal(t, "ord-new", rep.OrderID)
+	require.Equal(t, order.OrderIDFor([]byte("selfcheck-test-order-id-secret"), "k-p"), rep.OrderID, "the OrderId POST /orders derives")
 	require.Equal(t, commerce.MappingPending, e.f.mappings["k-p"].Status)
 
 	req.CartID = "c-2"

@@ -26,15 +26,52 @@ func AdminTokenPath(runDir string) string { return filepath.Join(runDir, AdminTo
 // writeAdminToken makes a fresh random token and writes it, mode 0600, to
 // the run directory: a new cluster never accepts an earlier one's token.
 func writeAdminToken(runDir string) (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("cluster: admin token: %w", err)
-	}
-	tok := hex.EncodeToString(b)
-	path := AdminTokenPath(runDir)
-	tmp, err := os.CreateTemp(runDir, ".admin-token-*")
+	tok, err := writeSecret(AdminTokenPath(runDir))
 	if err != nil {
 		return "", fmt.Errorf("cluster: admin token: %w", err)
+	}
+	return tok, nil
+}
+
+// OrderIDSecretFile is the name, under the run directory, of the file that
+// holds the secret every API derives OrderIds under (commerce-api's
+// -order-id-secret).
+const OrderIDSecretFile = "order-id.secret"
+
+// OrderIDSecretEnv is the variable through which an API gets the OrderId
+// secret, for the admin token's reason.
+const OrderIDSecretEnv = "SHOPPINGMALL_ORDER_ID_SECRET"
+
+// orderIDSecret returns the run directory's OrderId secret, made the first
+// time. Unlike the admin token it is kept across restarts: the secret is
+// never rotated, since a retried key would name a second order under a new
+// one whenever its mapping is gone.
+func orderIDSecret(runDir string) (string, error) {
+	path := filepath.Join(runDir, OrderIDSecretFile)
+	b, err := os.ReadFile(path)
+	if s := strings.TrimSpace(string(b)); err == nil && s != "" {
+		return s, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("cluster: order id secret: %w", err)
+	}
+	s, err := writeSecret(path)
+	if err != nil {
+		return "", fmt.Errorf("cluster: order id secret: %w", err)
+	}
+	return s, nil
+}
+
+// writeSecret writes 32 random bytes in hex to path, mode 0600, atomically.
+func writeSecret(path string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".secret-*")
+	if err != nil {
+		return "", err
 	}
 	defer os.Remove(tmp.Name())
 	// CreateTemp makes the file 0600; Chmod says so whatever the umask.
@@ -43,7 +80,7 @@ func writeAdminToken(runDir string) (string, error) {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		return "", fmt.Errorf("cluster: admin token: %w", err)
+		return "", err
 	}
 	return tok, nil
 }
@@ -82,13 +119,14 @@ func (c *Cluster) AdminURL(name string) string {
 const MetricsHTTPEnv = "SHOPPINGMALL_METRICS_HTTP"
 
 // env is a node's environment: Config.Env (nil: the caller's), its
-// metrics address, and the admin token (an API's admin listener, a
-// workflow's /debug/pprof/).
+// metrics address, the admin token (an API's admin listener, a workflow's
+// /debug/pprof/) and the OrderId secret (an API's).
 func (c *Cluster) env(n *node) []string {
 	env := c.cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	return append(append([]string{}, env...),
-		MetricsHTTPEnv+"=127.0.0.1:"+strconv.Itoa(n.metricsPort), AdminTokenEnv+"="+c.adminToken)
+		MetricsHTTPEnv+"=127.0.0.1:"+strconv.Itoa(n.metricsPort), AdminTokenEnv+"="+c.adminToken,
+		OrderIDSecretEnv+"="+c.orderIDSecret)
 }

@@ -217,6 +217,8 @@ type Cluster struct {
 	// adminToken is every API's admin bearer token; it reaches them
 	// through their environment, never their command line.
 	adminToken string
+	// orderIDSecret is every API's OrderId secret (OrderIDSecretFile).
+	orderIDSecret string
 	// started is closed once Start succeeded; only then does the
 	// supervisor restart nodes (a node that exits during Start fails it,
 	// and Stop closes closing).
@@ -295,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c.seeds = strings.Join(seeds, ",")
 
 	if c.adminToken, err = writeAdminToken(dir); err != nil {
+		return nil, err
+	}
+	if c.orderIDSecret, err = orderIDSecret(dir); err != nil {
 		return nil, err
 	}
 	if cfg.RedisCluster {

@@ -476,6 +476,9 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 		// A production order store must keep what it acknowledged:
 		// the process checks its Redis masters (actors/node/durable.go).
 		require.Equal(t, "true", env["SHOPPINGMALL_REQUIRE_DURABLE_STORE"], "%s: -require-durable-store is on", where)
+		if flags["order-id-secret"] {
+			require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_ORDER_ID_SECRET").ValueFrom.SecretKeyRef, "%s: the OrderId secret comes from a Secret", where)
+		}
 		if flags["admin-token"] {
 			require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_ADMIN_TOKEN").ValueFrom.SecretKeyRef, "%s: the admin token comes from a Secret", where)
 		}

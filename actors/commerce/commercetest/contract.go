@@ -67,6 +67,7 @@ func RunIdempotencyContract(t *testing.T, newStore func(t *testing.T) commerce.I
 	run(t, newStore, []testCase[commerce.Idempotency]{
 		{"ConcurrentReserveHasExactlyOneWinner", testIdemOneWinner},
 		{"MarkStarted", testIdemMarkStarted},
+		{"ForgetOnlyThePendingMapping", testIdemForget},
 	})
 }
 
@@ -106,6 +107,41 @@ func testIdemOneWinner(t *testing.T, idem commerce.Idempotency) {
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 	t.Logf("winner %s among %d reservers", winner, n)
+}
+
+func testIdemForget(t *testing.T, idem commerce.Idempotency) {
+	ctx := ctxT(t)
+	mine := commerce.Mapping{OrderID: "order-1", Status: commerce.MappingPending, Fingerprint: "fp"}
+	gone, err := idem.Forget(ctx, "k", mine)
+	require.NoError(t, err)
+	require.False(t, gone, "an unknown key")
+	_, created, err := idem.Reserve(ctx, "k", mine)
+	require.NoError(t, err)
+	require.True(t, created)
+
+	for _, other := range []commerce.Mapping{
+		{OrderID: "order-2", Status: commerce.MappingPending, Fingerprint: "fp"},
+		{OrderID: "order-1", Status: commerce.MappingPending, Fingerprint: "other"},
+	} {
+		gone, err := idem.Forget(ctx, "k", other)
+		require.NoError(t, err)
+		require.False(t, gone, "another mapping than %+v", other)
+	}
+	gone, err = idem.Forget(ctx, "k", mine)
+	require.NoError(t, err)
+	require.True(t, gone)
+	_, err = idem.Get(ctx, "k")
+	require.ErrorIs(t, err, commerce.ErrNotFound, "forgotten")
+
+	_, _, err = idem.Reserve(ctx, "k", mine)
+	require.NoError(t, err)
+	require.NoError(t, idem.MarkStarted(ctx, "k", "order-1"))
+	gone, err = idem.Forget(ctx, "k", mine)
+	require.NoError(t, err)
+	require.False(t, gone, "a started mapping is never forgotten")
+	m, err := idem.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, commerce.MappingStarted, m.Status)
 }
 
 func testIdemMarkStarted(t *testing.T, idem commerce.Idempotency) {

@@ -73,6 +73,11 @@ const (
 	// to fix, so every error of this kind is also StoreUnavailable to a
 	// caller that only asks whether to retry.
 	StoreFull
+	// KeyReused: a client's idempotency key already stands for a
+	// different request (another cart, shipping address or payment
+	// method); nothing was done, and retrying the same request never
+	// helps.
+	KeyReused
 )
 
 var names = [...]string{
@@ -90,6 +95,7 @@ var names = [...]string{
 	Overloaded:           "overloaded",
 	OwnerUnreachable:     "owner unreachable",
 	StoreFull:            "store full",
+	KeyReused:            "key reused",
 }
 
 // All returns every kind, Internal first, so that a mapping can prove it
@@ -139,13 +145,13 @@ func (s *sentinel) Is(target error) bool {
 // than the outage behind it; of the outages, the dead owner says most,
 // and an overload (nothing was tried) less than any outage behind it.
 var precedence = []Kind{
-	Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
+	Timeout, NotFound, InvalidArgument, KeyReused, Conflict, FailedPrecondition,
 	Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
 	Overloaded,
 }
 
 // Of returns the kind of err: the first of its kinds in precedence order
-// (Timeout, NotFound, InvalidArgument, Conflict, FailedPrecondition,
+// (Timeout, NotFound, InvalidArgument, KeyReused, Conflict, FailedPrecondition,
 // Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable,
 // NoEligibleMember, RelocationRolledBack, Overloaded), where context.DeadlineExceeded counts as Timeout
 // and context.Canceled as Canceled. An error with no kind, and nil, are

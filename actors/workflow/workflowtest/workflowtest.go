@@ -496,6 +496,17 @@ func (i *Idempotency) MarkStarted(_ context.Context, key, orderID string) error 
 	return nil
 }
 
+func (i *Idempotency) Forget(_ context.Context, key string, m commerce.Mapping) (bool, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	cur, ok := i.mappings[key]
+	if !ok || cur.Status != commerce.MappingPending || cur.OrderID != m.OrderID || cur.Fingerprint != m.Fingerprint {
+		return false, nil
+	}
+	delete(i.mappings, key)
+	return true, nil
+}
+
 // Seed stores a mapping without counting a write.
 func (i *Idempotency) Seed(key string, m commerce.Mapping) {
 	i.mu.Lock()

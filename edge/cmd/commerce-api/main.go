@@ -94,12 +94,12 @@ func main() {
 
 type options struct {
 	procflags.Common
-	httpAddr                        string
-	selfCheck, admin                bool
-	adminHTTP, adminToken           string
-	requestTimeout, shutdownTimeout time.Duration
-	takeoverAfter                   time.Duration
-	admission                       edge.Admission
+	httpAddr                             string
+	selfCheck, admin                     bool
+	adminHTTP, adminToken, orderIDSecret string
+	requestTimeout, shutdownTimeout      time.Duration
+	takeoverAfter                        time.Duration
+	admission                            edge.Admission
 }
 
 // adminListener reports whether the admin listener runs: with -admin or
@@ -115,6 +115,7 @@ func parse(args []string) (options, error) {
 	fs.BoolVar(&o.admin, "admin", false, "enable /admin/ operations (on -admin-http)")
 	fs.StringVar(&o.adminHTTP, "admin-http", "127.0.0.1:9081", "admin listen address: /admin/, /self-check/, /debug/pprof/ (keep it on loopback or a private network)")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the admin listener requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
+	fs.StringVar(&o.orderIDSecret, "order-id-secret", "", "the cluster's secret OrderIds are derived under from idempotency keys: the same in every API process, never rotated, at least 16 bytes (prefer SHOPPINGMALL_ORDER_ID_SECRET)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Second, "bound of one HTTP request")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound of a graceful stop")
 	d := edge.DefaultAdmission
@@ -128,6 +129,9 @@ func parse(args []string) (options, error) {
 	}
 	if (o.admin || o.selfCheck) && strings.TrimSpace(o.adminToken) == "" {
 		return o, errors.New("-admin and -self-check need an admin token (-admin-token or SHOPPINGMALL_ADMIN_TOKEN): the admin listener never runs unauthenticated")
+	}
+	if len(o.orderIDSecret) < edge.MinOrderIDSecretLen {
+		return o, fmt.Errorf("an OrderId secret of at least %d bytes is required (-order-id-secret or SHOPPINGMALL_ORDER_ID_SECRET): every API process of the cluster derives OrderIds from idempotency keys under the same one, and it is never rotated", edge.MinOrderIDSecretLen)
 	}
 	return o, nil
 }
@@ -192,6 +196,7 @@ func run(args []string) error {
 		SelfCheck:      o.selfCheck,
 		Admin:          o.admin,
 		AdminToken:     o.adminToken,
+		OrderIDSecret:  []byte(o.orderIDSecret),
 		TakeoverAfter:  o.takeoverAfter,
 		Evidence:       os.Stdout,
 		Logger:         log,

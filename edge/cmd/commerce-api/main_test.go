@@ -4,12 +4,32 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/edge"
 )
+
+// TestMain gives every parse the OrderId secret a real API needs.
+func TestMain(m *testing.M) {
+	if err := os.Setenv("SHOPPINGMALL_ORDER_ID_SECRET", "main-test-order-id-secret"); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
+
+func TestAnAPINeedsTheOrderIDSecret(t *testing.T) {
+	t.Setenv("SHOPPINGMALL_ORDER_ID_SECRET", "")
+	_, err := parse(nil)
+	require.ErrorContains(t, err, "OrderId secret")
+	_, err = parse([]string{"-order-id-secret", "too-short"})
+	require.ErrorContains(t, err, "at least 16 bytes")
+	o, err := parse([]string{"-order-id-secret", "sixteen-bytes-ok"})
+	require.NoError(t, err)
+	require.Equal(t, "sixteen-bytes-ok", o.orderIDSecret)
+}
 
 func TestAdminNeedsAToken(t *testing.T) {
 	t.Setenv("SHOPPINGMALL_ADMIN_TOKEN", "")

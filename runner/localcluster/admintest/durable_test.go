@@ -34,7 +34,7 @@ func TestProcessesRefuseAStoreWithoutTheAOF(t *testing.T) {
 			defer cancel()
 			args := append([]string{"-redis", srv.URL(), "-require-durable-store", "-metrics-http", "off", "-log-format", "text"}, p.args...)
 			cmd := exec.CommandContext(ctx, p.bin, args...)
-			cmd.Env = append(cmd.Environ(), "SHOPPINGMALL_ADMIN_TOKEN=")
+			cmd.Env = append(cmd.Environ(), "SHOPPINGMALL_ADMIN_TOKEN=", "SHOPPINGMALL_ORDER_ID_SECRET=admintest-order-id-secret")
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err := cmd.Run()
