@@ -196,7 +196,8 @@ const (
 // KEYS: stream, fence, cmds, projection, one per companion[, index].
 // Reply: {0, newVersion, applied}, {4, key} for a failed Require, or
 // appendLua's; applied has a '1' or a '0' per companion.
-var appendProjectedScript = redis.NewScript(`local base = ` + strconv.Itoa(projectedArgs) +
+var appendProjectedScript = redis.NewScript(`#!lua
+local base = ` + strconv.Itoa(projectedArgs) +
 	` + ` + strconv.Itoa(companionArgs) + ` * tonumber(ARGV[` + strconv.Itoa(projectedArgs) + `])
 for i = 0, tonumber(ARGV[14]) - 1 do
   local a = 15 + i * 5

@@ -80,7 +80,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 //
 // KEYS: stream, fence. ARGV: generation.
 // Reply: {0, gen, epoch, entries} | {1, storedGen, storedEpoch}.
-var openScript = redis.NewScript(`
+var openScript = redis.NewScript(`#!lua
 local gen = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
 if not f[1] and redis.call('EXISTS', KEYS[1]) == 0 then
@@ -168,7 +168,8 @@ const appendArgs = 4
 // writes only this store's keys.
 //
 // Reply: {0, newVersion} or appendLua's.
-var appendScript = redis.NewScript(`local base = ` + strconv.Itoa(appendArgs) + appendLua + `
+var appendScript = redis.NewScript(`#!lua
+local base = ` + strconv.Itoa(appendArgs) + appendLua + `
 return {0, version}
 `)
 
@@ -479,7 +480,7 @@ func isUnavailable(err error) bool {
 //
 // KEYS: fence. ARGV: minGeneration.
 // Reply: {gen, epoch} in force.
-var raiseFenceScript = redis.NewScript(`
+var raiseFenceScript = redis.NewScript(`#!lua
 local min = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[1], 'gen', 'epoch')
 local g = tonumber(f[1])

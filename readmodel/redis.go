@@ -73,7 +73,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 //
 // KEYS: record. ARGV: version, state, channel (empty: none), notice.
 // Reply: 1 applied, 0 not.
-var putScript = redis.NewScript(`
+var putScript = redis.NewScript(`#!lua
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version'))
 if cur and cur > tonumber(ARGV[1]) then
   return 0

@@ -23,7 +23,7 @@ import (
 // orderId, status, fingerprint[, token, ttl ms, record field, value].
 // Reply {0} without a cart, else {1, cart, created, orderId, status,
 // fingerprint, locked}.
-var reserveForCartScript = redis.NewScript(`
+var reserveForCartScript = redis.NewScript(`#!lua
 local cart = redis.call('GET', KEYS[1])
 if not cart then return {0} end
 if redis.call('HSETNX', KEYS[2], 'orderId', ARGV[1]) == 1 then
@@ -46,7 +46,7 @@ return {1, cart, 0, v[1] or '', v[2] or '', v[3] or '', 0}
 // and started nothing; had the cart changed, the mapping stays.
 //
 // KEYS: cart, idempotency mapping. ARGV: orderId, cart bytes.
-var unreserveScript = redis.NewScript(`
+var unreserveScript = redis.NewScript(`#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
 local v = redis.call('HMGET', KEYS[2], 'orderId', 'status')
 if v[1] ~= ARGV[1] or v[2] ~= 'pending' then return 0 end

@@ -13,7 +13,7 @@ import (
 // reserveMappingScript creates the mapping only if the key has none and
 // returns the mapping in force, so concurrent reservers agree on one
 // winner in one round trip.
-var reserveMappingScript = redis.NewScript(`
+var reserveMappingScript = redis.NewScript(`#!lua
 if redis.call('HSETNX', KEYS[1], 'orderId', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'status', ARGV[2], 'fingerprint', ARGV[3])
   return {1, ARGV[1], ARGV[2], ARGV[3]}
@@ -24,7 +24,7 @@ return {0, v[1] or '', v[2] or '', v[3] or ''}
 
 // markStartedScript flips the status only for the order the key maps to,
 // so a stale caller can never start someone else's mapping.
-var markStartedScript = redis.NewScript(`
+var markStartedScript = redis.NewScript(`#!lua
 local cur = redis.call('HGET', KEYS[1], 'orderId')
 if (not cur) or cur ~= ARGV[1] then
   return 0
@@ -35,7 +35,7 @@ return 1
 
 // forgetScript deletes the mapping only while it is the caller's pending
 // one.
-var forgetScript = redis.NewScript(`
+var forgetScript = redis.NewScript(`#!lua
 local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint')
 if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[1])

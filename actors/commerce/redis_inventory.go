@@ -42,7 +42,7 @@ const (
 // first call's lines and order once and answers where the protocol
 // stands ({state, lines, shortReason}): a repeat works on the first
 // call's lines whatever it carries.
-var beginReserveScript = redis.NewScript(`
+var beginReserveScript = redis.NewScript(`#!lua
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'reserveCalls', 1)
 local v = redis.call('HMGET', rec, 'accepted', 'reason', 'lines', 'state', 'short')
@@ -76,7 +76,7 @@ end
 // with the reason); every later step answers what the record says
 // ({state, reason}). A refusal of a stocked SKU is written to the ledger
 // with delta 0.
-var holdLineScript = redis.NewScript(ledgerAppend + `
+var holdLineScript = redis.NewScript("#!lua\n" + ledgerAppend + `
 local st = redis.call('HMGET', KEYS[1], 'state', 'reason')
 if st[1] then
   return {st[1], st[2] or ''}
@@ -111,7 +111,7 @@ return {'held', ''}
 // the short line. It commits the reservation to refusal before any line
 // goes back, first reason wins, and answers {'compensating', reason,
 // empty} or a decided reservation's {'done', accepted, reason}.
-var compensateScript = redis.NewScript(`
+var compensateScript = redis.NewScript(`#!lua
 local v = redis.call('HMGET', KEYS[1], 'accepted', 'reason', 'state', 'short')
 if v[1] then
   return {'done', v[1], v[2] or ''}
@@ -129,7 +129,7 @@ return {'compensating', ARGV[1], ''}
 // ARGV[6] the ledger's cap. It gives a held line's quantity back with its
 // ledger entry once and answers the line's state, 'none' for a line never
 // held (lines after the short one of a refused reservation).
-var returnLineScript = redis.NewScript(ledgerAppend + `
+var returnLineScript = redis.NewScript("#!lua\n" + ledgerAppend + `
 local v = redis.call('HMGET', KEYS[1], 'state', 'qty')
 if not v[1] then
   return 'none'
@@ -147,7 +147,7 @@ return ARGV[5]
 // finishReserveScript: KEYS[1] reservation record; ARGV[1] the outcome
 // ('1' accepted, '0' refused), ARGV[2] a refusal's reason. It records the
 // decision once; a reservation committed to refusal cannot be accepted.
-var finishReserveScript = redis.NewScript(`
+var finishReserveScript = redis.NewScript(`#!lua
 local v = redis.call('HMGET', KEYS[1], 'accepted', 'reason', 'state', 'short')
 if v[1] then
   return {v[1], v[2] or ''}
@@ -171,7 +171,7 @@ return {'0', reason}
 // answered and nothing but the counter is recorded; a refused one records
 // its answer. An accepted one is committed to release and its lines are
 // answered with its order ({'releasing', lines, orderId}).
-var beginReleaseScript = redis.NewScript(`
+var beginReleaseScript = redis.NewScript(`#!lua
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'releaseCalls', 1)
 local v = redis.call('HMGET', rec, 'accepted', 'lines', 'released', 'releaseReason', 'state', 'orderId')
@@ -193,7 +193,7 @@ return {'releasing', v[2] or '', v[6] or ''}
 
 // finishReleaseScript: KEYS[1] reservation record. Every line is back;
 // the release result is recorded once.
-var finishReleaseScript = redis.NewScript(`
+var finishReleaseScript = redis.NewScript(`#!lua
 local v = redis.call('HMGET', KEYS[1], 'released', 'releaseReason')
 if v[1] then
   return {v[1], v[2] or ''}
@@ -427,7 +427,7 @@ func (r inventoryStore) Release(ctx context.Context, req *contracts.ReleaseInven
 // ARGV[3] the ledger's cap. It
 // sets the stock and records the change as a seed movement (the first
 // one of a SKU even when it is 0, none for a change of 0 later).
-var setStockScript = redis.NewScript(ledgerAppend + `
+var setStockScript = redis.NewScript("#!lua\n" + ledgerAppend + `
 local raw = redis.call('GET', KEYS[1])
 local old = 0
 if raw then

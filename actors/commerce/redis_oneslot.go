@@ -29,7 +29,7 @@ import (
 // never holds a line, not even for the length of the script: its ledger
 // shows the one refuse movement of the first short line, and no
 // reserve/compensate pair.
-var reserveOneScript = redis.NewScript(ledgerAppend + `
+var reserveOneScript = redis.NewScript("#!lua\n" + ledgerAppend + `
 local rec = KEYS[1]
 local v = redis.call('HMGET', rec, 'accepted', 'reason', 'lines')
 if not v[1] and v[3] then
@@ -100,7 +100,7 @@ func (r inventoryStore) reserveOne(ctx context.Context, id, orderID, enc string,
 // itself. KEYS[1] payment record, KEYS[2] payment method; ARGV orderId,
 // methodId, amount, currency, and the reasons for an unknown method and a
 // plain decline. Reply {accepted, reason}.
-var authorizeOneScript = redis.NewScript(authorizeHeadLua + `
+var authorizeOneScript = redis.NewScript("#!lua\n" + authorizeHeadLua + `
 local m = redis.call('HMGET', KEYS[2], 'approve', 'reason')
 local accepted, reason = '0', ''
 if not m[1] and not m[2] then

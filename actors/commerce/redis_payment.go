@@ -19,7 +19,7 @@ import (
 // caller decides from the method's seed, read before; the script records
 // that decision only if none is recorded, so the first result wins and a
 // later change of the seed cannot change a recorded result.
-var authorizeScript = redis.NewScript(authorizeHeadLua + `
+var authorizeScript = redis.NewScript("#!lua\n" + authorizeHeadLua + `
 redis.call('HSET', rec, 'accepted', ARGV[5], 'reason', ARGV[6], 'orderId', ARGV[1],
   'methodId', ARGV[2], 'amount', ARGV[3], 'currency', ARGV[4])
 return {ARGV[5], ARGV[6]}

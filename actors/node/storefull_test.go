@@ -74,3 +74,51 @@ func TestEveryStoreReportsAFullRedisAsStoreFull(t *testing.T) {
 
 	require.Equal(t, before, dbsize(), "a refused write applies nothing")
 }
+
+// Every script the stores load opens with a "#!lua" shebang without
+// allow-oom, so a full Redis refuses it before it runs, even one whose
+// first write frees memory (DEL, HDEL): in the compatibility mode of a
+// script without a shebang Redis checks the limit only at the first
+// deny-oom command, so such a script ran on past the limit. The refusal
+// applies nothing and reads as STORE_FULL; a plain read still answers.
+func TestWriteScriptsAreRefusedWholeWhenRedisIsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	admin := srv.Client()
+	defer admin.Close()
+
+	acquired, _, _, err := st.CreationLocks.BeginCreate(ctx, "order", "o-full", "token", time.Minute)
+	require.NoError(t, err)
+	require.True(t, acquired)
+	snapshot := func() map[string]string {
+		keys, err := admin.Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, k := range keys {
+			v, err := admin.Dump(ctx, k).Result()
+			require.NoError(t, err)
+			out[k] = v
+		}
+		return out
+	}
+	before := snapshot()
+
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
+	defer admin.ConfigSet(context.Background(), "maxmemory", "0")
+
+	// abortCreate's first write is a DEL, which never counts as deny-oom.
+	err = st.CreationLocks.AbortCreate(ctx, "order", "o-full", "token")
+	require.Error(t, err, "a write script runs under a full Redis")
+	require.ErrorIs(t, err, errkind.StoreFull, "%v", err)
+	require.ErrorIs(t, err, location.ErrStoreUnavailable, "%v", err)
+	_, _, err = st.Probe.ProbeSelf(ctx, "m-full", 0)
+	require.NoError(t, err, "the self-fence read without a heartbeat is a read, and answers under a full Redis")
+
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Equal(t, before, snapshot(), "the refused script applied nothing")
+}

@@ -39,7 +39,7 @@ func translateGone(err error) error {
 	return translate(err)
 }
 
-var markGone = redis.NewScript(`
+var markGone = redis.NewScript(`#!lua
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then return 1 end
 return 0
 `)
@@ -144,7 +144,7 @@ type HeartbeatVerdict struct {
 	Bound time.Duration
 }
 
-var probeSelf = redis.NewScript(`
+var probeSelf = redis.NewScript(`#!lua
 local g = redis.call('HGET', KEYS[1], ARGV[1])
 if g then return g end
 if ARGV[2] ~= '' then
@@ -168,7 +168,15 @@ func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Durat
 	if bound > 0 {
 		b = strconv.FormatInt(bound.Milliseconds(), 10)
 	}
-	v, err := probeSelf.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, b).Text()
+	var v string
+	var err error
+	if b == "" {
+		// A plain read: under a full Redis (noeviction) a script that may
+		// write is refused before it runs, while this read still answers.
+		v, err = s.rdb.HGet(ctx, s.keys.gone(), memberID).Result()
+	} else {
+		v, err = probeSelf.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, b).Text()
+	}
 	if errors.Is(err, redis.Nil) {
 		return GoneMember{}, false, nil
 	}
@@ -182,7 +190,7 @@ func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Durat
 // member was already recorded, {0, age, bound} when its heartbeat is
 // fresh. The heartbeat field goes with the record: a gone member never
 // beats again.
-var markGoneIfStale = redis.NewScript(`
+var markGoneIfStale = redis.NewScript(`#!lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {2} end
 local hb = redis.call('HGET', KEYS[2], ARGV[1])
 if hb then

@@ -106,7 +106,7 @@ const takenOverField = "takeover"
 // an expired lock) and answers the next generation: one round trip either
 // way, so a cold call costs no separate read. An acquired lock answers
 // the TakenOver mark too, so the creator knows its activation's cause.
-var beginCreate = redis.NewScript(`
+var beginCreate = redis.NewScript(`#!lua
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'Ready' or st == 'Moving' then
   return {st, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('HGET', KEYS[1], 'pidAddress') or '',
@@ -147,7 +147,7 @@ func (s *Redis) BeginCreate(ctx context.Context, kind, id, token string, ttl tim
 
 // KEYS: record, lock, history. ARGV: token, owner, pidAddress, pidId,
 // generation, nowUnixMs.
-var commitReady = redis.NewScript(historyLua + `
+var commitReady = redis.NewScript("#!lua\n" + historyLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'Ready', 'owner', ARGV[2], 'pidAddress', ARGV[3], 'pidId', ARGV[4], 'generation', ARGV[5])
 redis.call('HDEL', KEYS[1], 'takeover')
@@ -173,7 +173,7 @@ func (s *Redis) CommitReady(ctx context.Context, kind, id, token string, rec Rec
 	return nil
 }
 
-var abortCreate = redis.NewScript(`
+var abortCreate = redis.NewScript(`#!lua
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 if redis.call('HGET', KEYS[1], 'status') == 'Creating' then redis.call('HDEL', KEYS[1], 'status') end
@@ -196,7 +196,7 @@ func (s *Redis) AbortCreate(ctx context.Context, kind, id, token string) error {
 //
 // KEYS: record, history[, owned index]. ARGV: pidId, discard ('1'),
 // history kind, nowUnixMs[, expected owner, index entry].
-var release = redis.NewScript(historyLua + `
+var release = redis.NewScript("#!lua\n" + historyLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return {0} end
 local owner = redis.call('HGET', KEYS[1], 'owner') or ''
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
@@ -264,7 +264,7 @@ func (s *Redis) ReleaseAt(ctx context.Context, kind, id, owner, pidID string, ge
 	return true, nil
 }
 
-var extendCreate = redis.NewScript(`
+var extendCreate = redis.NewScript(`#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
@@ -284,7 +284,7 @@ func (s *Redis) ExtendCreate(ctx context.Context, kind, id, token string, ttl ti
 }
 
 // KEYS: record, history. ARGV: owner, pidId, nowUnixMs.
-var releaseDead = redis.NewScript(historyLua + `
+var releaseDead = redis.NewScript("#!lua\n" + historyLua + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1]
    or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
@@ -311,7 +311,7 @@ func (s *Redis) ReleaseDead(ctx context.Context, kind, id, owner, pidID string) 
 	return n == 1, nil
 }
 
-var beginMove = redis.NewScript(`
+var beginMove = redis.NewScript(`#!lua
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'Moving' and redis.call('HGET', KEYS[1], 'moveOp') == ARGV[2] then
   return tonumber(redis.call('HGET', KEYS[1], 'generation'))
@@ -338,7 +338,7 @@ func (s *Redis) BeginMove(ctx context.Context, kind, id, pidID, opID string) (in
 // string on a repeat). A repeat records no second history entry.
 //
 // KEYS: record, history. ARGV: opId, owner, pidAddress, pidId, nowUnixMs.
-var commitMove = redis.NewScript(historyLua + `
+var commitMove = redis.NewScript("#!lua\n" + historyLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'Ready' and redis.call('HGET', KEYS[1], 'pidId') == ARGV[4] then return {1, ''} end
 if st ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return {0} end
@@ -367,7 +367,7 @@ func (s *Redis) CommitMove(ctx context.Context, kind, id, opID string, target Re
 	return nil
 }
 
-var abortMove = redis.NewScript(`
+var abortMove = redis.NewScript(`#!lua
 if redis.call('HGET', KEYS[1], 'status') ~= 'Moving' or redis.call('HGET', KEYS[1], 'moveOp') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'Ready')
 redis.call('HDEL', KEYS[1], 'moveOp')

@@ -184,7 +184,7 @@ func (o ResetOutcome) String() string {
 // KEYS: record, history. ARGV: owner, oldGeneration, newGeneration,
 // nowUnixMs.
 // Reply: {outcome, status, generation}.
-var resetTakenOver = redis.NewScript(historyLua + `
+var resetTakenOver = redis.NewScript("#!lua\n" + historyLua + `
 local st = redis.call('HGET', KEYS[1], 'status') or ''
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
 if g >= tonumber(ARGV[3]) then return {'already', st, tostring(g)} end

@@ -117,7 +117,7 @@ func (s *Redis) LoadFirst(ctx context.Context, orderID string) ([]byte, error) {
 
 // claimOpID binds an operation id to its order, first binding wins. It is
 // outside putOp because the index key lives in the operation id's slot.
-var claimOpID = redis.NewScript(`
+var claimOpID = redis.NewScript(`#!lua
 local cur = redis.call('GET', KEYS[1])
 if cur then
   if cur == ARGV[1] then return 1 end
@@ -134,7 +134,7 @@ return 1
 // source, target and generation is accepted unchanged (a retried commit);
 // anything else is refused. An operation never changes its kind.
 // startedAt and the list position come from the first write only.
-var putOp = redis.NewScript(`
+var putOp = redis.NewScript(`#!lua
 local cur = redis.call('HMGET', KEYS[1], 'state', 'orderId', 'source', 'target', 'generation', 'startedAt', 'kind')
 local started = ARGV[8]
 if cur[1] then

@@ -72,7 +72,7 @@ type ceilingStats struct {
 // ceilingScript runs a list of (command, count) pairs against one virtual
 // order's keys, so one EVALSHA carries the inner commands of the real
 // scripts. KEYS: string, hash, stream, set, counter; ARGV[1] a value.
-var ceilingScript = redis.NewScript(`
+var ceilingScript = redis.NewScript(`#!lua
 local v = ARGV[1]
 local s, h, x, z, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 for i = 2, #ARGV, 2 do
