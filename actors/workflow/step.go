@@ -323,13 +323,23 @@ func (s *Service) paymentMethod(ctx context.Context, o *Order) (string, error) {
 }
 
 // Continue resumes the order from its fold (spec §7.3, §7.4). An order
-// without a stream is ErrNotFound and nothing is written. A terminal order
-// first gets its projection repaired when it is missing or older than the
-// fold (Get + Put = 2 round trips, Get alone when current). Otherwise it
-// performs one Step and returns the resulting view.
+// without a stream is ErrNotFound and nothing is written. A fold that is
+// terminal is read again from the stream first (one Load): a store
+// failover may have lost the newest events, and an owner that trusted its
+// memory would leave the order unfinished for good while projecting a
+// state the stream no longer holds; the reloaded order goes on from where
+// the stream stands, its effects idempotent by their deterministic ids. A
+// terminal order then gets its projection repaired when it is missing or
+// older than the fold (Get + Put = 2 round trips, Get alone when current).
+// Otherwise it performs one Step and returns the resulting view.
 func (s *Service) Continue(ctx context.Context, o *Order) (*contracts.OrderState, error) {
 	if err := s.refreshIfStale(ctx, o); err != nil {
 		return nil, err
+	}
+	if o.state.Status.Terminal() {
+		if err := s.reload(ctx, o); err != nil {
+			return nil, err
+		}
 	}
 	if !o.Exists() {
 		return nil, fmt.Errorf("continue order %s: %w", o.id, ErrNotFound)

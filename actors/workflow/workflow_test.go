@@ -225,6 +225,33 @@ func TestPaymentFailureReleasesOnceBeforeFailing(t *testing.T) {
 	assert.Nil(t, p.PaymentId)
 }
 
+// TestContinueOfATerminalOrderReadsTheStreamAgain: a failover lost the
+// last two events of a Confirmed order while its owner lived. continue
+// does not trust the owner's fold: it reads the stream, finishes the
+// order from where the stream stands, and the payment's deterministic id
+// keeps the charge single.
+func TestContinueOfATerminalOrderReadsTheStreamAgain(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-lost", "key-lost", methodOK)
+	e.drive(o)
+	require.Equal(t, successOrder, e.d.Events.Types("ord-lost"))
+	e.d.Events.Truncate("ord-lost", 2)
+
+	for range 5 {
+		st, err := e.svc.Continue(e.ctx, o)
+		require.NoError(t, err)
+		if st.GetStatus() == contracts.OrderStatus_Confirmed && len(e.d.Events.Stream("ord-lost")) == 4 {
+			break
+		}
+	}
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-lost"), "the lost events are recorded again")
+	captured, _ := e.d.Payment.Captured(e.ctx, order.PaymentID("ord-lost"))
+	assert.Equal(t, int64(12900), captured, "charged once")
+	p, v := e.projection("ord-lost")
+	assert.Equal(t, int64(4), v)
+	assert.Equal(t, contracts.OrderStatus_Confirmed, p.GetStatus())
+}
+
 func TestStartWithSameCommandRecordsNothing(t *testing.T) {
 	e := newEnv(t)
 	o, req := e.start("ord-dup", "key-dup", methodOK)

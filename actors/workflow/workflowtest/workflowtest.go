@@ -320,6 +320,16 @@ func (e *Events) Load(_ context.Context, orderID string) ([]eventstore.Envelope,
 	return []eventstore.Envelope{}, nil
 }
 
+// Truncate keeps the order's first keep entries, as a store failover that
+// lost the newest acknowledged writes leaves a stream.
+func (e *Events) Truncate(orderID string, keep int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st, ok := e.streams[orderID]; ok && keep < len(st.entries) {
+		st.entries = st.entries[:keep]
+	}
+}
+
 // Stream returns a copy of the order's entries.
 func (e *Events) Stream(orderID string) []eventstore.Envelope {
 	e.mu.Lock()
