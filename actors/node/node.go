@@ -50,6 +50,14 @@ import (
 // ParseClusterURL options. A cluster URL gets go-redis' cluster client,
 // which routes each command to its slot's master and follows MOVED and
 // ASK redirects; every store keeps each script's keys in one slot.
+//
+// Or a primary with replicas watched by Redis Sentinel, given by the
+// sentinels (ParseSentinelURL):
+//
+//	redis+sentinel://[user:password@]host:port[,host:port...][/db]?master_name=NAME[&sentinel_password=...]
+//
+// It gets go-redis' failover client: one server at a time, the one the
+// sentinels name primary, so every store treats it as a single server.
 type RedisURLs struct {
 	Default    string
 	Events     string
@@ -333,7 +341,11 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 	var c redis.UniversalClient
 	switch sc := shared.(type) {
 	case *redis.Client:
-		if o := sc.Options(); o.ReadTimeout == o.WriteTimeout {
+		// A failover client's pool is the one the sentinels' switch of
+		// primary empties; a client of its own would keep connections to
+		// the old primary, so it shares the pool, with its read timeout
+		// for writes too.
+		if o := sc.Options(); o.ReadTimeout == o.WriteTimeout || o.Addr == failoverClientAddr {
 			c = sc.WithTimeout(o.ReadTimeout)
 		} else {
 			own := *o
@@ -354,6 +366,10 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 	return c
 }
 
+// failoverClientAddr is the Addr go-redis gives a failover client's
+// options.
+const failoverClientAddr = "FailoverClient"
+
 // ClusterScheme is the URL scheme of a Redis Cluster (see RedisURLs);
 // rediss+cluster is its TLS form.
 const ClusterScheme = "redis+cluster"
@@ -364,11 +380,16 @@ func IsClusterURL(u string) bool {
 }
 
 // NewRedisClient returns a client for a Redis URL (see RedisURLs): a
-// *redis.ClusterClient for a cluster URL, a *redis.Client otherwise,
+// *redis.ClusterClient for a cluster URL, a go-redis failover client (a
+// *redis.Client that follows the sentinels' primary) for a sentinel URL,
+// a *redis.Client otherwise,
 // with poolSize connections per server unless it is 0, bounded as
 // redisopts.go says. It does not contact Redis; only a malformed URL
 // fails.
 func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
+	if IsSentinelURL(u) {
+		return newSentinelClient(u, poolSize)
+	}
 	if IsClusterURL(u) {
 		scheme, rest, _ := strings.Cut(u, "://")
 		o, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
@@ -404,6 +425,9 @@ const defaultProtocol = 2
 // redactURL drops a password from a Redis URL: store names end up in logs
 // and in probe replies.
 func redactURL(u string) string {
+	if IsSentinelURL(u) {
+		return redactSentinelURL(u)
+	}
 	p, err := url.Parse(u)
 	if err != nil {
 		return "(unparsable URL)"

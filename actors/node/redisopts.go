@@ -39,6 +39,11 @@ func boundClusterOptions(o *redis.ClusterOptions) {
 	bound(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff)
 }
 
+func boundFailoverOptions(o *redis.FailoverOptions) {
+	o.ContextTimeoutEnabled = true
+	bound(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff)
+}
+
 func bound(dial, read, write *time.Duration, retries *int, minBackoff, maxBackoff *time.Duration) {
 	if *dial == 0 {
 		*dial = clientDialTimeout
@@ -74,6 +79,12 @@ const (
 // self-fence probe: probePoolSize connections per server, one attempt
 // per call, bounded by the caller's context and by probeIOTimeout.
 func NewProbeClient(u string) (redis.UniversalClient, error) {
+	// A failover client's options carry its sentinel dialer, which dies
+	// with the client: a probe behind Sentinel gets a failover client of
+	// its own instead of a copy.
+	if IsSentinelURL(u) {
+		return newSentinelProbeClient(u)
+	}
 	c, err := NewRedisClient(u, probePoolSize)
 	if err != nil {
 		return nil, err

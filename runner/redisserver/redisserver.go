@@ -70,6 +70,54 @@ type Config struct {
 	// bus; it needs a TCP Port. The server answers PING at once but serves
 	// no slot until it is given some: StartCluster forms a cluster.
 	ClusterBusPort int
+	// ReplicaOf, when set ("host:port"), starts the server as a replica
+	// of that primary; it needs a TCP Port, since Sentinel announces
+	// replicas by address.
+	ReplicaOf string
+	// Sentinel, when set, starts a Redis Sentinel instead of a data
+	// server (redis-server in sentinel mode, as Debian's redis-sentinel
+	// runs it), on a TCP Port. Persist and AppendFsync do not apply.
+	Sentinel *Sentinel
+}
+
+// Sentinel is a Redis Sentinel's watch of one primary. The timeouts are
+// short, as the local HA topologies want: a failover takes seconds.
+type Sentinel struct {
+	// MasterName is the name clients ask the sentinels for.
+	MasterName string
+	// Master is the primary's "host:port".
+	Master string
+	// Quorum is how many sentinels must agree the primary is down;
+	// default 1.
+	Quorum int
+	// DownAfter is how long the primary must not answer before it is
+	// thought down; default 1 s.
+	DownAfter time.Duration
+	// FailoverTimeout bounds one failover attempt; default 5 s.
+	FailoverTimeout time.Duration
+}
+
+// conf is the sentinel's configuration file, which the sentinel rewrites
+// as it learns the topology.
+func (c Sentinel) conf(port int, dir string) (string, error) {
+	host, mport, err := net.SplitHostPort(c.Master)
+	if err != nil {
+		return "", fmt.Errorf("redisserver: sentinel master %q: %w", c.Master, err)
+	}
+	if c.MasterName == "" {
+		return "", errors.New("redisserver: sentinel needs a master name")
+	}
+	q := max(c.Quorum, 1)
+	down := c.DownAfter
+	if down <= 0 {
+		down = time.Second
+	}
+	fo := c.FailoverTimeout
+	if fo <= 0 {
+		fo = 5 * time.Second
+	}
+	return fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
+		port, dir, c.MasterName, host, mport, q, c.MasterName, down.Milliseconds(), c.MasterName, fo.Milliseconds(), c.MasterName), nil
 }
 
 // Server is a running redis-server child process.
@@ -123,6 +171,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	args := []string{"--daemonize", "no", "--dir", s.dir, "--logfile", s.logFile}
+	if (cfg.Sentinel != nil || cfg.ReplicaOf != "") && cfg.Port == 0 {
+		return nil, errors.Join(errors.New("redisserver: a sentinel or a replica needs a TCP port"), s.removeDir())
+	}
+	if cfg.Sentinel != nil {
+		conf, err := cfg.Sentinel.conf(cfg.Port, s.dir)
+		if err != nil {
+			return nil, errors.Join(err, s.removeDir())
+		}
+		path := filepath.Join(s.dir, "sentinel.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			return nil, errors.Join(fmt.Errorf("redisserver: sentinel config: %w", err), s.removeDir())
+		}
+		// The configuration file comes first, then sentinel mode.
+		args = append([]string{path, "--sentinel"}, args...)
+	}
 	if cfg.Port == 0 {
 		s.network = "unix"
 		s.addr = filepath.Join(s.dir, socketName)
@@ -142,12 +205,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-port", strconv.Itoa(cfg.ClusterBusPort), "--cluster-node-timeout", strconv.Itoa(clusterNodeTimeoutMs))
 	}
+	if cfg.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(cfg.ReplicaOf)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("redisserver: replicaof %q: %w", cfg.ReplicaOf, err), s.removeDir())
+		}
+		args = append(args, "--replicaof", host, port)
+	}
 	switch cfg.AppendFsync {
 	case "", "always", "everysec", "no":
 	default:
 		return nil, errors.Join(fmt.Errorf("redisserver: appendfsync %q is not always, everysec or no", cfg.AppendFsync), s.removeDir())
 	}
-	if cfg.Persist {
+	if cfg.Sentinel != nil {
+		// A sentinel keeps no data.
+	} else if cfg.Persist {
 		args = append(args, "--appendonly", "yes")
 		if cfg.AppendFsync != "" {
 			args = append(args, "--appendfsync", cfg.AppendFsync)
