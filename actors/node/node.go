@@ -137,6 +137,9 @@ type StoreOptions struct {
 	PoolSize int
 	// StockLedgerMax is commerce.Config.LedgerMaxLen.
 	StockLedgerMax int64
+	// Replication makes every store's writes wait for replicas (WAIT);
+	// the zero value waits for none.
+	Replication Replication
 }
 
 // NewStores builds one client per distinct URL without contacting Redis.
@@ -144,6 +147,9 @@ type StoreOptions struct {
 // process can be started before its Redis answers and wait with
 // WaitStores; only a malformed URL fails here.
 func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
+	if err := opt.Replication.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Stores{}
 	byURL := map[string]redis.UniversalClient{}
 	get := func(u string) (redis.UniversalClient, error) {
@@ -176,6 +182,12 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	ev, rm, cs, loc, rel := must(urls.Events, StoreEvents), must(urls.ReadModel, StoreReadModel), must(urls.Commerce, StoreCommerce),
 		must(urls.Location, StoreLocation), must(urls.Relocation, StoreRelocation)
 	if err := errors.Join(errs...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	// After every store's client exists: a clone made later would inherit
+	// a hook bound to the client it was cloned from.
+	if err := addWaitHooks(opt.Replication, []redis.UniversalClient{ev, rm, cs, loc, rel}); err != nil {
 		s.Close()
 		return nil, err
 	}

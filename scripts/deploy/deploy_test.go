@@ -476,6 +476,7 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 		// A production order store must keep what it acknowledged:
 		// the process checks its Redis masters (actors/node/durable.go).
 		require.Equal(t, "true", env["SHOPPINGMALL_REQUIRE_DURABLE_STORE"], "%s: -require-durable-store is on", where)
+		require.Equal(t, "1", env["SHOPPINGMALL_REDIS_WAIT_REPLICAS"], "%s: a write waits for one replica", where)
 		if flags["order-id-secret"] {
 			require.NotNil(t, findEnv(c.Env, "SHOPPINGMALL_ORDER_ID_SECRET").ValueFrom.SecretKeyRef, "%s: the OrderId secret comes from a Secret", where)
 		}

@@ -49,6 +49,10 @@ type Common struct {
 	// lose acknowledged writes, and turns the process unready when one
 	// appears later (node.WaitConfig.RequireDurable, node.WatchDurable).
 	RequireDurableStore bool
+	// RedisWaitReplicas and RedisWaitTimeout are node.Replication: how
+	// many replicas must hold a write before it is acknowledged.
+	RedisWaitReplicas int
+	RedisWaitTimeout  time.Duration
 	// service is the process kind (the flag set's name): the traces'
 	// default service.name.
 	service string
@@ -81,6 +85,8 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format on stderr: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.RequireDurableStore, "require-durable-store", false, "refuse to start when a store's Redis master runs without the append-only file, with appendfsync no, or with an eviction policy other than noeviction; checked again every 10s while running (unready when it fails)")
+	fs.IntVar(&c.RedisWaitReplicas, "redis-wait-replicas", 0, "replicas of each store's Redis that must hold a write (WAIT) before it is acknowledged; fewer in time is 503 STORE_UNAVAILABLE and the step retries; 0 sends no WAIT")
+	fs.DurationVar(&c.RedisWaitTimeout, "redis-wait-timeout", time.Second, "how long one WAIT for -redis-wait-replicas may take")
 	fs.Int64Var(&c.StockLedgerMax, "stock-ledger-max", 0, "movements kept per SKU in the stock ledger, about (older ones are trimmed as new ones are appended); 0 = 10000, negative = keep every movement")
 }
 
@@ -98,6 +104,9 @@ func (c *Common) Parse(fs *flag.FlagSet, args []string) error {
 	}
 	if c.Provider == string(cluster.ProviderTest) {
 		return errors.New("-provider test works only inside one process; use automanaged")
+	}
+	if err := c.Replication().Validate(); err != nil {
+		return err
 	}
 	if t := c.ClusterTLS; t.Enabled() && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
 		return errors.New("-cluster-tls-cert, -cluster-tls-key and -cluster-tls-ca go together")
@@ -162,6 +171,14 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 	}
 }
 
+// Replication is the stores' write acknowledgement from
+// -redis-wait-replicas and -redis-wait-timeout. It is configured, never
+// detected: a replica that happens to be down at start-up must not turn
+// the guarantee off.
+func (c *Common) Replication() node.Replication {
+	return node.Replication{Replicas: c.RedisWaitReplicas, Timeout: c.RedisWaitTimeout}
+}
+
 // EnvDefaults fills every flag of fs not given on the command line from
 // SHOPPINGMALL_<FLAG>, for flag sets beyond Common (e.g. subcommands).
 func EnvDefaults(fs *flag.FlagSet) error { return envDefaults(fs, os.LookupEnv) }
@@ -213,7 +230,8 @@ func (c *Common) Open() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax})
+	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax,
+		Replication: c.Replication()})
 	if err != nil {
 		return nil, err
 	}

@@ -85,3 +85,28 @@ func TestClusterTLSFlagsReachTheClusterConfig(t *testing.T) {
 	half.Register(fs, "workflow-a", 6333)
 	require.ErrorContains(t, half.Parse(fs, []string{"-cluster-tls-cert", "certs/cert.pem"}), "go together")
 }
+
+// The replica count of WAIT is configured, by flag or environment, and
+// reaches the stores' options; a negative one is refused at start-up.
+func TestRedisWaitFlags(t *testing.T) {
+	var c Common
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, "workflow-a", 6333)
+	require.NoError(t, c.Parse(fs, nil))
+	require.Equal(t, node.Replication{Replicas: 0, Timeout: time.Second}, c.Replication(), "no WAIT by default")
+
+	c = Common{}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, "api-a", 6331)
+	t.Setenv("SHOPPINGMALL_REDIS_WAIT_REPLICAS", "1")
+	require.NoError(t, c.Parse(fs, []string{"-redis-wait-timeout", "250ms"}))
+	require.Equal(t, node.Replication{Replicas: 1, Timeout: 250 * time.Millisecond}, c.Replication())
+
+	c = Common{}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Register(fs, "api-a", 6331)
+	require.ErrorIs(t, c.Parse(fs, []string{"-redis-wait-replicas", "-1"}), node.ErrBadReplication)
+}

@@ -1,0 +1,107 @@
+package node
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+func TestReplicationSettings(t *testing.T) {
+	for _, bad := range []Replication{{Replicas: -1}, {Replicas: 1, Timeout: -time.Second}, {Replicas: 1, Timeout: clientIOTimeout}} {
+		require.ErrorIs(t, bad.Validate(), ErrBadReplication, "%+v", bad)
+	}
+	require.NoError(t, Replication{}.Validate())
+	_, err := NewStores(RedisURLs{Default: "redis+cluster://127.0.0.1:7000"}, StoreOptions{Replication: Replication{Replicas: 1}})
+	require.ErrorIs(t, err, ErrBadReplication, "a Redis Cluster URL with WAIT is refused, not silently unreplicated")
+	require.ErrorContains(t, err, "Redis Cluster")
+}
+
+// TestWritesWaitForTheReplica: with one replica required, every store's
+// writes (scripts, plain commands, pipelines) are acknowledged only once
+// the replica holds them. A stopped replica turns each write into a 503
+// STORE_UNAVAILABLE in doubt within the WAIT timeout, and reads still
+// answer; once it runs again, writes are acknowledged again.
+func TestWritesWaitForTheReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ports, err := redisserver.FreePorts(2)
+	require.NoError(t, err)
+	primary, err := redisserver.Start(ctx, redisserver.Config{Port: ports[0]})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop() })
+	replica, err := redisserver.Start(ctx, redisserver.Config{Port: ports[1], ReplicaOf: primary.Addr()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = replica.Stop() })
+	t.Logf("primary pid=%d %s, replica pid=%d %s", primary.PID(), primary.Addr(), replica.PID(), replica.Addr())
+	rc := replica.Client()
+	defer rc.Close()
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && contains(info, "master_link_status:up")
+	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
+
+	st, err := OpenStores(ctx, RedisURLs{Default: primary.URL()}, StoreOptions{
+		Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
+		// The per-store clients, as the processes run them.
+		StoreHook: func(string) redis.Hook { return nopHook{} },
+	})
+	require.NoError(t, err)
+	defer st.Close()
+	idem := st.Commerce.Idempotency()
+	reserve := func(key string) error {
+		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
+		return err
+	}
+	require.NoError(t, reserve("k-1"), "a script")
+	require.NoError(t, st.Commerce.ApplySeed(ctx, commerce.DemoSeed()), "a pipeline of writes")
+	m, err := rc.HGetAll(ctx, "sm:cs:idem:{k-1}").Result()
+	require.NoError(t, err)
+	require.Equal(t, "ord-k-1", m["orderId"], "acknowledged means on the replica")
+
+	require.NoError(t, syscall.Kill(replica.PID(), syscall.SIGSTOP))
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(replica.PID(), syscall.SIGCONT)
+		}
+	}()
+	began := time.Now()
+	err = reserve("k-2")
+	took := time.Since(began)
+	require.ErrorContains(t, err, "0 of 1 replicas", "the shortfall, named")
+	require.ErrorIs(t, err, commerce.ErrUnavailable, "in doubt, as a timeout")
+	require.Equal(t, errkind.StoreUnavailable, errkind.Of(err))
+	require.Less(t, took, 2*time.Second, "bounded by the WAIT timeout")
+	t.Logf("FIGURE a write with its replica stopped: %s in doubt after %s", "503 STORE_UNAVAILABLE", took.Round(time.Millisecond))
+	got, err := idem.Get(ctx, "k-2")
+	require.NoError(t, err, "reads answer, and may show a write a failover could still lose")
+	require.Equal(t, "ord-k-2", got.OrderID)
+
+	require.NoError(t, syscall.Kill(replica.PID(), syscall.SIGCONT))
+	stopped = false
+	var n int
+	require.Eventually(t, func() bool {
+		n++
+		return reserve("k-3-"+strconv.Itoa(n)) == nil
+	}, 20*time.Second, 50*time.Millisecond, "writes are acknowledged again once the replica runs")
+}
+
+type nopHook struct{}
+
+func (nopHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (nopHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (nopHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
