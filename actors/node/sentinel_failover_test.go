@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -75,4 +76,103 @@ func TestStoresFollowASentinelFailover(t *testing.T) {
 	m, err := idem.Get(ctx, "before")
 	require.NoError(t, err, "the write WAIT saw replicated survived the failover")
 	require.Equal(t, "ord-before", m.OrderID)
+}
+
+// TestALaggingReplicaLosesNothingAcknowledged is the durability issue's
+// lagging replica, with writes waiting for one replica: the replica is
+// stopped (writes now answer 503, in doubt), the primary is SIGKILLed,
+// the replica runs again and the sentinel promotes it. Every write that
+// was acknowledged is on the new primary; once the old primary's port
+// serves again, the sentinel makes it the new primary's replica and
+// writes are acknowledged again.
+func TestALaggingReplicaLosesNothingAcknowledged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ports, err := redisserver.FreePorts(3)
+	require.NoError(t, err)
+	start := func(cfg redisserver.Config) *redisserver.Server {
+		t.Helper()
+		s, err := redisserver.Start(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Stop() })
+		t.Logf("redis pid=%d addr=%s sentinel=%v", s.PID(), s.Addr(), cfg.Sentinel != nil)
+		return s
+	}
+	primary := start(redisserver.Config{Port: ports[0]})
+	replica := start(redisserver.Config{Port: ports[1], ReplicaOf: primary.Addr()})
+	sentinel := start(redisserver.Config{Port: ports[2], Sentinel: &redisserver.Sentinel{
+		MasterName: "mall", Master: primary.Addr(), DownAfter: time.Second, FailoverTimeout: 5 * time.Second,
+	}})
+	sc := sentinel.Client()
+	defer sc.Close()
+	require.Eventually(t, func() bool {
+		n, err := sc.Do(ctx, "SENTINEL", "REPLICAS", "mall").Slice()
+		return err == nil && len(n) == 1
+	}, 20*time.Second, 50*time.Millisecond, "the sentinel sees the replica")
+	rc := replica.Client()
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
+	rc.Close()
+
+	st, err := OpenStores(ctx, RedisURLs{Default: "redis+sentinel://" + sentinel.Addr() + "/0?master_name=mall"},
+		StoreOptions{Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	defer st.Close()
+	idem := st.Commerce.Idempotency()
+	reserve := func(key string) error {
+		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
+		return err
+	}
+	var acked []string
+	for i := range 50 {
+		k := "acked-" + strconv.Itoa(i)
+		require.NoError(t, reserve(k))
+		acked = append(acked, k)
+	}
+
+	require.NoError(t, syscall.Kill(replica.PID(), syscall.SIGSTOP))
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(replica.PID(), syscall.SIGCONT)
+		}
+	}()
+	inDoubt := 0
+	for i := range 5 {
+		if err := reserve("doubt-" + strconv.Itoa(i)); err != nil {
+			require.ErrorIs(t, err, commerce.ErrUnavailable, "a write its replica does not hold is not acknowledged")
+			inDoubt++
+		}
+	}
+	require.Equal(t, 5, inDoubt, "no write is acknowledged while the replica is stopped")
+	require.NoError(t, syscall.Kill(primary.PID(), syscall.SIGKILL))
+	<-primary.Exited()
+	require.NoError(t, syscall.Kill(replica.PID(), syscall.SIGCONT))
+	resumed = true
+	killed := time.Now()
+
+	require.Eventually(t, func() bool {
+		addr, err := sc.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mall").StringSlice()
+		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == replica.Addr()
+	}, 45*time.Second, 100*time.Millisecond, "the sentinel promotes the replica")
+	t.Logf("FIGURE lagging replica: promoted %s after the primary's SIGKILL", time.Since(killed).Round(10*time.Millisecond))
+	for _, k := range acked {
+		m, err := idem.Get(ctx, k)
+		require.NoError(t, err, "acknowledged %s survives the failover", k)
+		require.Equal(t, "ord-"+k, m.OrderID)
+	}
+
+	// With no replica left every write is in doubt, as configured; the
+	// old primary's port serving again gives the new primary its replica.
+	require.Error(t, reserve("no-replica"), "one replica is required, and none runs")
+	start(redisserver.Config{Port: ports[0]})
+	var n int
+	require.Eventually(t, func() bool {
+		n++
+		return reserve("after-"+strconv.Itoa(n)) == nil
+	}, 60*time.Second, 200*time.Millisecond, "writes are acknowledged once the sentinel made the old primary a replica")
+	t.Logf("FIGURE lagging replica: %d acknowledged writes before the fault, 0 lost; %d writes refused as in doubt; acknowledged again %s after the kill",
+		len(acked), inDoubt, time.Since(killed).Round(10*time.Millisecond))
 }
