@@ -225,8 +225,8 @@ type Config struct {
 	// would give a retried key a second order whenever its mapping is
 	// gone.
 	OrderIDSecret []byte
-	// NewID returns fresh ids (sourceCommandIds, the random OrderIds of
-	// AdminRouter.NewOrderID); optional, default random UUIDs.
+	// NewID returns fresh ids (sourceCommandIds of operator commands);
+	// optional, default random UUIDs.
 	NewID func() string
 }
 

@@ -96,9 +96,5 @@ func (a AdminRouter) OrderID(r *http.Request) (string, error) { return pathOrder
 // CheckID checks an id or key named field as every route does.
 func (a AdminRouter) CheckID(field, v string) error { return checkID(field, v) }
 
-// NewOrderID returns a fresh random OrderId, of the shape POST /orders
-// gave before OrderIds were derived.
-func (a AdminRouter) NewOrderID() string { return a.s.newOrderID() }
-
 // OrderIDFor returns the OrderId POST /orders reserves for idempotencyKey.
 func (a AdminRouter) OrderIDFor(idempotencyKey string) string { return a.s.orderIDFor(idempotencyKey) }

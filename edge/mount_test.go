@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
 )
 
 // echoMount is a mounted surface that answers with what the router's
@@ -41,7 +43,7 @@ func (echoMount) Mount(r AdminRouter) {
 	})
 	r.Handle("POST", "/mounted/start", func(w http.ResponseWriter, req *http.Request) {
 		if sr := r.DecodeStartOrder(w, req); sr != nil {
-			r.JSON(w, http.StatusOK, map[string]string{"key": sr.IdempotencyKey, "orderId": r.NewOrderID()})
+			r.JSON(w, http.StatusOK, map[string]string{"key": sr.IdempotencyKey, "orderId": r.OrderIDFor(sr.IdempotencyKey)})
 		}
 	})
 	r.Handle("GET", "/mounted/missing", func(w http.ResponseWriter, req *http.Request) {
@@ -55,7 +57,6 @@ func TestMountedRoutesUseTheEdgeShapes(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.AdminToken = testAdminToken
 		c.Mounts = []Mount{echoMount{}}
-		c.NewID = func() string { return "fixed" }
 	})
 
 	w := e.admin("GET", "/mounted/orders/ord-7/echo", "")
@@ -83,7 +84,7 @@ func TestMountedRoutesUseTheEdgeShapes(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	var got map[string]string
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
-	require.Equal(t, map[string]string{"key": "key-1", "orderId": "ord-fixed"}, got, "an OrderId made as POST /orders makes one")
+	require.Equal(t, map[string]string{"key": "key-1", "orderId": order.OrderIDFor([]byte(testOrderIDSecret), "key-1")}, got, "an OrderId made as POST /orders makes one")
 	w = e.admin("POST", "/mounted/start", `{"cartId":"c"}`)
 	require.Equal(t, http.StatusBadRequest, w.Code)
 

@@ -185,10 +185,6 @@ func (s *Server) orderIDFor(idempotencyKey string) string {
 	return order.OrderIDFor(s.cfg.OrderIDSecret, idempotencyKey)
 }
 
-// newOrderID returns a random OrderId, for synthetic orders that no
-// idempotency key names.
-func (s *Server) newOrderID() string { return "ord-" + s.cfg.NewID() }
-
 // getOrder is GET /orders/{orderId}: the read model only, no grain call,
 // no side effect (spec §7.4). With waitFor=terminal it is a bounded wait
 // for the outcome (wait.go), just as free of side effects.

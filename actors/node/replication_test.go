@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 func TestReplicationSettings(t *testing.T) {
@@ -34,21 +32,10 @@ func TestReplicationSettings(t *testing.T) {
 func TestWritesWaitForTheReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ports, err := redisserver.FreePorts(2)
-	require.NoError(t, err)
-	primary, err := redisserver.Start(ctx, redisserver.Config{Port: ports[0]})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop() })
-	replica, err := redisserver.Start(ctx, redisserver.Config{Port: ports[1], ReplicaOf: primary.Addr()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = replica.Stop() })
-	t.Logf("primary pid=%d %s, replica pid=%d %s", primary.PID(), primary.Addr(), replica.PID(), replica.Addr())
+	h := startHA(ctx, t, false)
+	primary, replica := h.primary, h.replica
 	rc := replica.Client()
 	defer rc.Close()
-	require.Eventually(t, func() bool {
-		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && contains(info, "master_link_status:up")
-	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
 
 	st, err := OpenStores(ctx, RedisURLs{Default: primary.URL()}, StoreOptions{
 		Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
@@ -58,10 +45,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	idem := st.Commerce.Idempotency()
-	reserve := func(key string) error {
-		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
-		return err
-	}
+	reserve := reserver(ctx, st)
 	require.NoError(t, reserve("k-1"), "a script")
 	require.NoError(t, st.Commerce.ApplySeed(ctx, commerce.DemoSeed()), "a pipeline of writes")
 	m, err := rc.HGetAll(ctx, "sm:cs:idem:{k-1}").Result()
@@ -103,5 +87,3 @@ func (nopHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return ne
 func (nopHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

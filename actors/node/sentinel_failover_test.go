@@ -15,6 +15,65 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
+// haRedis is a primary and its replica, in sync, and optionally a
+// sentinel that watches them as "mall" and sees the replica; every
+// process is stopped by its PID at the test's end.
+type haRedis struct {
+	ports                      []int
+	primary, replica, sentinel *redisserver.Server
+}
+
+func startHA(ctx context.Context, t *testing.T, withSentinel bool) haRedis {
+	t.Helper()
+	ports, err := redisserver.FreePorts(3)
+	require.NoError(t, err)
+	h := haRedis{ports: ports}
+	h.primary = startRedis(ctx, t, redisserver.Config{Port: ports[0]})
+	h.replica = startRedis(ctx, t, redisserver.Config{Port: ports[1], ReplicaOf: h.primary.Addr()})
+	rc := h.replica.Client()
+	defer rc.Close()
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
+	if !withSentinel {
+		return h
+	}
+	h.sentinel = startRedis(ctx, t, redisserver.Config{Port: ports[2], Sentinel: &redisserver.Sentinel{
+		MasterName: "mall", Master: h.primary.Addr(), DownAfter: time.Second, FailoverTimeout: 5 * time.Second,
+	}})
+	sc := h.sentinel.Client()
+	defer sc.Close()
+	require.Eventually(t, func() bool {
+		n, err := sc.Do(ctx, "SENTINEL", "REPLICAS", "mall").Slice()
+		return err == nil && len(n) == 1
+	}, 20*time.Second, 50*time.Millisecond, "the sentinel sees the replica")
+	return h
+}
+
+// sentinelURL names the primary through the sentinel.
+func (h haRedis) sentinelURL() string {
+	return "redis+sentinel://" + h.sentinel.Addr() + "/0?master_name=mall"
+}
+
+func startRedis(ctx context.Context, t *testing.T, cfg redisserver.Config) *redisserver.Server {
+	t.Helper()
+	s, err := redisserver.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop() })
+	t.Logf("redis pid=%d addr=%s sentinel=%v replica-of=%q", s.PID(), s.Addr(), cfg.Sentinel != nil, cfg.ReplicaOf)
+	return s
+}
+
+// reserver reserves an idempotency key for "ord-<key>": one write script.
+func reserver(ctx context.Context, st *Stores) func(key string) error {
+	idem := st.Commerce.Idempotency()
+	return func(key string) error {
+		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
+		return err
+	}
+}
+
 // TestStoresFollowASentinelFailover: the stores reach a primary through
 // a redis+sentinel URL, the primary is SIGKILLed, the sentinel promotes
 // the replica, and the same Stores write there without being reopened;
@@ -22,38 +81,16 @@ import (
 func TestStoresFollowASentinelFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	ports, err := redisserver.FreePorts(3)
-	require.NoError(t, err)
-	start := func(cfg redisserver.Config) *redisserver.Server {
-		t.Helper()
-		s, err := redisserver.Start(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Stop() })
-		t.Logf("redis pid=%d addr=%s sentinel=%v", s.PID(), s.Addr(), cfg.Sentinel != nil)
-		return s
-	}
-	primary := start(redisserver.Config{Port: ports[0]})
-	replica := start(redisserver.Config{Port: ports[1], ReplicaOf: primary.Addr()})
-	sentinel := start(redisserver.Config{Port: ports[2], Sentinel: &redisserver.Sentinel{
-		MasterName: "mall", Master: primary.Addr(), DownAfter: time.Second, FailoverTimeout: 5 * time.Second,
-	}})
-
+	h := startHA(ctx, t, true)
+	primary, replica, sentinel := h.primary, h.replica, h.sentinel
 	sc := sentinel.Client()
 	defer sc.Close()
-	require.Eventually(t, func() bool {
-		n, err := sc.Do(ctx, "SENTINEL", "REPLICAS", "mall").Slice()
-		return err == nil && len(n) == 1
-	}, 20*time.Second, 50*time.Millisecond, "the sentinel sees the replica")
 
-	u := "redis+sentinel://" + sentinel.Addr() + "/0?master_name=mall"
-	st, err := OpenStores(ctx, RedisURLs{Default: u}, StoreOptions{})
+	st, err := OpenStores(ctx, RedisURLs{Default: h.sentinelURL()}, StoreOptions{})
 	require.NoError(t, err)
 	defer st.Close()
 	idem := st.Commerce.Idempotency()
-	reserve := func(key string) error {
-		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
-		return err
-	}
+	reserve := reserver(ctx, st)
 	require.NoError(t, reserve("before"))
 	rc := replica.Client()
 	require.Eventually(t, func() bool {
@@ -89,43 +126,17 @@ func TestStoresFollowASentinelFailover(t *testing.T) {
 func TestALaggingReplicaLosesNothingAcknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	ports, err := redisserver.FreePorts(3)
-	require.NoError(t, err)
-	start := func(cfg redisserver.Config) *redisserver.Server {
-		t.Helper()
-		s, err := redisserver.Start(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Stop() })
-		t.Logf("redis pid=%d addr=%s sentinel=%v", s.PID(), s.Addr(), cfg.Sentinel != nil)
-		return s
-	}
-	primary := start(redisserver.Config{Port: ports[0]})
-	replica := start(redisserver.Config{Port: ports[1], ReplicaOf: primary.Addr()})
-	sentinel := start(redisserver.Config{Port: ports[2], Sentinel: &redisserver.Sentinel{
-		MasterName: "mall", Master: primary.Addr(), DownAfter: time.Second, FailoverTimeout: 5 * time.Second,
-	}})
-	sc := sentinel.Client()
+	h := startHA(ctx, t, true)
+	primary, replica := h.primary, h.replica
+	sc := h.sentinel.Client()
 	defer sc.Close()
-	require.Eventually(t, func() bool {
-		n, err := sc.Do(ctx, "SENTINEL", "REPLICAS", "mall").Slice()
-		return err == nil && len(n) == 1
-	}, 20*time.Second, 50*time.Millisecond, "the sentinel sees the replica")
-	rc := replica.Client()
-	require.Eventually(t, func() bool {
-		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
-	rc.Close()
 
-	st, err := OpenStores(ctx, RedisURLs{Default: "redis+sentinel://" + sentinel.Addr() + "/0?master_name=mall"},
+	st, err := OpenStores(ctx, RedisURLs{Default: h.sentinelURL()},
 		StoreOptions{Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	defer st.Close()
 	idem := st.Commerce.Idempotency()
-	reserve := func(key string) error {
-		_, _, err := idem.Reserve(ctx, key, commerce.Mapping{OrderID: "ord-" + key, Fingerprint: "fp"})
-		return err
-	}
+	reserve := reserver(ctx, st)
 	var acked []string
 	for i := range 50 {
 		k := "acked-" + strconv.Itoa(i)
@@ -168,7 +179,7 @@ func TestALaggingReplicaLosesNothingAcknowledged(t *testing.T) {
 	// With no replica left every write is in doubt, as configured; the
 	// old primary's port serving again gives the new primary its replica.
 	require.Error(t, reserve("no-replica"), "one replica is required, and none runs")
-	start(redisserver.Config{Port: ports[0]})
+	startRedis(ctx, t, redisserver.Config{Port: h.ports[0]})
 	var n int
 	require.Eventually(t, func() bool {
 		n++

@@ -336,17 +336,11 @@ var (
 // their newest writes would.
 func (h *harness) del(keys ...string) {
 	h.t.Helper()
-	opt, err := redis.ParseURL(h.redisURL)
-	require.NoError(h.t, err)
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(h.t, rdb.Del(ctx, keys...).Err())
+	h.onRedis(func(ctx context.Context, rdb *redis.Client) { require.NoError(h.t, rdb.Del(ctx, keys...).Err()) })
 }
 
-// keysNaming lists the stores' keys whose name holds s.
-func (h *harness) keysNaming(s string) []string {
+// onRedis runs f with a client of the stores' redis-server of its own.
+func (h *harness) onRedis(f func(context.Context, *redis.Client)) {
 	h.t.Helper()
 	opt, err := redis.ParseURL(h.redisURL)
 	require.NoError(h.t, err)
@@ -354,7 +348,17 @@ func (h *harness) keysNaming(s string) []string {
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	keys, err := rdb.Keys(ctx, "*"+s+"*").Result()
-	require.NoError(h.t, err)
+	f(ctx, rdb)
+}
+
+// keysNaming lists the stores' keys whose name holds s.
+func (h *harness) keysNaming(s string) []string {
+	h.t.Helper()
+	var keys []string
+	h.onRedis(func(ctx context.Context, rdb *redis.Client) {
+		var err error
+		keys, err = rdb.Keys(ctx, "*"+s+"*").Result()
+		require.NoError(h.t, err)
+	})
 	return keys
 }
