@@ -19,9 +19,16 @@ import (
 //     callers (grain retries, the edge's Retry-After) retry on their own
 //     terms.
 //
+// A Redis Cluster client also reloads its slot map every second while it
+// has traffic (clusterStateReload): go-redis reloads it at once on MOVED
+// or ASK, but a master that dies answers neither, and with go-redis'
+// default of 60 s its slots would stay routed to the dead address for up
+// to a minute after its replica took them over.
+//
 // A URL that sets any of these (dial_timeout=, max_retries=, ...) keeps
 // its own value.
 const (
+	clusterStateReload    = time.Second
 	clientDialTimeout     = time.Second
 	clientIOTimeout       = 3 * time.Second
 	clientMaxRetries      = 1
@@ -36,6 +43,9 @@ func boundOptions(o *redis.Options) {
 
 func boundClusterOptions(o *redis.ClusterOptions) {
 	o.ContextTimeoutEnabled = true
+	if o.ClusterStateReloadInterval == 0 {
+		o.ClusterStateReloadInterval = clusterStateReload
+	}
 	bound(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff)
 }
 

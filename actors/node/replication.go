@@ -162,24 +162,31 @@ var readOnly = map[string]bool{
 func writes(cmd redis.Cmder) bool { return !readOnly[cmd.Name()] }
 
 // addWaitHooks makes every client in clients WAIT for rep's replicas after
-// each write, once per client. A Redis Cluster client is refused: its
-// WAIT would have to go to each key's master on the write's connection,
-// which go-redis' cluster client does not expose.
+// each write, once per client. On a Redis Cluster the hook sits on each
+// node's client (go-redis' OnNewNode, before the first command creates
+// one): the cluster client sends a command, or a pipeline's share of one
+// node, through that node's client, so WAIT goes on the connection that
+// wrote, to the key's master, and counts that master's replicas. A MOVED
+// or ASK reply is the write's own error; the cluster client follows it to
+// the right node, whose client waits there.
 func addWaitHooks(rep Replication, clients []redis.UniversalClient) error {
 	if rep.Replicas == 0 {
 		return nil
 	}
 	rep = rep.withDefaults()
-	done := map[*redis.Client]bool{}
+	done := map[redis.UniversalClient]bool{}
 	for _, c := range clients {
+		if done[c] {
+			continue
+		}
+		done[c] = true
 		switch rc := c.(type) {
 		case *redis.Client:
-			if !done[rc] {
-				done[rc] = true
-				rc.AddHook(&waitHook{rep: rep, client: rc})
-			}
+			rc.AddHook(&waitHook{rep: rep, client: rc})
+		case *redis.ClusterClient:
+			rc.OnNewNode(func(n *redis.Client) { n.AddHook(&waitHook{rep: rep, client: n}) })
 		default:
-			return fmt.Errorf("%w: waiting for %d replicas needs one server or Sentinel; a Redis Cluster URL is not supported with -redis-wait-replicas", ErrBadReplication, rep.Replicas)
+			return fmt.Errorf("%w: waiting for replicas needs a go-redis client or cluster client, not %T", ErrBadReplication, c)
 		}
 	}
 	return nil

@@ -19,9 +19,6 @@ func TestReplicationSettings(t *testing.T) {
 		require.ErrorIs(t, bad.Validate(), ErrBadReplication, "%+v", bad)
 	}
 	require.NoError(t, Replication{}.Validate())
-	_, err := NewStores(RedisURLs{Default: "redis+cluster://127.0.0.1:7000"}, StoreOptions{Replication: Replication{Replicas: 1}})
-	require.ErrorIs(t, err, ErrBadReplication, "a Redis Cluster URL with WAIT is refused, not silently unreplicated")
-	require.ErrorContains(t, err, "Redis Cluster")
 }
 
 // TestWritesWaitForTheReplica: with one replica required, every store's

@@ -40,8 +40,9 @@ const (
 // ErrCluster: the cluster could not be formed or reshaped.
 var ErrCluster = errors.New("redisserver: redis cluster")
 
-// ClusterConfig describes a local Redis Cluster of masters only (no
-// replicas: nothing here fails over).
+// ClusterConfig describes a local Redis Cluster: masters, and with
+// Replicas that many replicas of each, which take over a master that
+// fails (within NodeTimeout and a little more).
 type ClusterConfig struct {
 	// Bin is the redis-server executable; default from PATH.
 	Bin string
@@ -56,6 +57,15 @@ type ClusterConfig struct {
 	// picked by binding it) below the kernel's ephemeral range.
 	Ports    []int
 	BusPorts []int
+	// Replicas is how many replicas each master gets (default none);
+	// replica j of master i runs in node-<i+1>-r<j+1>.
+	Replicas int
+	// ReplicaPorts and ReplicaBusPorts are the replicas' ports, master by
+	// master (Masters*Replicas each); default free ports.
+	ReplicaPorts    []int
+	ReplicaBusPorts []int
+	// NodeTimeout is every node's Config.ClusterNodeTimeout; default 5 s.
+	NodeTimeout time.Duration
 	// Persist keeps every node's data (RDB and AOF) in its directory.
 	Persist bool
 	// AppendFsync is every node's Config.AppendFsync.
@@ -65,10 +75,13 @@ type ClusterConfig struct {
 // Cluster is a running local Redis Cluster: one redis-server child
 // process per master, each stopped by its PID.
 type Cluster struct {
-	nodes   []*Server
-	ids     []string // node ids, as nodes
-	dir     string
-	ownsDir bool
+	nodes    []*Server
+	cfgs     []Config  // each master's, for RestartNode
+	ids      []string  // node ids, as nodes
+	replicas []*Server // master by master: replicas[i*per+j]
+	per      int       // replicas per master
+	dir      string
+	ownsDir  bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -77,8 +90,9 @@ type Cluster struct {
 // StartCluster starts the masters, gives each its range of slots
 // (CLUSTER ADDSLOTSRANGE), introduces them to each other (CLUSTER MEET)
 // and waits, bounded by ctx (or 30s), until every node reports
-// cluster_state:ok and knows every slot's owner. On failure everything
-// started is stopped again.
+// cluster_state:ok and knows every slot's owner. With Replicas it then
+// starts the replicas, makes each CLUSTER REPLICATE its master and waits
+// until each is in sync. On failure everything started is stopped again.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -103,7 +117,22 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if len(ports) != n || len(busPorts) != n {
 		return nil, fmt.Errorf("%w: %d masters need %d ports and %d bus ports (got %d and %d)", ErrCluster, n, n, n, len(ports), len(busPorts))
 	}
-	c := &Cluster{dir: cfg.Dir}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("%w: %d replicas per master", ErrCluster, cfg.Replicas)
+	}
+	nr := n * cfg.Replicas
+	rports, rbus := cfg.ReplicaPorts, cfg.ReplicaBusPorts
+	if nr > 0 && len(rports) == 0 && len(rbus) == 0 {
+		free, err := FreePorts(2 * nr)
+		if err != nil {
+			return nil, err
+		}
+		rports, rbus = free[:nr], free[nr:]
+	}
+	if len(rports) != nr || len(rbus) != nr {
+		return nil, fmt.Errorf("%w: %d replicas need %d ports and %d bus ports (got %d and %d)", ErrCluster, nr, nr, nr, len(rports), len(rbus))
+	}
+	c := &Cluster{dir: cfg.Dir, per: cfg.Replicas}
 	if c.dir == "" {
 		d, err := os.MkdirTemp("", "rdc")
 		if err != nil {
@@ -115,23 +144,119 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, errors.Join(err, c.Stop())
 	}
 	for i := range n {
-		s, err := Start(ctx, Config{
-			Bin:            cfg.Bin,
-			Dir:            filepath.Join(c.dir, "node-"+strconv.Itoa(i+1)),
-			Port:           ports[i],
-			ClusterBusPort: busPorts[i],
-			Persist:        cfg.Persist,
-			AppendFsync:    cfg.AppendFsync,
-		})
+		nc := Config{
+			Bin:                cfg.Bin,
+			Dir:                filepath.Join(c.dir, "node-"+strconv.Itoa(i+1)),
+			Port:               ports[i],
+			ClusterBusPort:     busPorts[i],
+			ClusterNodeTimeout: cfg.NodeTimeout,
+			Persist:            cfg.Persist,
+			AppendFsync:        cfg.AppendFsync,
+		}
+		s, err := Start(ctx, nc)
 		if err != nil {
 			return fail(err)
 		}
 		c.nodes = append(c.nodes, s)
+		c.cfgs = append(c.cfgs, nc)
 	}
 	if err := c.form(ctx, busPorts); err != nil {
 		return fail(err)
 	}
+	for k := range nr {
+		s, err := Start(ctx, Config{
+			Bin:                cfg.Bin,
+			Dir:                filepath.Join(c.dir, "node-"+strconv.Itoa(k/cfg.Replicas+1)+"-r"+strconv.Itoa(k%cfg.Replicas+1)),
+			Port:               rports[k],
+			ClusterBusPort:     rbus[k],
+			ClusterNodeTimeout: cfg.NodeTimeout,
+			Persist:            cfg.Persist,
+			AppendFsync:        cfg.AppendFsync,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		c.replicas = append(c.replicas, s)
+	}
+	if err := c.attachReplicas(ctx, rbus); err != nil {
+		return fail(err)
+	}
 	return c, nil
+}
+
+// attachReplicas introduces every replica to the cluster, makes it
+// replicate its master, and waits until every node knows every other and
+// each replica's link to its master is up.
+func (c *Cluster) attachReplicas(ctx context.Context, busPorts []int) error {
+	if len(c.replicas) == 0 {
+		return nil
+	}
+	err := withClient(c.nodes[0], func(rc *redis.Client) error {
+		for k, s := range c.replicas {
+			host, port, _ := net.SplitHostPort(s.Addr())
+			if err := rc.Do(ctx, "CLUSTER", "MEET", host, port, busPorts[k]).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: meet replicas: %w", ErrCluster, err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for k, s := range c.replicas {
+		master := c.ids[k/c.per]
+		var last error
+		for {
+			// A replica can replicate only a master it already knows.
+			last = withClient(s, func(rc *redis.Client) error {
+				return rc.Do(ctx, "CLUSTER", "REPLICATE", master).Err()
+			})
+			if last == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %s replicating %s: %w (last: %v)", ErrCluster, s.Addr(), master, ctx.Err(), last)
+			case <-tick.C:
+			}
+		}
+	}
+	for {
+		last := c.agreed(ctx)
+		if last == nil {
+			last = c.replicasInSync(ctx)
+		}
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: replicas not in sync: %w (last: %v)", ErrCluster, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// replicasInSync reports a replica whose link to its master is not up.
+func (c *Cluster) replicasInSync(ctx context.Context) error {
+	for _, s := range c.replicas {
+		err := withClient(s, func(rc *redis.Client) error {
+			info, err := rc.Info(ctx, "replication").Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("%s: not in sync with its master yet", s.Addr())
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // form assigns the slots and joins the nodes, then waits for agreement.
@@ -200,7 +325,7 @@ func (c *Cluster) agreed(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes))+"\r\n") {
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes)+len(c.replicas))+"\r\n") {
 				return fmt.Errorf("%s: not ok yet", s.Addr())
 			}
 			epoch := infoField(info, "cluster_current_epoch")
@@ -275,6 +400,31 @@ func withClient(s *Server, fn func(*redis.Client) error) error {
 // range of slots.
 func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) }
 
+// RestartNode starts Nodes()[i] again, on its port and with its node
+// table, once its process has exited (a test killed it): it rejoins the
+// cluster under its node id, and if its replica took its slots meanwhile
+// it becomes that replica's replica. Nodes()[i] is the new process.
+func (c *Cluster) RestartNode(ctx context.Context, i int) error {
+	old := c.nodes[i]
+	select {
+	case <-old.Exited():
+	case <-ctx.Done():
+		return fmt.Errorf("%w: node %s has not exited: %w", ErrCluster, old.Addr(), ctx.Err())
+	}
+	s, err := Start(ctx, c.cfgs[i])
+	if err != nil {
+		return fmt.Errorf("%w: restart %s: %w", ErrCluster, old.Addr(), err)
+	}
+	c.nodes[i] = s
+	return nil
+}
+
+// Replicas are the replicas of Nodes()[i], as started: after a failover
+// one of them is its slots' master.
+func (c *Cluster) Replicas(i int) []*Server {
+	return append([]*Server(nil), c.replicas[i*c.per:(i+1)*c.per]...)
+}
+
 // NodeID is the cluster node id of Nodes()[i].
 func (c *Cluster) NodeID(i int) string { return c.ids[i] }
 
@@ -326,13 +476,15 @@ func (c *Cluster) PIDs() []int {
 	return pids
 }
 
-// Stop stops every master by its PID (as Server.Stop, concurrently) and
-// removes the directory StartCluster created. Safe to call more than once.
+// Stop stops every node, replicas included, by its PID (as Server.Stop,
+// concurrently) and removes the directory StartCluster created. Safe to
+// call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		errs := make([]error, len(c.nodes))
+		all := append(c.Nodes(), c.replicas...)
+		errs := make([]error, len(all))
 		var wg sync.WaitGroup
-		for i, s := range c.nodes {
+		for i, s := range all {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -70,6 +70,10 @@ type Config struct {
 	// bus; it needs a TCP Port. The server answers PING at once but serves
 	// no slot until it is given some: StartCluster forms a cluster.
 	ClusterBusPort int
+	// ClusterNodeTimeout is cluster-node-timeout with ClusterBusPort: how
+	// long a node must not answer before the others think it failed and
+	// its replica, if any, takes over; default 5 s.
+	ClusterNodeTimeout time.Duration
 	// ReplicaOf, when set ("host:port"), starts the server as a replica
 	// of that primary; it needs a TCP Port, since Sentinel announces
 	// replicas by address.
@@ -202,8 +206,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if cfg.Port == 0 {
 			return nil, errors.Join(errors.New("redisserver: cluster mode needs a TCP port"), s.removeDir())
 		}
+		timeout := int64(clusterNodeTimeoutMs)
+		if cfg.ClusterNodeTimeout > 0 {
+			timeout = cfg.ClusterNodeTimeout.Milliseconds()
+		}
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", strconv.Itoa(cfg.ClusterBusPort), "--cluster-node-timeout", strconv.Itoa(clusterNodeTimeoutMs))
+			"--cluster-port", strconv.Itoa(cfg.ClusterBusPort), "--cluster-node-timeout", strconv.FormatInt(timeout, 10),
+			// A replica whose master has just died takes over at once,
+			// however long its link was down: the local topologies fail
+			// over in seconds, and WAIT decides what a replica holds.
+			"--cluster-replica-validity-factor", "0")
 	}
 	if cfg.ReplicaOf != "" {
 		host, port, err := net.SplitHostPort(cfg.ReplicaOf)
