@@ -10,19 +10,28 @@ RUN_DIR ?= $(CURDIR)/.run
 # local 3-master Redis Cluster instead of one redis-server (their
 # -redis-cluster flag).
 REDIS_CLUSTER ?=
-REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster)
+REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster $(if $(REDIS_CLUSTER_REPLICAS),-redis-cluster-replicas $(REDIS_CLUSTER_REPLICAS)))
+# Redis as production runs it, for `make cluster-up` (and REDIS_HA for
+# `make soak`): REDIS_CLUSTER_REPLICAS=1 gives each master of
+# REDIS_CLUSTER=1's cluster a replica; REDIS_HA=sentinel runs a primary, a
+# replica and three sentinels instead of one redis-server. Either way
+# cluster-node-timeout / down-after-milliseconds are 2 s and every
+# process runs with -redis-wait-replicas 1.
+REDIS_CLUSTER_REPLICAS ?=
+REDIS_HA ?=
+REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 # The linter version `make lint` installs and runs (.golangci.yml holds the
 # rules). Pinned: a new release brings new findings, so upgrading is a
 # change of its own.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile k8s-test unit fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile k8s-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
 
 redis:
-	@bash scripts/install-redis.sh
+	@bash scripts/install-redis.sh $(if $(REDIS_HA),sentinel)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -55,7 +64,25 @@ k8s-test:
 	$(GO) test -tags k8s -count=1 ./cluster/k8smembers/...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+
+# Real-process proofs of durability across a store failover, which `unit`
+# leaves to this target: Sentinel promoting a replica after the primary's
+# SIGKILL, a lagging (SIGSTOPped) replica losing nothing acknowledged,
+# writes waiting for their replica on one server and on a Redis Cluster
+# whose master is then SIGKILLed (actors/node); then the soak on the
+# Sentinel topology (1 primary, 1 replica, 3 sentinels, WAIT 1), whose
+# schedule kills the primary under order load and whose invariant checker
+# judges the run. Prints the figures (the whole output when it fails).
+FAILOVER_TESTS := TestStoresFollowASentinelFailover|TestALaggingReplicaLosesNothingAcknowledged|TestWritesWaitForTheReplica|TestClusterWritesWaitForTheirMastersReplica
+failover-test:
+	@bash scripts/install-redis.sh sentinel >/dev/null
+	@out=$$($(GO) test -race -count=1 -timeout 6m -v -run '^($(FAILOVER_TESTS))$$' ./actors/node/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|redis-failover|violations|^  [a-z_]+ +[0-9]+$$'
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
@@ -199,7 +226,7 @@ WORKFLOWS ?= 2
 APIS ?= 2
 
 cluster-up: redis
-	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) -workflows $(WORKFLOWS) -apis $(APIS) $(REDIS_CLUSTER_FLAG) $(CLUSTER_FLAGS)
+	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) -workflows $(WORKFLOWS) -apis $(APIS) $(REDIS_CLUSTER_FLAG) $(REDIS_HA_FLAG) $(CLUSTER_FLAGS)
 
 cluster-down:
 	@$(CLUSTERCTL) down -run-dir $(RUN_DIR)
@@ -263,4 +290,4 @@ bench-peers: redis
 # partition-test) and root; without them it is skipped and says why.
 soak: redis
 	@bash scripts/install-iptables.sh >/dev/null || echo "soak: no iptables: the partition fault is skipped" >&2
-	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(SOAK_FLAGS)
+	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(REDIS_HA_FLAG) $(SOAK_FLAGS)

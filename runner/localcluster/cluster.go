@@ -110,6 +110,17 @@ type Config struct {
 	// every node gets its redis+cluster URL (RedisURL). KillRedis and
 	// RestartRedis refuse it.
 	RedisCluster bool
+	// RedisClusterReplicas gives each master of the Redis Cluster that
+	// many replicas, with a cluster-node-timeout of 2 s, so a master that
+	// dies is replaced in seconds; the nodes then run with
+	// -redis-wait-replicas 1. Zero keeps today's masters-only cluster.
+	RedisClusterReplicas int
+	// RedisHA "sentinel" (RedisHASentinel) runs a primary, a replica and
+	// three sentinels instead of one redis-server: every node gets a
+	// redis+sentinel URL and -redis-wait-replicas 1, and KillRedis kills
+	// whichever server is the primary then, so that the sentinels fail
+	// over to the other. Not with RedisCluster.
+	RedisHA string
 	// SelfCheck and Admin start the API processes with -self-check and
 	// -admin; Fixtures starts the workflow processes with -fixtures. Every
 	// API gets an admin listener on a free loopback port (AdminURL; its
@@ -205,6 +216,10 @@ type Cluster struct {
 	// bus ports, reserved with the nodes' own.
 	redisCluster      *redisserver.Cluster
 	redisClusterPorts []int
+	// ha is the Sentinel topology of Config.RedisHA (redis is nil then);
+	// haPorts are the replica's and the sentinels' ports.
+	ha      *redisHA
+	haPorts []int
 
 	// apis and workflows name the API and workflow nodes, in start order.
 	apis      []string
@@ -263,6 +278,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = defaultRestartBackoff
 	}
+	switch {
+	case cfg.RedisHA != "" && cfg.RedisHA != RedisHASentinel:
+		return nil, fmt.Errorf("%w: redis HA %q (want %q or none)", ErrConfig, cfg.RedisHA, RedisHASentinel)
+	case cfg.RedisHA != "" && cfg.RedisCluster:
+		return nil, fmt.Errorf("%w: redis HA %q and a Redis Cluster", ErrConfig, cfg.RedisHA)
+	case cfg.RedisClusterReplicas < 0 || (cfg.RedisClusterReplicas > 0 && !cfg.RedisCluster):
+		return nil, fmt.Errorf("%w: %d Redis Cluster replicas without a Redis Cluster", ErrConfig, cfg.RedisClusterReplicas)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: run dir: %w", err)
 	}
@@ -276,12 +299,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	a, w := len(apis), len(workflows)
-	ports, clusterPorts, err := reservePorts(a, w, cfg.RedisCluster)
+	ports, redisPorts, err := reservePorts(a, w, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{}),
-		redisClusterPorts: clusterPorts}
+	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	if cfg.RedisCluster {
+		c.redisClusterPorts = redisPorts
+	} else {
+		c.haPorts = redisPorts
+	}
 	next := ports[1:]
 	take := func() int { p := next[0]; next = next[1:]; return p }
 	for _, name := range apis {
@@ -304,6 +331,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.RedisCluster {
 		if err := c.startRedisCluster(ctx); err != nil {
+			return nil, err
+		}
+	} else if cfg.RedisHA != "" {
+		if err := c.startRedisHA(ctx, c.haPorts); err != nil {
+			_ = c.Stop()
 			return nil, err
 		}
 	} else {
@@ -361,15 +393,20 @@ func freePorts(n int) ([]int, error) { return redisserver.FreePorts(n) }
 // reservePorts reserves, in one freePorts call, the ports of a cluster of
 // a APIs and w workflows: Redis, then per API its HTTP, admin,
 // automanaged and metrics ports, then per workflow its automanaged,
-// operations and metrics ports; and with redisCluster, apart, a Redis
-// Cluster's master ports then bus ports. One reservation, because ports
-// picked in two calls may meet before the first ones are bound (a master
-// once took a workflow's operations port, which then failed to start).
-func reservePorts(a, w int, redisCluster bool) (nodes, cluster []int, err error) {
+// operations and metrics ports; and apart, with a Redis Cluster its
+// master ports, bus ports, then its replicas' ports and bus ports, or
+// with Config.RedisHA the replica's and the sentinels' ports. One
+// reservation, because ports picked in two calls may meet before the
+// first ones are bound (a master once took a workflow's operations port,
+// which then failed to start).
+func reservePorts(a, w int, cfg Config) (nodes, redisPorts []int, err error) {
 	n := 1 + 4*a + 3*w
 	extra := 0
-	if redisCluster {
-		extra = 2 * redisserver.DefaultMasters
+	if cfg.RedisCluster {
+		extra = 2 * redisserver.DefaultMasters * (1 + cfg.RedisClusterReplicas)
+	}
+	if cfg.RedisHA != "" {
+		extra = haExtraPorts
 	}
 	ports, err := freePorts(n + extra)
 	if err != nil {
@@ -387,6 +424,11 @@ func (c *Cluster) args(n *node) []string {
 		"-port", "0",
 		"-automanaged-port", strconv.Itoa(n.automanagedPort),
 		"-seeds", c.seeds,
+	}
+	if c.replicated() {
+		// Acknowledged means replicated: each write waits for its
+		// primary's one replica.
+		common = append(common, "-redis-wait-replicas", "1")
 	}
 	if n.role == RoleAPI {
 		a := append([]string{}, common...)
@@ -632,6 +674,11 @@ func (c *Cluster) Stop() error {
 		}
 		os.Remove(c.redisPIDPath())
 	}
+	if c.ha != nil {
+		if err := c.ha.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := c.stopRedisCluster(); err != nil {
 		errs = append(errs, err)
 	}
@@ -678,14 +725,29 @@ func (c *Cluster) RedisURL() string {
 	if c.redisCluster != nil {
 		return c.redisCluster.URL()
 	}
+	if c.ha != nil {
+		return c.ha.sentinelURL()
+	}
 	return "redis://127.0.0.1:" + strconv.Itoa(c.port) + "/0"
 }
 
+// replicated: every Redis of the cluster has a replica, and the nodes
+// wait for it.
+func (c *Cluster) replicated() bool {
+	return c.cfg.RedisHA != "" || (c.cfg.RedisCluster && c.cfg.RedisClusterReplicas > 0)
+}
+
 // RedisPID is the redis-server's PID (the first master's with
-// Config.RedisCluster; RedisMasters has them all).
+// Config.RedisCluster, RedisMasters has them all; the current primary's
+// with Config.RedisHA, 0 when no sentinel answers).
 func (c *Cluster) RedisPID() int {
 	if c.redisCluster != nil {
 		return c.redisCluster.PIDs()[0]
+	}
+	if c.ha != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return c.ha.primaryPID(ctx)
 	}
 	return c.redisServer().PID()
 }
@@ -773,6 +835,9 @@ func (c *Cluster) State() State {
 		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
 	}
 	c.redisClusterState(&st)
+	if c.ha != nil {
+		c.ha.state(&st, c.RedisURL())
+	}
 	for _, name := range c.order {
 		n := c.nodes[name]
 		ps := ProcessState{Name: name, Role: n.role, PID: c.PID(name), Log: n.logPath, AutomanagedPort: n.automanagedPort, MetricsURL: c.MetricsURL(name)}

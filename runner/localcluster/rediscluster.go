@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
@@ -15,16 +16,31 @@ import (
 // Config.RedisCluster under RunDir/redis-cluster and records each
 // master's PID in RunDir/pids/redis-N.pid.
 func (c *Cluster) startRedisCluster(ctx context.Context) error {
-	n := len(c.redisClusterPorts) / 2
-	rc, err := redisserver.StartCluster(ctx, redisserver.ClusterConfig{
-		Bin:         c.cfg.RedisBin,
-		Dir:         filepath.Join(c.cfg.RunDir, "redis-cluster"),
-		Masters:     n,
-		Ports:       c.redisClusterPorts[:n],
-		BusPorts:    c.redisClusterPorts[n:],
-		Persist:     c.cfg.RedisPersist,
-		AppendFsync: c.cfg.RedisAppendFsync,
-	})
+	// Each start forms a new cluster on new ports, so an earlier run's
+	// nodes (their node tables, and data that claims slots by itself)
+	// go first: a Redis Cluster's data does not outlive its run here.
+	dir := filepath.Join(c.cfg.RunDir, "redis-cluster")
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("cluster: redis cluster dir: %w", err)
+	}
+	n, r := redisserver.DefaultMasters, c.cfg.RedisClusterReplicas
+	ports := c.redisClusterPorts
+	cc := redisserver.ClusterConfig{
+		Bin:             c.cfg.RedisBin,
+		Dir:             dir,
+		Masters:         n,
+		Ports:           ports[:n],
+		BusPorts:        ports[n : 2*n],
+		Replicas:        r,
+		ReplicaPorts:    ports[2*n : 2*n+n*r],
+		ReplicaBusPorts: ports[2*n+n*r:],
+		Persist:         c.cfg.RedisPersist,
+		AppendFsync:     c.cfg.RedisAppendFsync,
+	}
+	if r > 0 {
+		cc.NodeTimeout = 2 * time.Second
+	}
+	rc, err := redisserver.StartCluster(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("cluster: redis cluster: %w", err)
 	}
@@ -89,4 +105,11 @@ func (c *Cluster) redisClusterState(st *State) {
 	}
 	st.Redis = st.RedisMasters[0]
 	st.Redis.Name, st.Redis.URL = "redis", rc.URL()
+	for i := range rc.Nodes() {
+		for j, s := range rc.Replicas(i) {
+			ps := ProcessState{Name: "redis-" + strconv.Itoa(i+1) + "-r" + strconv.Itoa(j+1), PID: s.PID(), URL: "redis://" + s.Addr() + "/0", Log: filepath.Join(s.Dir(), "redis.log")}
+			ps.StartTime, _ = processStartTime(ps.PID)
+			st.RedisExtra = append(st.RedisExtra, ps)
+		}
+	}
 }

@@ -16,6 +16,10 @@ import (
 // ErrRedisRunning: RestartRedis while the cluster's redis-server still runs.
 var ErrRedisRunning = errors.New("cluster: redis-server still running")
 
+// With Config.RedisHA, KillRedis kills the server the sentinels name the
+// primary, which they then replace by the other (WaitPromoted), and
+// RestartRedis starts the killed one again as the new primary's replica.
+//
 // KillRedis sends SIGKILL to the cluster's redis-server, by its PID, and
 // waits (bounded) until it is reaped: a crash with no shutdown save. The
 // nodes keep running and see their Redis connections refused. With
@@ -26,6 +30,11 @@ var ErrRedisRunning = errors.New("cluster: redis-server still running")
 func (c *Cluster) KillRedis() error {
 	if c.cfg.RedisCluster {
 		return fmt.Errorf("%w: KillRedis of a Redis Cluster", ErrConfig)
+	}
+	if c.ha != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), killWait)
+		defer cancel()
+		return c.ha.killPrimary(ctx, c.cfg.Logf)
 	}
 	c.mu.Lock()
 	s := c.redis
@@ -61,6 +70,9 @@ func (c *Cluster) KillRedis() error {
 func (c *Cluster) RestartRedis(ctx context.Context) error {
 	if c.cfg.RedisCluster {
 		return fmt.Errorf("%w: RestartRedis of a Redis Cluster", ErrConfig)
+	}
+	if c.ha != nil {
+		return c.ha.restartDown(ctx, c.cfg.Logf)
 	}
 	c.mu.Lock()
 	old := c.redis

@@ -47,13 +47,20 @@ type State struct {
 	// each stopped by its PID; Redis is then the first of them, with the
 	// cluster's URL.
 	RedisMasters []ProcessState `json:"redisMasters,omitempty"`
-	Nodes        []ProcessState `json:"nodes"`
+	// RedisExtra are the other Redis processes, each stopped by its PID:
+	// the Redis Cluster's replicas, or with RedisHA the data server that
+	// is not the primary and the sentinels.
+	RedisExtra []ProcessState `json:"redisExtra,omitempty"`
+	Nodes      []ProcessState `json:"nodes"`
 }
 
 // Processes lists every process of the state, nodes first, then Redis,
 // then the supervisor: the order a stop walks.
 func (s State) Processes() []ProcessState {
 	out := append([]ProcessState(nil), s.Nodes...)
+	// Sentinels and replicas before the primaries: a sentinel stopped
+	// first fails nothing over.
+	out = append(out, s.RedisExtra...)
 	if len(s.RedisMasters) > 0 {
 		out = append(out, s.RedisMasters...)
 	} else if s.Redis.PID != 0 {

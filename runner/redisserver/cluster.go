@@ -47,7 +47,9 @@ type ClusterConfig struct {
 	// Bin is the redis-server executable; default from PATH.
 	Bin string
 	// Dir holds one directory per node (node-1, node-2, ...); default a
-	// fresh temporary directory that Stop removes. A given Dir is kept.
+	// fresh temporary directory that Stop removes. A given Dir is kept,
+	// and must not hold an earlier cluster's nodes: their node tables and
+	// data claim slots the new cluster assigns afresh.
 	Dir string
 	// Masters is the number of masters; default DefaultMasters. The slots
 	// are split between them in equal ranges, in order.

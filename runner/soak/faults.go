@@ -37,6 +37,11 @@ const (
 	// still reach Redis and every other process (partition.go). It is
 	// skipped, with its reason logged, when the soak has no partitioner.
 	faultPartition = "partition"
+	// faultRedisFailover is faultRedisKill on the Sentinel topology
+	// (-redis-ha sentinel): the primary is SIGKILLed, the sentinels
+	// promote the replica, and the killed server comes back as the new
+	// primary's replica after the hold.
+	faultRedisFailover = "redis-failover"
 )
 
 // workflowLease is the workflow members' lease: localcluster passes no
@@ -388,12 +393,26 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 		}
 		note("evicted=%v rejoined=%v", ft.Evicted, ft.Rejoined)
 		ft.Effective = ft.Evicted && ft.Rejoined
-	case faultRedisKill:
+	case faultRedisKill, faultRedisFailover:
 		if err := f.c.KillRedis(); err != nil {
 			note("kill redis: %v", err)
 			return ft
 		}
 		ft.Injected = true
+		if ft.Kind == faultRedisFailover {
+			killed := time.Now()
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := f.c.WaitPromoted(cctx)
+			cancel()
+			if err != nil {
+				note("no promotion: %v", err)
+			} else {
+				took := time.Since(killed)
+				ft.Effective = true
+				note("replica promoted %s after the primary's SIGKILL", took.Round(10*time.Millisecond))
+				logf("FIGURE sentinel failover under load: replica promoted %s after the primary's SIGKILL", took.Round(10*time.Millisecond))
+			}
+		}
 		time.Sleep(ft.Hold)
 		for try := 0; ; try++ {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)

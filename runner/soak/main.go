@@ -28,6 +28,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 type options struct {
@@ -40,6 +42,10 @@ type options struct {
 	workers     int
 	settle      time.Duration
 	faults      bool
+	// redisHA "sentinel" runs the cluster on a primary, a replica and
+	// three sentinels, with every write waiting for the replica; the
+	// schedule's redis kill is then a failover (faultRedisFailover).
+	redisHA string
 }
 
 func main() {
@@ -53,11 +59,16 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 8, "concurrent load workers")
 	flag.DurationVar(&o.settle, "settle", 90*time.Second, "quiet-period budget for every acknowledged order to turn terminal")
 	flag.BoolVar(&o.faults, "faults", true, "inject the fault schedule")
+	flag.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": run on a primary, a replica and three sentinels (writes wait for the replica); the redis kill becomes a failover`)
 	flag.Parse()
 	if seed < 0 {
 		seed = time.Now().UnixNano() & 0x7fffffff
 	}
 	o.seed = uint64(seed)
+	if o.redisHA != "" && o.redisHA != localcluster.RedisHASentinel {
+		fmt.Fprintf(os.Stderr, "soak: -redis-ha %q: want %q or none\n", o.redisHA, localcluster.RedisHASentinel)
+		os.Exit(2)
+	}
 	if o.workers <= 0 || o.duration <= 0 {
 		fmt.Fprintln(os.Stderr, "soak: -workers and -duration must be positive")
 		os.Exit(2)

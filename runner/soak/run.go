@@ -63,6 +63,7 @@ func seedCatalogue(ctx context.Context, rdb redis.UniversalClient, run string) (
 type Results struct {
 	Seed            uint64         `json:"seed"`
 	Duration        string         `json:"duration"`
+	RedisHA         string         `json:"redisHa,omitempty"`
 	RunDir          string         `json:"runDir"`
 	Starts          int            `json:"startAttempts"`
 	Keys            int            `json:"keysAcknowledged"`
@@ -99,6 +100,13 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 	sched := schedule(o.seed, o.duration)
+	if o.redisHA != "" {
+		for i := range sched {
+			if sched[i].Kind == faultRedisKill {
+				sched[i].Kind, sched[i].Target = faultRedisFailover, "redis primary"
+			}
+		}
+	}
 	logf("seed %d (rerun: SOAK_FLAGS='-duration %s -seed %d'); %d faults scheduled:", o.seed, o.duration, o.seed, len(sched))
 	if !o.faults {
 		sched = nil
@@ -126,8 +134,9 @@ func run(ctx context.Context, o options) (bool, error) {
 		// promise (Redis postpones the AOF write behind a slow fsync and
 		// replies meanwhile).
 		Workflows: len(workflowNodes), RedisPersist: true, RedisAppendFsync: "always", Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
-		Logf:   func(f string, a ...any) { logf(f, a...) },
-		Cgroup: cgroupHook(pnet),
+		RedisHA: o.redisHA,
+		Logf:    func(f string, a ...any) { logf(f, a...) },
+		Cgroup:  cgroupHook(pnet),
 	})
 	if err != nil {
 		return false, err
@@ -251,7 +260,7 @@ func run(ctx context.Context, o options) (bool, error) {
 
 	starts, _, errs := clog.snapshot()
 	res := Results{
-		Seed: o.seed, Duration: o.duration.String(), RunDir: dir, Starts: starts, Orders: len(h.Orders),
+		Seed: o.seed, Duration: o.duration.String(), RedisHA: o.redisHA, RunDir: dir, Starts: starts, Orders: len(h.Orders),
 		FaultsInjected: map[string]int{}, FaultsEffective: map[string]int{}, Faults: faults,
 		Invariants: rep.Results, ClientErrors: errs, Missing: missing, Operator: operator,
 	}
@@ -387,6 +396,9 @@ func printSummary(r Results, rep check.Report) {
 	fmt.Printf("  %-34s %s\n", "last fault → all terminal", r.LastFaultToAll)
 	fmt.Printf("  %-22s %9s %9s\n", "fault", "injected", "effective")
 	for _, k := range faultKinds {
+		if k == faultRedisKill && r.RedisHA != "" {
+			k = faultRedisFailover
+		}
 		fmt.Printf("  %-22s %9d %9d\n", k, r.FaultsInjected[k], r.FaultsEffective[k])
 	}
 	fmt.Printf("  %-60s %s\n", "invariant", "violations")

@@ -1,6 +1,6 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster]
+//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
@@ -25,7 +25,11 @@
 //
 // With -redis-cluster Redis is a local 3-master Redis Cluster (each master
 // recorded by PID under redisMasters) and every node gets its
-// redis+cluster URL.
+// redis+cluster URL; -redis-cluster-replicas N gives each master N
+// replicas (recorded under redisExtra) and the nodes -redis-wait-replicas
+// 1. With -redis-ha sentinel Redis is a primary, a replica and three
+// sentinels (the others under redisExtra), every node gets a
+// redis+sentinel URL and -redis-wait-replicas 1.
 //
 // It must not import edge or the framework package cluster; it writes to a
 // store only to seed actors/commerce.
@@ -117,6 +121,10 @@ type options struct {
 	apis      int
 	// redisCluster runs a 3-master Redis Cluster instead of one server.
 	redisCluster bool
+	// redisClusterReplicas gives each master that many replicas.
+	redisClusterReplicas int
+	// redisHA "sentinel" runs a primary, a replica and three sentinels.
+	redisHA string
 }
 
 func parse(name string, args []string) (options, error) {
@@ -130,6 +138,8 @@ func parse(name string, args []string) (options, error) {
 	fs.StringVar(&o.file, "file", "", "seed file (commerce.LoadSeed JSON)")
 	fs.IntVar(&o.workflows, "workflows", 2, fmt.Sprintf("number of workflow processes (workflow-a, workflow-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run a local 3-master Redis Cluster instead of one redis-server")
+	fs.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "replicas per master of the -redis-cluster (the nodes then wait for one per write)")
+	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, a replica and three sentinels instead of one redis-server (the nodes wait for the replica per write)`)
 	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -234,7 +244,10 @@ func up(args []string) error {
 		sargs = append(sargs, "-fixtures")
 	}
 	if o.redisCluster {
-		sargs = append(sargs, "-redis-cluster")
+		sargs = append(sargs, "-redis-cluster", "-redis-cluster-replicas", strconv.Itoa(o.redisClusterReplicas))
+	}
+	if o.redisHA != "" {
+		sargs = append(sargs, "-redis-ha", o.redisHA)
 	}
 	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
 	sup.Stdout, sup.Stderr = logf, logf
@@ -308,18 +321,20 @@ func serve(args []string) error {
 		return writeState()
 	}
 	c, err = localcluster.Start(ctx, localcluster.Config{
-		RunDir:       o.runDir,
-		APIBin:       filepath.Join(bin, "commerce-api"),
-		WorkflowBin:  filepath.Join(bin, "order-workflow"),
-		RedisPersist: true,
-		SelfCheck:    o.selfCheck,
-		Admin:        true,
-		Fixtures:     o.fixtures,
-		Workflows:    o.workflows,
-		APIs:         o.apis,
-		RedisCluster: o.redisCluster,
-		Env:          localcluster.ChildEnv(os.Environ()),
-		Logf:         logf,
+		RunDir:               o.runDir,
+		APIBin:               filepath.Join(bin, "commerce-api"),
+		WorkflowBin:          filepath.Join(bin, "order-workflow"),
+		RedisPersist:         true,
+		SelfCheck:            o.selfCheck,
+		Admin:                true,
+		Fixtures:             o.fixtures,
+		Workflows:            o.workflows,
+		APIs:                 o.apis,
+		RedisCluster:         o.redisCluster,
+		RedisClusterReplicas: o.redisClusterReplicas,
+		RedisHA:              o.redisHA,
+		Env:                  localcluster.ChildEnv(os.Environ()),
+		Logf:                 logf,
 		OnRestart: func(name string, pid int) {
 			if err := rewriteState(); err != nil {
 				logf("state after restarting %s: %v", name, err)
@@ -506,6 +521,9 @@ func printSummary(w io.Writer, st localcluster.State) {
 		}
 	} else {
 		fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", "redis", st.Redis.URL, st.Redis.PID, st.Redis.Log)
+	}
+	for _, m := range st.RedisExtra {
+		fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", m.Name, m.URL, m.PID, m.Log)
 	}
 	fmt.Fprintf(w, "\nProbes: GET /healthz and /readyz on each API and on each workflow's ops address.\n")
 	fmt.Fprintf(w, "Metrics: GET /metrics on each node's metrics address; profiles: /debug/pprof/ on each API's admin and each workflow's ops address, with the bearer token.\n")
