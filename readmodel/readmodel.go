@@ -47,6 +47,15 @@ type Store interface {
 	// (terminal.go); a refused one, or one of another status, is not.
 	Put(ctx context.Context, orderID string, version int64, state *contracts.OrderState) (applied bool, err error)
 
+	// Replace stores state as the projection of stream version version,
+	// in one atomic step, whatever version is stored: the repair of a
+	// projection ahead of its stream, which a store failover that lost
+	// the stream's newest events leaves behind and Put's guard would keep
+	// for good. Only the order's owner calls it, right after it replayed
+	// the stream and checked that its fence is current and the stream
+	// still at version; a terminal record is announced as by Put.
+	Replace(ctx context.Context, orderID string, version int64, state *contracts.OrderState) error
+
 	// Delete removes the projection. Deleting an absent one is not an error.
 	Delete(ctx context.Context, orderID string) error
 }

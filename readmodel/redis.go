@@ -85,6 +85,18 @@ end
 return 1
 `)
 
+// replaceScript writes whatever version is stored; a terminal record is
+// announced in the same step, as by putScript.
+//
+// KEYS: record. ARGV: version, state, channel (empty: none), notice.
+var replaceScript = redis.NewScript(`#!lua
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
+return 1
+`)
+
 // Get implements Store.
 func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error) {
 	key, err := r.keys.record(orderID)
@@ -139,6 +151,20 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 		r.indexBestEffort(ctx, orderID, state)
 	}
 	return applied == 1, nil
+}
+
+// Replace implements Store. Like Put it updates the ActiveIndex after the
+// write, best-effort.
+func (r *Redis) Replace(ctx context.Context, orderID string, version int64, state *contracts.OrderState) error {
+	key, raw, err := r.encode(orderID, state)
+	if err != nil {
+		return err
+	}
+	if err := replaceScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), r.notice(orderID, state, raw)).Err(); err != nil {
+		return translate("replace "+orderID, err)
+	}
+	r.indexBestEffort(ctx, orderID, state)
+	return nil
 }
 
 // noticeChannel is the channel a write of state announces itself on: the

@@ -330,8 +330,9 @@ func (s *Service) paymentMethod(ctx context.Context, o *Order) (string, error) {
 // state the stream no longer holds; the reloaded order goes on from where
 // the stream stands, its effects idempotent by their deterministic ids. A
 // terminal order then gets its projection repaired when it is missing or
-// older than the fold (Get + Put = 2 round trips, Get alone when current).
-// Otherwise it performs one Step and returns the resulting view.
+// differs in version from the stream, lowered too when it is ahead
+// (follow: Get + Put = 2 round trips, Get alone when current). Otherwise
+// it performs one Step and returns the resulting view.
 func (s *Service) Continue(ctx context.Context, o *Order) (*contracts.OrderState, error) {
 	if err := s.refreshIfStale(ctx, o); err != nil {
 		return nil, err
@@ -350,10 +351,10 @@ func (s *Service) Continue(ctx context.Context, o *Order) (*contracts.OrderState
 		case errors.Is(err, readmodel.ErrNotFound), errors.Is(err, readmodel.ErrCorrupt):
 		case err != nil:
 			return nil, fmt.Errorf("read projection of order %s: %w", o.id, err)
-		case version >= o.state.Version:
+		case version == o.state.Version:
 			return view(o.state), nil
 		}
-		if err := s.project(ctx, o.state); err != nil {
+		if err := s.follow(ctx, o); err != nil {
 			return nil, err
 		}
 		return view(o.state), nil
@@ -365,9 +366,10 @@ func (s *Service) Continue(ctx context.Context, o *Order) (*contracts.OrderState
 }
 
 // Rebuild replays the stream alone — never the in-memory fold — and writes
-// the projection of that replay (Load + Put = 2 round trips). The replay
-// also becomes the owner's fold. An order without a stream is ErrNotFound
-// and nothing is written.
+// the projection of that replay (Load + Put = 2 round trips), lowering a
+// projection that is ahead of the stream (follow). The replay also
+// becomes the owner's fold. An order without a stream is ErrNotFound and
+// nothing is written.
 func (s *Service) Rebuild(ctx context.Context, o *Order) (*contracts.OrderState, error) {
 	if !o.Exists() && !o.stale {
 		return nil, fmt.Errorf("rebuild order %s: %w", o.id, ErrNotFound)
@@ -381,8 +383,35 @@ func (s *Service) Rebuild(ctx context.Context, o *Order) (*contracts.OrderState,
 	}
 	s.settleInDoubt(o, envs)
 	o.state, o.stale = st, false
-	if err := s.project(ctx, st); err != nil {
+	if err := s.follow(ctx, o); err != nil {
 		return nil, err
 	}
 	return view(st), nil
+}
+
+// follow makes the projection the owner's fold, which it has just read
+// from the stream: Put, and when Put finds a newer projection (a store
+// failover lost the stream's newest events after they were projected),
+// Replace it with the stream's version. Put's guard alone would keep
+// that projection ahead of the stream for good, and a rebuild could not
+// repair it. Before lowering, an append of no events checks that this
+// owner's fence is current and the stream still at the fold's version
+// (one round trip), so a fenced owner, or a stream that moved on, never
+// lowers a projection; a newer owner that appears after the check writes
+// its own projection above this one.
+func (s *Service) follow(ctx context.Context, o *Order) error {
+	applied, err := s.cfg.ReadModel.Put(ctx, o.id, o.state.Version, view(o.state))
+	if err != nil {
+		return fmt.Errorf("project order %s version %d: %w", o.id, o.state.Version, err)
+	}
+	if applied {
+		return nil
+	}
+	if _, err := s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, nil); err != nil {
+		return fmt.Errorf("lower the projection of order %s to stream version %d: %w", o.id, o.state.Version, err)
+	}
+	if err := s.cfg.ReadModel.Replace(ctx, o.id, o.state.Version, view(o.state)); err != nil {
+		return fmt.Errorf("lower the projection of order %s to stream version %d: %w", o.id, o.state.Version, err)
+	}
+	return nil
 }

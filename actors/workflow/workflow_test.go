@@ -252,6 +252,70 @@ func TestContinueOfATerminalOrderReadsTheStreamAgain(t *testing.T) {
 	assert.Equal(t, contracts.OrderStatus_Confirmed, p.GetStatus())
 }
 
+// A store failover lost a Confirmed order's newest events after they
+// were projected: the projection is ahead of the stream, and Put's guard
+// would keep it there. Rebuild lowers it to the stream's version and
+// fold; a continue then finishes the order again, charged once. An owner
+// fenced by a newer one lowers nothing.
+func TestRebuildLowersAProjectionAheadOfTheStream(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-ahead", "key-ahead", methodOK)
+	e.drive(o)
+	_, v := e.projection("ord-ahead")
+	require.Equal(t, int64(4), v)
+	e.d.Events.Truncate("ord-ahead", 2)
+
+	st, err := e.svc.Rebuild(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, contracts.OrderStatus_InventoryReserved, st.GetStatus(), "the stream's fold, not the memory's")
+	p, v := e.projection("ord-ahead")
+	assert.Equal(t, int64(2), v, "the projection follows the stream down")
+	assert.Equal(t, contracts.OrderStatus_InventoryReserved, p.GetStatus())
+
+	for range 5 {
+		if st, err = e.svc.Continue(e.ctx, o); err == nil && st.GetStatus() == contracts.OrderStatus_Confirmed {
+			break
+		}
+	}
+	require.NoError(t, err)
+	assert.Equal(t, successOrder, e.d.Events.Types("ord-ahead"))
+	captured, _ := e.d.Payment.Captured(e.ctx, order.PaymentID("ord-ahead"))
+	assert.Equal(t, int64(12900), captured, "charged once")
+	_, v = e.projection("ord-ahead")
+	assert.Equal(t, int64(4), v)
+
+	e.d.Events.Truncate("ord-ahead", 3)
+	newer := e.open("ord-ahead", 2)
+	require.NotNil(t, newer)
+	_, err = e.svc.Rebuild(e.ctx, o)
+	require.ErrorIs(t, err, workflow.ErrFenced, "the old owner is fenced off")
+	_, v = e.projection("ord-ahead")
+	assert.Equal(t, int64(4), v, "a fenced owner lowers nothing")
+	_, err = e.svc.Rebuild(e.ctx, newer)
+	require.NoError(t, err)
+	_, v = e.projection("ord-ahead")
+	assert.Equal(t, int64(3), v, "the current owner does")
+}
+
+// A terminal order's continue finds a projection ahead of its stream and
+// lowers it to the stream's version and fold.
+func TestContinueLowersAProjectionAheadOfTheStream(t *testing.T) {
+	e := newEnv(t)
+	o, _ := e.start("ord-ahead2", "key-ahead2", methodOK)
+	e.drive(o)
+	ahead := &contracts.OrderState{OrderId: "ord-ahead2", Status: contracts.OrderStatus_Failed, Reason: proto.String("lost")}
+	applied, err := e.d.ReadModel.Put(e.ctx, "ord-ahead2", 6, ahead)
+	require.NoError(t, err)
+	require.True(t, applied)
+
+	st, err := e.svc.Continue(e.ctx, o)
+	require.NoError(t, err)
+	assert.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
+	p, v := e.projection("ord-ahead2")
+	assert.Equal(t, int64(4), v, "lowered to the stream's version")
+	assert.Equal(t, contracts.OrderStatus_Confirmed, p.GetStatus(), "and its fold")
+}
+
 func TestStartWithSameCommandRecordsNothing(t *testing.T) {
 	e := newEnv(t)
 	o, req := e.start("ord-dup", "key-dup", methodOK)

@@ -39,6 +39,7 @@ func RunContract(t *testing.T, newStore func(t *testing.T) readmodel.Store) {
 		{"StoredStateIsACopy", testCopy},
 		{"OlderVersionNeverOverwritesNewer", testOlder},
 		{"EqualVersionOverwrites", testEqual},
+		{"ReplaceLowersANewerProjection", testReplace},
 		{"ConcurrentWritersKeepTheMaxVersion", testConcurrent},
 		{"Delete", testDelete},
 	}
@@ -140,6 +141,23 @@ func testOlder(t *testing.T, s readmodel.Store) {
 	got, v = mustGet(t, s, "o1")
 	require.EqualValues(t, 6, v)
 	require.EqualValues(t, 6, got.UpdatedAtUnixMs)
+}
+
+// A projection ahead of its stream is lowered by Replace, and Put's guard
+// holds again from the lowered version on.
+func testReplace(t *testing.T, s readmodel.Store) {
+	ctx := ctxT(t)
+	mustApply(t, s, "o1", 4, state("o1", contracts.OrderStatus_Confirmed, 40))
+	lowered := state("o1", contracts.OrderStatus_InventoryReserved, 20)
+	require.NoError(t, s.Replace(ctx, "o1", 2, lowered))
+	got, v := mustGet(t, s, "o1")
+	require.EqualValues(t, 2, v)
+	requireState(t, lowered, got, "lowered to the stream's version")
+	mustIgnore(t, s, "o1", 1, state("o1", contracts.OrderStatus_Created, 10))
+	mustApply(t, s, "o1", 3, state("o1", contracts.OrderStatus_PaymentAuthorized, 30))
+	require.NoError(t, s.Replace(ctx, "o2", 1, state("o2", contracts.OrderStatus_Created, 1)), "replacing nothing stores it")
+	_, v = mustGet(t, s, "o2")
+	require.EqualValues(t, 1, v)
 }
 
 func testEqual(t *testing.T, s readmodel.Store) {

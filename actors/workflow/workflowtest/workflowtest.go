@@ -412,6 +412,19 @@ func (r *ReadModel) Put(_ context.Context, orderID string, version int64, state 
 	return true, nil
 }
 
+func (r *ReadModel) Replace(_ context.Context, orderID string, version int64, state *contracts.OrderState) error {
+	r.Puts.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.putErr; err != nil {
+		r.putErr = nil
+		return err
+	}
+	r.records[orderID] = projection{state: proto.Clone(state).(*contracts.OrderState), version: version}
+	r.watch.stored(orderID, state)
+	return nil
+}
+
 func (r *ReadModel) Delete(_ context.Context, orderID string) error {
 	r.Deletes.Add(1)
 	r.mu.Lock()
