@@ -3,6 +3,7 @@ package eventstore
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
@@ -26,6 +27,23 @@ var (
 	// ErrUnavailable: the store could not be reached.
 	ErrUnavailable = errkind.New(errkind.StoreUnavailable, "eventstore: unavailable")
 )
+
+// FencedOpenError is Open's ErrFenced: the stream is fenced at Stored,
+// a generation above the one asked for. It carries the stored fence so
+// that an activation whose generation came from a stale record (a
+// Location Store restored from an older snapshot) can move above it.
+type FencedOpenError struct {
+	OrderID    string
+	Generation int64 // the generation Open was asked for
+	Stored     Fence // the fence in force
+}
+
+func (e *FencedOpenError) Error() string {
+	return fmt.Sprintf("%v: open %s with generation %d: stored fence is (%d, %d)", ErrFenced, e.OrderID, e.Generation, e.Stored.Generation, e.Stored.Epoch)
+}
+
+// Unwrap makes it ErrFenced.
+func (e *FencedOpenError) Unwrap() error { return ErrFenced }
 
 // Envelope is one stored event: the envelope fields of spec §6.1 and the
 // event body (the contract event's JSON).
@@ -70,7 +88,8 @@ type Store interface {
 	// raised for it (RaiseFence), the fence becomes (generation, previous
 	// epoch + 1) if generation equals the stored generation, or
 	// (generation, 1) if it is newer; an older generation fails with
-	// ErrFenced. When neither stream nor fence exists Open writes nothing
+	// ErrFenced, as a *FencedOpenError that names the stored fence. When
+	// neither stream nor fence exists Open writes nothing
 	// and returns (generation, 1) and no events: the first Append
 	// establishes the fence.
 	Open(ctx context.Context, orderID string, generation int64) (Fence, []Envelope, error)

@@ -195,8 +195,7 @@ func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fen
 	switch status {
 	case statusOK:
 	case statusFenced:
-		return Fence{}, nil, fmt.Errorf("%w: open %s with generation %d: stored fence is (%d, %d)",
-			ErrFenced, orderID, generation, gen, epoch)
+		return Fence{}, nil, &FencedOpenError{OrderID: orderID, Generation: generation, Stored: Fence{Generation: gen, Epoch: epoch}}
 	default:
 		return Fence{}, nil, fmt.Errorf("eventstore: open %s: unexpected script status %d", orderID, status)
 	}

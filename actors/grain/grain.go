@@ -312,13 +312,22 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 			g.retryLater(ctx, &reopen{})
 			return
 		}
-		g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
-			slog.Int64("generation", act.Generation), slog.Any("error", err))
-		failure := placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
-		if workflow.Permanent(err) {
-			failure = placement.ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
+		if at, ok := workflow.FencedAt(err); ok && at >= act.Generation {
+			// The stream is fenced at or above this generation: the
+			// Location record is older than the stream. The creator
+			// raises the record and activates above the fence.
+			g.cfg.Logger.Warn("order stream fenced above the activation's generation; activation handed back", slog.String("order", act.Identity),
+				slog.Int64("generation", act.Generation), slog.Int64("fenceGeneration", at))
+			act.OpenFenced(ctx.Self(), err, at)
+		} else {
+			g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
+				slog.Int64("generation", act.Generation), slog.Any("error", err))
+			failure := placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
+			if workflow.Permanent(err) {
+				failure = placement.ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
+			}
+			act.OpenFailed(ctx.Self(), err, failure)
 		}
-		act.OpenFailed(ctx.Self(), err, failure)
 		// The activator stops it too; nothing was recorded, so there is
 		// nothing to release.
 		g.leaving = true

@@ -137,6 +137,17 @@ func (s *Service) Open(ctx context.Context, orderID string, generation int64) (*
 	return &Order{id: orderID, generation: generation, fence: fence, state: st}, nil
 }
 
+// FencedAt reports the generation an Open refused as ErrFenced found the
+// order's stream fenced at, for an activation whose generation came from
+// a Location record older than the stream.
+func FencedAt(err error) (int64, bool) {
+	var fe *eventstore.FencedOpenError
+	if errors.As(err, &fe) {
+		return fe.Stored.Generation, true
+	}
+	return 0, false
+}
+
 // OpenFresh returns the order as Open returns one without a stream (an
 // empty fold, fence (generation, 1)) without asking the store, for an
 // activation that can have no predecessor: the first generation of a

@@ -104,6 +104,17 @@ type Authority interface {
 	// before the record names it.
 	CommitReady(ctx context.Context, kind, id, token string, rec Record) error
 
+	// RaiseCreating raises the generation of a record Creating under
+	// token to generation, if token still holds the creation lock and the
+	// stored generation is lower; a higher one is left alone. It fails
+	// with ErrLockLost otherwise and changes nothing. The creator calls
+	// it when the identity's state is fenced at generation, above the one
+	// the record gave it (a record restored from an older snapshot): it
+	// then activates generation+1, and a creation it aborts leaves the
+	// record Missing at generation, so no later activation is refused
+	// for the same reason.
+	RaiseCreating(ctx context.Context, kind, id, token string, generation int64) error
+
 	// AbortCreate gives the creation lock held by token back without
 	// using up a generation; a record left Creating is Missing again,
 	// TakenOver mark included. A token that no longer holds the lock

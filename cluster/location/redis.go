@@ -173,6 +173,29 @@ func (s *Redis) CommitReady(ctx context.Context, kind, id, token string, rec Rec
 	return nil
 }
 
+// KEYS: record, lock. ARGV: token, generation. Reply: 1 held, 0 lost.
+var raiseCreating = redis.NewScript(`#!lua
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
+if tonumber(ARGV[2]) > g then redis.call('HSET', KEYS[1], 'generation', ARGV[2]) end
+return 1
+`)
+
+// RaiseCreating raises a Creating record's generation under its lock.
+func (s *Redis) RaiseCreating(ctx context.Context, kind, id, token string, generation int64) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	n, err := raiseCreating.Run(ctx, s.rdb, []string{s.keys.record(kind, id), s.keys.lock(kind, id)}, token, generation).Int()
+	if err != nil {
+		return translate(err)
+	}
+	if n != 1 {
+		return ErrLockLost
+	}
+	return nil
+}
+
 var abortCreate = redis.NewScript(`#!lua
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])

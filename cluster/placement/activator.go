@@ -79,6 +79,7 @@ type opened struct {
 	pid     *actor.PID
 	err     error
 	failure ActivationFailure // when err != nil
+	fenceAt int64             // with ACTIVATION_FAILURE_FENCED
 }
 
 // stoppedOpening: a grain stopped before its open was answered.
@@ -355,7 +356,7 @@ func (a *activator) onOpened(ctx actor.Context, m *opened) {
 			h.waiting = nil
 			return
 		}
-		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: m.failure}
+		reply := &Activated{Error: "grain could not open: " + m.err.Error(), Failure: m.failure, FenceGeneration: m.fenceAt}
 		for _, w := range h.waiting {
 			ctx.Send(w.pid, reply)
 		}
@@ -710,6 +711,13 @@ func (a *Activation) OpenFailed(self *actor.PID, err error, failure ActivationFa
 		failure = ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
 	}
 	a.reportOnce(&opened{pid: self, err: err, failure: failure})
+}
+
+// OpenFenced reports that the grain's state is fenced at generation,
+// at or above the activation's own (ACTIVATION_FAILURE_FENCED): its
+// creator raises the Location record and activates again above it.
+func (a *Activation) OpenFenced(self *actor.PID, err error, generation int64) {
+	a.reportOnce(&opened{pid: self, err: err, failure: ActivationFailure_ACTIVATION_FAILURE_FENCED, fenceAt: generation})
 }
 
 func (a *Activation) reportOnce(o *opened) {

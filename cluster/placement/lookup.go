@@ -657,6 +657,30 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			}
 		}
 		pid, reply, err := l.activateOn(ctx, m, kind, id, gen, reason, token, first)
+		for raised := 0; err != nil && raised < maxFenceRaises; raised++ {
+			var af *activationError
+			if !errors.As(err, &af) || af.failure != ActivationFailure_ACTIVATION_FAILURE_FENCED || af.fenceAt < gen {
+				break
+			}
+			// The state is fenced at or above the generation the record
+			// gave: the record is older than the state (restored from an
+			// older snapshot, or a write of it lost in a failover). The
+			// fence keeps whoever wrote at that generation from writing
+			// again once this activation opens above it, so moving up is
+			// safe; staying would refuse every activation for good.
+			if rerr := l.store.RaiseCreating(ctx, kind, id, token, af.fenceAt); rerr != nil {
+				abort()
+				return nil, nil, rerr
+			}
+			l.log.Warn("the identity's state is fenced above its Location record's generation; record raised", slog.String("identity", kind+"/"+id),
+				slog.Int64("recordGeneration", gen-1), slog.Int64("fenceGeneration", af.fenceAt), slog.Int64("activating", af.fenceAt+1))
+			gen = af.fenceAt + 1
+			if rerr := l.store.ExtendCreate(ctx, kind, id, token, l.cfg.CreateLockTTL); rerr != nil {
+				abort()
+				return nil, nil, rerr
+			}
+			pid, reply, err = l.activateOn(ctx, m, kind, id, gen, reason, token, first)
+		}
 		if err != nil {
 			if pid != nil {
 				return pid, nil, err
@@ -712,12 +736,20 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
 }
 
+// maxFenceRaises bounds how often one creation raises its record above a
+// fenced state (ACTIVATION_FAILURE_FENCED) and tries again: once is the
+// rule; a second covers a takeover's fence raised meanwhile.
+const maxFenceRaises = 2
+
 // activationError is a member's refusal or failure to activate.
 type activationError struct {
 	member  string
 	failure ActivationFailure
 	text    string
 	timeout bool
+	// fenceAt is the generation the state is fenced at, with
+	// ACTIVATION_FAILURE_FENCED.
+	fenceAt int64
 }
 
 func (e *activationError) Error() string {
@@ -734,7 +766,7 @@ func (e *activationError) Unwrap() error {
 		return location.ErrTimeout
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE:
 		return location.ErrStoreUnavailable
-	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED:
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED, e.failure == ActivationFailure_ACTIVATION_FAILURE_FENCED:
 		return ErrOpen
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST:
 		return location.ErrLockLost
@@ -752,7 +784,8 @@ func (e *activationError) Unwrap() error {
 func (e *activationError) tryNext() bool {
 	switch e.failure {
 	case ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE, ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED,
-		ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST, ActivationFailure_ACTIVATION_FAILURE_UNANSWERED:
+		ActivationFailure_ACTIVATION_FAILURE_LOCK_LOST, ActivationFailure_ACTIVATION_FAILURE_UNANSWERED,
+		ActivationFailure_ACTIVATION_FAILURE_FENCED:
 		return false
 	}
 	return true
@@ -796,7 +829,7 @@ func (l *Lookup) activateOn(ctx context.Context, m *pcluster.Member, kind, id st
 		if a.Failure != ActivationFailure_ACTIVATION_FAILURE_UNANSWERED {
 			pid = nil
 		}
-		return pid, nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error}
+		return pid, nil, &activationError{member: m.Id, failure: a.Failure, text: a.Error, fenceAt: a.FenceGeneration}
 	}
 	if a.Reply == nil {
 		return pid, nil, nil

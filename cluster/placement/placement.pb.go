@@ -110,6 +110,12 @@ const (
 	// cap, or it hosts as many grains as it may and every one of them has
 	// work left. Nothing was spawned; another member may have room.
 	ActivationFailure_ACTIVATION_FAILURE_OVERLOADED ActivationFailure = 7
+	// The grain's state is fenced at a generation at or above the one
+	// asked for (Activated.fenceGeneration): the Location record is older
+	// than the state, as after a restore from an older snapshot. The
+	// requester raises the record's generation to it and activates again,
+	// one generation above; nothing was spawned.
+	ActivationFailure_ACTIVATION_FAILURE_FENCED ActivationFailure = 8
 )
 
 // Enum value maps for ActivationFailure.
@@ -123,6 +129,7 @@ var (
 		5: "ACTIVATION_FAILURE_LOCK_LOST",
 		6: "ACTIVATION_FAILURE_UNANSWERED",
 		7: "ACTIVATION_FAILURE_OVERLOADED",
+		8: "ACTIVATION_FAILURE_FENCED",
 	}
 	ActivationFailure_value = map[string]int32{
 		"ACTIVATION_FAILURE_UNSPECIFIED":       0,
@@ -133,6 +140,7 @@ var (
 		"ACTIVATION_FAILURE_LOCK_LOST":         5,
 		"ACTIVATION_FAILURE_UNANSWERED":        6,
 		"ACTIVATION_FAILURE_OVERLOADED":        7,
+		"ACTIVATION_FAILURE_FENCED":            8,
 	}
 )
 
@@ -364,9 +372,12 @@ type Activated struct {
 	// reply is the grain's answer to Activate.first. Unset when first was,
 	// or when the grain was recorded Ready but first could not be
 	// delivered: the requester then sends it as any command.
-	Reply         *Message `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reply *Message `protobuf:"bytes,5,opt,name=reply,proto3" json:"reply,omitempty"`
+	// With ACTIVATION_FAILURE_FENCED: the generation the identity's state
+	// is fenced at, which is at or above the one asked for.
+	FenceGeneration int64 `protobuf:"varint,6,opt,name=fenceGeneration,proto3" json:"fenceGeneration,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Activated) Reset() {
@@ -432,6 +443,13 @@ func (x *Activated) GetReply() *Message {
 		return x.Reply
 	}
 	return nil
+}
+
+func (x *Activated) GetFenceGeneration() int64 {
+	if x != nil {
+		return x.FenceGeneration
+	}
+	return 0
 }
 
 // Retry is a grain's answer to a command it did not process because it is
@@ -600,7 +618,7 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xd9\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x83\x02\n" +
 	"\tActivated\x12\x1e\n" +
 	"\n" +
 	"pidAddress\x18\x01 \x01(\tR\n" +
@@ -608,7 +626,8 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x05pidId\x18\x02 \x01(\tR\x05pidId\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12F\n" +
 	"\afailure\x18\x04 \x01(\x0e2,.shoppingmall.placement.v1.ActivationFailureR\afailure\x128\n" +
-	"\x05reply\x18\x05 \x01(\v2\".shoppingmall.placement.v1.MessageR\x05reply\"\x1f\n" +
+	"\x05reply\x18\x05 \x01(\v2\".shoppingmall.placement.v1.MessageR\x05reply\x12(\n" +
+	"\x0ffenceGeneration\x18\x06 \x01(\x03R\x0ffenceGeneration\"\x1f\n" +
 	"\x05Retry\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"$\n" +
 	"\n" +
@@ -620,7 +639,7 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
 	"\x1cACTIVATION_REASON_RELOCATION\x10\x02\x12\x1e\n" +
-	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xad\x02\n" +
+	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xcc\x02\n" +
 	"\x11ActivationFailure\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +
@@ -629,7 +648,8 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1aACTIVATION_FAILURE_EXPIRED\x10\x04\x12 \n" +
 	"\x1cACTIVATION_FAILURE_LOCK_LOST\x10\x05\x12!\n" +
 	"\x1dACTIVATION_FAILURE_UNANSWERED\x10\x06\x12!\n" +
-	"\x1dACTIVATION_FAILURE_OVERLOADED\x10\aB;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
+	"\x1dACTIVATION_FAILURE_OVERLOADED\x10\a\x12\x1d\n" +
+	"\x19ACTIVATION_FAILURE_FENCED\x10\bB;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
 
 var (
 	file_cluster_placement_placement_proto_rawDescOnce sync.Once

@@ -1,13 +1,16 @@
 package edgetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
@@ -170,6 +173,47 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		again = h.startOrder(apiA, body, http.StatusOK)
 		require.Equal(t, res.OrderId, again.OrderId)
 		ev = h.evidenceOf(apiB, res.OrderId)
+		require.Equal(t, success, ev.types())
+		require.EqualValues(t, 1, ev.AuthorizeCalls)
+	})
+
+	t.Run("a Location record older than the stream's fence does not lock the order out", func(t *testing.T) {
+		// The Location Store restored from a snapshot taken while the
+		// order was passivated at generation 1, after generations up to
+		// 3 had written its stream: every activation the record gives
+		// (generation 2) is below the stream's fence.
+		res := h.startOrder(apiA, startBody(commerce.DemoCartOK, commerce.DemoMethodOK, newKey(t)), http.StatusCreated)
+		id := res.OrderId
+		h.waitStatus(apiA, id, contracts.OrderStatus_Confirmed)
+		var record, fence string
+		for _, k := range h.keysNaming("{" + id + "}") {
+			switch {
+			case strings.HasSuffix(k, "}:fence"):
+				fence = k
+			case strings.HasPrefix(k, "sm:loc:") && strings.HasSuffix(k, ":{"+id+"}"):
+				record = k
+			}
+		}
+		require.NotEmpty(t, fence, "the stream's fence")
+		require.NotEmpty(t, record, "the Location record")
+		h.onRedis(func(ctx context.Context, rdb *redis.Client) {
+			require.NoError(t, rdb.HSet(ctx, fence, "gen", 3, "epoch", 1).Err())
+			require.NoError(t, rdb.Del(ctx, record).Err())
+			require.NoError(t, rdb.HSet(ctx, record, "generation", 1).Err())
+		})
+
+		code, b := h.do("POST", apiB, "/orders/"+id+"/continue", "")
+		require.Equal(t, http.StatusOK, code, "the order is served again at once: %s", b)
+		h.onRedis(func(ctx context.Context, rdb *redis.Client) {
+			rec, err := rdb.HGetAll(ctx, record).Result()
+			require.NoError(t, err)
+			require.Equal(t, "Ready", rec["status"])
+			require.Equal(t, "4", rec["generation"], "the record was raised above the stream's fence")
+			gen, err := rdb.HGet(ctx, fence, "gen").Result()
+			require.NoError(t, err)
+			require.Equal(t, "4", gen, "and the stream fenced at the new generation")
+		})
+		ev := h.evidenceOf(apiA, id)
 		require.Equal(t, success, ev.types())
 		require.EqualValues(t, 1, ev.AuthorizeCalls)
 	})

@@ -318,6 +318,10 @@ func testOpenRaisesFence(t *testing.T, s eventstore.Store) {
 
 	_, _, err = s.Open(ctxT(t), o, 1)
 	wantErr(t, err, eventstore.ErrFenced, "Open with an older generation")
+	var fe *eventstore.FencedOpenError
+	if !errors.As(err, &fe) || fe.Stored != (eventstore.Fence{Generation: 2, Epoch: 1}) || fe.Generation != 1 {
+		t.Fatalf("refused Open(gen 1) = %v, want a *FencedOpenError naming the stored fence {2 1}", err)
+	}
 	// The refused Open left the fence alone.
 	mustAppend(t, s, o, 2, g2, event(o, "e3", "T", "", "3"))
 	g2b, _ := mustOpen(t, s, o, 2)

@@ -236,7 +236,7 @@ func (e *Events) Open(_ context.Context, orderID string, generation int64) (even
 	case generation == st.fence.Generation:
 		f = eventstore.Fence{Generation: generation, Epoch: st.fence.Epoch + 1}
 	default:
-		return eventstore.Fence{}, nil, fmt.Errorf("open generation %d below %d: %w", generation, st.fence.Generation, eventstore.ErrFenced)
+		return eventstore.Fence{}, nil, &eventstore.FencedOpenError{OrderID: orderID, Generation: generation, Stored: *st.fence}
 	}
 	st.fence = &f
 	return f, slices.Clone(st.entries), nil

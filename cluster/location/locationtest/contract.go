@@ -38,6 +38,7 @@ func RunContract(t *testing.T, newStore func(t *testing.T) location.Store) {
 		{"ConcurrentBeginCreateHasOneWinner", testConcurrentBeginCreateHasOneWinner},
 		{"CommitWithLostLockFails", testCommitWithLostLockFails},
 		{"AbortCreateUsesNoGeneration", testAbortCreateUsesNoGeneration},
+		{"RaiseCreatingMovesTheNextGenerationUp", testRaiseCreating},
 		{"ReleaseKeepsGenerationAndDiscardGivesItBack", testReleaseKeepsGenerationAndDiscardGivesItBack},
 		{"MoveKeepsGenerationAndRollsBack", testMoveKeepsGenerationAndRollsBack},
 		{"ExtendCreateOnlyByTheHolder", testExtendCreateOnlyByTheHolder},
@@ -180,6 +181,35 @@ func testAbortCreateUsesNoGeneration(t *testing.T, s location.Store) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.EqualValues(t, 1, next)
+}
+
+// A creator that finds the state fenced above its generation raises the
+// record under its lock: committed, the record names the generation
+// above; aborted, the next creation starts above it. Without the lock
+// nothing changes, and a raise never lowers.
+func testRaiseCreating(t *testing.T, s location.Store) {
+	ok, next, _, err := s.BeginCreate(ctx(t), kind, "o", "tok", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 1, next)
+	require.ErrorIs(t, s.RaiseCreating(ctx(t), kind, "o", "not-the-lock", 7), location.ErrLockLost)
+	require.NoError(t, s.RaiseCreating(ctx(t), kind, "o", "tok", 5))
+	require.NoError(t, s.RaiseCreating(ctx(t), kind, "o", "tok", 3), "a lower raise is no error")
+	require.NoError(t, s.AbortCreate(ctx(t), kind, "o", "tok"))
+	ok, next, _, err = s.BeginCreate(ctx(t), kind, "o", "tok2", time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 6, next, "the aborted creation left the raised generation")
+	require.NoError(t, s.RaiseCreating(ctx(t), kind, "o", "tok2", 8))
+	require.NoError(t, s.CommitReady(ctx(t), kind, "o", "tok2", location.Record{Owner: "m", PIDID: "p", Generation: 9}))
+	rec, err := s.Get(ctx(t), kind, "o")
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.EqualValues(t, 9, rec.Generation)
+	require.ErrorIs(t, s.RaiseCreating(ctx(t), kind, "o", "tok2", 12), location.ErrLockLost, "a committed creation holds no lock")
+	rec, err = s.Get(ctx(t), kind, "o")
+	require.NoError(t, err)
+	require.EqualValues(t, 9, rec.Generation)
 }
 
 func testReleaseKeepsGenerationAndDiscardGivesItBack(t *testing.T, s location.Store) {
