@@ -920,6 +920,12 @@ func (g *orderGrain) relocate(ctx actor.Context, c context.Context, req *contrac
 	case errors.Is(err, placement.ErrMoveRolledBack), errors.Is(err, location.ErrNotOwner):
 		g.leaving = false
 		return nil, fmt.Errorf("%w: %w", ErrFailedPrecondition, err)
+	case errors.Is(err, placement.ErrMoveNotBegun), errors.Is(err, placement.ErrMoveInDoubt):
+		// No target was activated: this grain still owns the order (in
+		// doubt, whatever the record reads; repeating the operation
+		// settles it). The store's failure is the answer.
+		g.leaving = false
+		return nil, err
 	case err != nil:
 		// The target activated and fenced this owner, but the commit did
 		// not land: only repeating the operation can complete it.

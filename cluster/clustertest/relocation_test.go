@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -315,4 +316,54 @@ func TestGracefulDrainWithoutPeerClosesOrders(t *testing.T) {
 	rec, err = h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, rec.Generation)
+}
+
+// inDoubtMove is the Location Store with its next BeginMove applied but
+// answered as a store failure: a write the primary took and its replica
+// did not confirm (a WAIT shortfall), or whose reply was lost.
+type inDoubtMove struct {
+	location.Store
+	armed atomic.Bool
+}
+
+func (s *inDoubtMove) BeginMove(ctx context.Context, kind, id, pidID, opID string) (int64, error) {
+	g, err := s.Store.BeginMove(ctx, kind, id, pidID, opID)
+	if err == nil && s.armed.CompareAndSwap(true, false) {
+		return 0, fmt.Errorf("%w: injected: write not confirmed by its replica", location.ErrStoreUnavailable)
+	}
+	return g, err
+}
+
+// A relocation whose first write is in doubt rolls it back: the record
+// is Ready at the source again, not Moving under an operation nobody
+// knows, the answer is the store's 503, and the source goes on serving
+// the order to its end.
+func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
+	h := newHarness(t)
+	loc := &inDoubtMove{Store: h.stores.Location}
+	stores := *h.stores
+	stores.Location = loc
+	withDoubt := func(c *node.WorkflowConfig) { c.Stores = &stores }
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures(), withDoubt),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures(), withDoubt),
+	}
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+
+	loc.armed.Store(true)
+	_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: other(source), OperationId: "op-doubt"})
+	require.ErrorIs(t, err, grain.ErrStoreUnavailable, "the store's failure, answered as such")
+	require.False(t, loc.armed.Load(), "the BeginMove landed before its answer was lost")
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status, "rolled back, not left Moving")
+	require.Equal(t, ws[source].Member.ID(), rec.Owner)
+
+	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctxT(t, 5*time.Second), req.IdempotencyKey))
+	_, err = a.client.ResumeOrder(ctxT(t, 10*time.Second), &contracts.ResumeOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err, "the source still serves the order")
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 }

@@ -21,6 +21,17 @@ var (
 	// ErrMoveRolledBack: a relocation failed before the target activated
 	// and the source is the Ready owner again.
 	ErrMoveRolledBack = errkind.New(errkind.RelocationRolledBack, "placement: relocation rolled back")
+	// ErrMoveNotBegun: a relocation's first write failed for want of the
+	// store (it did not answer, or a replica did not confirm the write)
+	// and whatever of it may have landed was rolled back: the source is
+	// the Ready owner, and the error says why the store failed.
+	ErrMoveNotBegun = errors.New("placement: relocation did not begin")
+	// ErrMoveInDoubt: a relocation's first write may have landed (the
+	// store did not answer, or a replica did not confirm it) and rolling
+	// it back did not succeed within its bound either: the record may
+	// read Moving under the operation until the operation is repeated.
+	// No target was activated, so the source still owns the identity.
+	ErrMoveInDoubt = errors.New("placement: relocation in doubt, not rolled back")
 	// ErrOverloaded: this member has no room for the request right now
 	// (the grain's mailbox is full, or every hosted grain has work left
 	// and the hosting cap is reached); nothing was done.

@@ -2,7 +2,9 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -50,18 +52,28 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 	}
 	gen, err := l.store.BeginMove(ctx, p.Kind, p.Identity, p.Source.Id, p.OperationID)
 	if err != nil {
-		return location.Record{}, err
+		if errors.Is(err, location.ErrNotOwner) || errors.Is(err, location.ErrInvalidIdentity) {
+			return location.Record{}, err
+		}
+		// The store did not answer, or did not confirm the write (a
+		// replica short): the record may read Moving under this
+		// operation, which nobody else knows of. Roll it back, or the
+		// identity waits for a Ready that never comes.
+		if rerr := l.rollBack(ctx, p); rerr != nil {
+			return location.Record{}, fmt.Errorf("%w: relocation of %s: %w (roll back: %w)", ErrMoveInDoubt, p.Identity, err, rerr)
+		}
+		return location.Record{}, fmt.Errorf("%w: %s: %w", ErrMoveNotBegun, p.Identity, err)
 	}
 	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, l.Self())
 	if err != nil {
-		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		_ = l.rollBack(ctx, p)
 		report(MoveAborted, "", gen)
 		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
 	}
 	report(MoveStarted, target.Id, gen)
 	pid, _, err := l.activateOn(ctx, target, p.Kind, p.Identity, gen, ActivationReason_ACTIVATION_REASON_RELOCATION, "", nil)
 	if err != nil {
-		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		_ = l.rollBack(ctx, p)
 		report(MoveAborted, target.Id, gen)
 		return location.Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
 	}
@@ -73,6 +85,36 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 	l.cluster.PidCache.Set(p.Identity, p.Kind, pid)
 	report(MoveCommitted, target.Id, gen)
 	return rec, nil
+}
+
+// moveRollbackBound bounds how long a relocation keeps trying to roll its
+// record back: long enough to outlast a store failover, including one
+// whose new primary has no replica for WAIT to count for a while.
+const moveRollbackBound = 30 * time.Second
+
+// rollBack returns the record to Ready at its source if it is Moving
+// under p's operation (AbortMove, which leaves any other record alone),
+// retrying while the store does not answer or confirm, up to
+// moveRollbackBound and whatever ctx says: a rollback left undone leaves
+// the record Moving, and every caller waiting.
+func (l *Lookup) rollBack(ctx context.Context, p MovePlan) error {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveRollbackBound)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err := l.store.AbortMove(c, p.Kind, p.Identity, p.OperationID)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-c.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // pickTarget finds the named member, or another eligible member than
@@ -126,13 +168,13 @@ func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (location.Record,
 	source := actor.NewPID(rec.PIDAddress, rec.PIDID)
 	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, rec.Owner)
 	if err != nil {
-		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		_ = l.rollBack(ctx, p)
 		report(MoveAborted, "", rec.Generation)
 		return location.Record{}, fmt.Errorf("%w: %w", ErrMoveRolledBack, err)
 	}
 	pid, _, err := l.activateOn(ctx, target, p.Kind, p.Identity, rec.Generation, ActivationReason_ACTIVATION_REASON_RELOCATION, "", nil)
 	if err != nil {
-		_ = l.store.AbortMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID)
+		_ = l.rollBack(ctx, p)
 		report(MoveAborted, target.Id, rec.Generation)
 		return location.Record{}, fmt.Errorf("%w: relocation of %s: %w", ErrMoveRolledBack, p.Identity, err)
 	}
