@@ -323,7 +323,16 @@ func TestGracefulDrainWithoutPeerClosesOrders(t *testing.T) {
 // did not confirm (a WAIT shortfall), or whose reply was lost.
 type inDoubtMove struct {
 	location.Store
-	armed atomic.Bool
+	armed, armedCommit atomic.Bool
+}
+
+// CommitMove, armed, applies the commit and answers a store failure.
+func (s *inDoubtMove) CommitMove(ctx context.Context, kind, id, opID string, target location.Record) error {
+	err := s.Store.CommitMove(ctx, kind, id, opID, target)
+	if err == nil && s.armedCommit.CompareAndSwap(true, false) {
+		return fmt.Errorf("%w: injected: commit not confirmed by its replica", location.ErrStoreUnavailable)
+	}
+	return err
 }
 
 func (s *inDoubtMove) BeginMove(ctx context.Context, kind, id, pidID, opID string) (int64, error) {
@@ -364,6 +373,41 @@ func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
 	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctxT(t, 5*time.Second), req.IdempotencyKey))
 	_, err = a.client.ResumeOrder(ctxT(t, 10*time.Second), &contracts.ResumeOrderReq{OrderId: req.OrderId})
 	require.NoError(t, err, "the source still serves the order")
+	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	require.Equal(t, success, h.eventTypes(t, req.OrderId))
+}
+
+// A relocation whose commit is in doubt commits again (a no-op once it
+// landed) instead of leaving the record Moving: the move completes and
+// the target serves the order.
+func TestRelocationWhoseCommitIsInDoubtCompletes(t *testing.T) {
+	h := newHarness(t)
+	loc := &inDoubtMove{Store: h.stores.Location}
+	stores := *h.stores
+	stores.Location = loc
+	withDoubt := func(c *node.WorkflowConfig) { c.Stores = &stores }
+	ws := map[string]*node.Workflow{
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures(), withDoubt),
+		"workflow-b": h.startWorkflow("workflow-b", withFixtures(), withDoubt),
+	}
+	a := h.startAPI("api-a")
+	waitMembers(t, a.member.Lookup, 2)
+	req, source := h.parkedOrder(t, a, ws)
+	target := other(source)
+
+	loc.armedCommit.Store(true)
+	res, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: target, OperationId: "op-commit"})
+	require.NoError(t, err, "the commit was repeated")
+	require.False(t, loc.armedCommit.Load())
+	require.Equal(t, target, res.TargetNode)
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, req.OrderId)
+	require.NoError(t, err)
+	require.Equal(t, location.Ready, rec.Status)
+	require.Equal(t, ws[target].Member.ID(), rec.Owner)
+
+	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctxT(t, 5*time.Second), req.IdempotencyKey))
+	_, err = a.client.ResumeOrder(ctxT(t, 10*time.Second), &contracts.ResumeOrderReq{OrderId: req.OrderId})
+	require.NoError(t, err)
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 }

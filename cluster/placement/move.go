@@ -79,7 +79,7 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 	}
 	report(MoveTargetActivated, target.Id, gen)
 	rec := location.Record{Status: location.Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: gen}
-	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, rec); err != nil {
+	if err := l.commitMove(ctx, p, rec); err != nil {
 		return location.Record{}, fmt.Errorf("relocation of %s activated the target but did not commit; repeat operation %s: %w", p.Identity, p.OperationID, err)
 	}
 	l.cluster.PidCache.Set(p.Identity, p.Kind, pid)
@@ -88,23 +88,43 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 }
 
 // moveRollbackBound bounds how long a relocation keeps trying to roll its
-// record back: long enough to outlast a store failover, including one
-// whose new primary has no replica for WAIT to count for a while.
+// record back or commit it: long enough to outlast a store failover,
+// including one whose new primary has no replica for WAIT to count for a
+// while.
 const moveRollbackBound = 30 * time.Second
 
 // rollBack returns the record to Ready at its source if it is Moving
 // under p's operation (AbortMove, which leaves any other record alone),
-// retrying while the store does not answer or confirm, up to
-// moveRollbackBound and whatever ctx says: a rollback left undone leaves
-// the record Moving, and every caller waiting.
+// retrying while the store does not answer or confirm (settle): a
+// rollback left undone leaves the record Moving, and every caller
+// waiting.
 func (l *Lookup) rollBack(ctx context.Context, p MovePlan) error {
+	return settle(ctx, func(c context.Context) error { return l.store.AbortMove(c, p.Kind, p.Identity, p.OperationID) }, nil)
+}
+
+// commitMove makes the target the Ready owner (CommitMove, a no-op once
+// done), retrying as rollBack does: the target activated and fenced the
+// source, so a commit left undone leaves the record Moving with nobody
+// serving it. A record no longer Moving under the operation
+// (ErrNotOwner) is final.
+func (l *Lookup) commitMove(ctx context.Context, p MovePlan, target location.Record) error {
+	return settle(ctx, func(c context.Context) error {
+		return l.store.CommitMove(c, p.Kind, p.Identity, p.OperationID, target)
+	}, func(err error) bool { return errors.Is(err, location.ErrNotOwner) })
+}
+
+// settle runs write until it succeeds or fails for good (final), and
+// retries a store that does not answer or confirm for up to
+// moveRollbackBound, whatever ctx says: the caller's deadline must not
+// leave a record half moved.
+func settle(ctx context.Context, write func(context.Context) error, final func(error) bool) error {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveRollbackBound)
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	for {
-		err := l.store.AbortMove(c, p.Kind, p.Identity, p.OperationID)
-		if err == nil {
-			return nil
+		err := write(c)
+		if err == nil || (final != nil && final(err)) {
+			return err
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -180,7 +200,7 @@ func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (location.Record,
 	}
 	report(MoveTargetActivated, target.Id, rec.Generation)
 	done := location.Record{Status: location.Ready, Owner: target.Id, PIDAddress: pid.Address, PIDID: pid.Id, Generation: rec.Generation}
-	if err := l.store.CommitMove(context.WithoutCancel(ctx), p.Kind, p.Identity, p.OperationID, done); err != nil {
+	if err := l.commitMove(ctx, p, done); err != nil {
 		return location.Record{}, err
 	}
 	l.cluster.PidCache.RemoveByValue(p.Identity, p.Kind, source)

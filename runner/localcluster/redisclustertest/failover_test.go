@@ -1,0 +1,207 @@
+package redisclustertest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/runner/client"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
+)
+
+// acked is a key the API acknowledged (201 or 200) and its order.
+type acked struct {
+	key, order string
+}
+
+// retryingLoad starts orders, each under its own key, retrying a key that
+// was not acknowledged (503s while a master fails over) with the same
+// body until it is, as a client of an order system does.
+type retryingLoad struct {
+	mu     sync.Mutex
+	acks   []acked
+	errors map[string]int
+}
+
+func (l *retryingLoad) worker(ctx context.Context, api *client.API, run string, w int, stop <-chan struct{}) {
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("fo-%s-%d-%d", run, w, i)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, rep, err := api.StartOrder(ctx, &contracts.StartOrderReq{
+				CartId: commerce.DemoCartOK, ShippingAddressId: "addr-fo", PaymentMethodId: commerce.DemoMethodOK, IdempotencyKey: key,
+			})
+			if err == nil && (rep.Status == http.StatusCreated || rep.Status == http.StatusOK) {
+				l.mu.Lock()
+				l.acks = append(l.acks, acked{key: key, order: res.GetOrderId()})
+				l.mu.Unlock()
+				break
+			}
+			what := "transport"
+			if err == nil || rep.Status != 0 {
+				what = strconv.Itoa(rep.Status)
+				if rep.Error != nil {
+					what += " " + rep.Error.Reason
+				}
+			}
+			l.mu.Lock()
+			l.errors[what]++
+			l.mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func (l *retryingLoad) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acks)
+}
+
+// TestAMasterKilledUnderLoadLosesNothing is the durability issue's Redis
+// Cluster failover under order load: the local cluster on a 3-master
+// Redis Cluster with a replica each and -redis-wait-replicas 1, orders
+// through both APIs, one master SIGKILLed. Its replica takes its slots;
+// writes there are in doubt (503) until the old master runs again as the
+// new one's replica, and clients retry with the same key. Afterwards
+// every acknowledged order is Confirmed by itself (no continue, no
+// operator), with one OrderStartedEvent, the four success events and one
+// authorization of its amount, and no workflow member restarted.
+func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
+	apiBin, wfBin := proctest.Binaries(t)
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	c, err := localcluster.Start(sctx, localcluster.Config{
+		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
+		RedisCluster: true, RedisClusterReplicas: 1,
+		RequestTimeout: 10 * time.Second, Env: localcluster.ChildEnv(os.Environ()), StopGrace: 10 * time.Second, Logf: t.Logf,
+		BeforeNodes: func(ctx context.Context, url string) error {
+			rdb, err := redisserver.NewClient(url)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
+			if err != nil {
+				return err
+			}
+			return cs.ApplySeed(ctx, commerce.DemoSeed())
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		nodes := append(c.APIs(), c.Workflows()...)
+		if t.Failed() {
+			for _, n := range nodes {
+				t.Logf("---- %s (%s), last lines:\n%s", n, c.LogPath(n), localcluster.Tail(c.LogPath(n), 25))
+			}
+		}
+		for _, n := range nodes {
+			_ = c.Kill(n)
+		}
+		_ = c.Stop()
+	})
+	rc := c.RedisCluster()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	t.Cleanup(hc.CloseIdleConnections)
+	apis := c.APIs()
+	l := &retryingLoad{errors: map[string]int{}}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		api := &client.API{BaseURL: c.APIURL(apis[w%len(apis)]), HTTP: hc}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.worker(ctx, api, run, w, stop)
+		}()
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopLoad)
+	require.Eventually(t, func() bool { return l.count() >= warmOrders }, 30*time.Second, 20*time.Millisecond)
+
+	victim := 0
+	replica := rc.Replicas(victim)[0]
+	before := l.count()
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(rc.Nodes()[victim].PID(), syscall.SIGKILL))
+	rcl := replica.Client()
+	defer rcl.Close()
+	require.Eventually(t, func() bool {
+		role, err := rcl.Do(ctx, "ROLE").Slice()
+		return err == nil && role[0] == "master"
+	}, 30*time.Second, 50*time.Millisecond, "the replica takes the killed master's slots")
+	promoted := time.Since(killed)
+	// Writes to its slots wait for a replica it does not have yet.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, rc.RestartNode(ctx, victim))
+	require.Eventually(t, func() bool { return replica.InSync(ctx) != nil && rc.Nodes()[victim].InSync(ctx) == nil }, 30*time.Second, 50*time.Millisecond,
+		"the old master replicates the new one")
+	resumed := l.count()
+	require.Eventually(t, func() bool { return l.count() >= resumed+2*workers }, 60*time.Second, 20*time.Millisecond,
+		"orders are acknowledged again once the new master has its replica")
+	stopLoad()
+
+	l.mu.Lock()
+	acks := append([]acked(nil), l.acks...)
+	errs := l.errors
+	l.mu.Unlock()
+	t.Logf("FIGURE redis cluster master killed under load: replica promoted %s after the SIGKILL; %d orders acknowledged (%d before the kill); retried answers %v",
+		promoted.Round(10*time.Millisecond), len(acks), before, errs)
+
+	cc := rc.Client()
+	defer cc.Close()
+	es, err := eventstore.NewRedis(eventstore.Config{Client: cc})
+	require.NoError(t, err)
+	cs, err := commerce.NewRedis(commerce.Config{Client: cc})
+	require.NoError(t, err)
+	reader := &client.API{BaseURL: c.APIURL(apis[0]), HTTP: hc}
+	want := []string{order.TypeOrderStarted, order.TypeInventoryReserved, order.TypePaymentAuthorized, order.TypeOrderConfirmed}
+	settle := time.Now()
+	seen := map[string]bool{}
+	for _, a := range acks {
+		require.False(t, seen[a.order], "key %s: its order %s was acknowledged for another key too", a.key, a.order)
+		seen[a.order] = true
+		st, terminal, rep, err := reader.WaitTerminal(ctx, a.order, 30*time.Second)
+		require.NoError(t, err, "%s %s", a.order, rep)
+		require.True(t, terminal, "acknowledged order %s is terminal by itself", a.order)
+		require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus(), a.order)
+		envs, err := es.Load(ctx, a.order)
+		require.NoError(t, err)
+		types := make([]string, len(envs))
+		for i, e := range envs {
+			types[i] = e.EventType
+		}
+		require.Equal(t, want, types, "order %s: one start, the success events, once each", a.order)
+		captured, err := cs.Payment().Captured(ctx, order.PaymentID(a.order))
+		require.NoError(t, err)
+		require.Equal(t, st.GetAmount(), captured, "order %s authorized once, for its amount", a.order)
+	}
+	t.Logf("FIGURE redis cluster master killed under load: %d of %d acknowledged orders Confirmed, each effect once, all terminal %s after the load stopped",
+		len(acks), len(acks), time.Since(settle).Round(10*time.Millisecond))
+	for _, w := range c.Workflows() {
+		require.Empty(t, c.Restarts(w), "%s was not restarted", w)
+	}
+}
