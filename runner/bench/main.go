@@ -215,6 +215,9 @@ type target struct {
 	// append-only file and its fsync policy.
 	RedisPersist     bool
 	RedisAppendFsync string
+	// RedisHA is localcluster's: "sentinel" runs Redis as a primary, a
+	// replica and three sentinels, every write waiting for the replica.
+	RedisHA string
 }
 
 func run(ctx context.Context, o options) (err error) {
@@ -318,7 +321,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	logf("starting cluster in %s", t.Dir)
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.Dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: env,
-		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync,
+		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync, RedisHA: t.RedisHA,
 		RedisCluster:        o.redisCluster,
 		WorkflowIdleTimeout: o.idleTimeout,
 		StopGrace:           15 * time.Second,

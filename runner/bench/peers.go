@@ -17,13 +17,16 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 // `make bench-peers` (-peers): the same order workflow on ShoppingMall and
 // on Restate, back to back on this machine, with the same mix, load
 // generator, phases and latency method: ours with Redis' AOF at
 // appendfsync everysec, ours again at appendfsync always (Restate's log
-// fsyncs its writes: like with like), then Restate (peers_restate.go).
+// fsyncs its writes: like with like), ours on a primary and a replica
+// with every write waiting for the replica (WAIT 1: durability by
+// replication), then Restate (peers_restate.go).
 // The table, the ratios and the goals go to the terminal and to
 // <run-dir>/bench-peers.json; every target's own report to its directory.
 
@@ -102,6 +105,10 @@ const (
 		"fsynced about once a second; a killed redis-server or a machine crash can lose up to ~2 s of acknowledged steps"
 	durabilityOursAlways = "Redis AOF, appendfsync always: the AOF is fsynced before Redis answers a write, " +
 		"so no acknowledged step is lost even to a machine crash"
+	durabilityOursReplicated = "Redis AOF, appendfsync everysec, on a primary and one replica behind three sentinels " +
+		"(make cluster-up REDIS_HA=sentinel): every write is acknowledged only once the replica holds it (WAIT 1 on the " +
+		"write's own connection), so an acknowledged step survives a crash of the primary's machine and a failover to the " +
+		"replica; losing both at once can lose what the replica had not fsynced (~1 s)"
 	durabilityRestate = "restate-server " + restateVersion + " at its defaults (restate-server --dump-config), one node: every journal " +
 		"entry (the invocation, each restate.Run result, each state change) is appended to Bifrost's replicated loglet " +
 		"(default-provider replicated, default-replication 1) on the node's own log-server, whose RocksDB WAL fsync is on " +
@@ -248,14 +255,15 @@ func runPeers(ctx context.Context, o options, dir string) error {
 		if err != nil {
 			return err
 		}
-		for _, v := range []struct{ sub, label, mode, durability string }{
-			{"ours-everysec", "ShoppingMall (AOF everysec)", durabilityEverysec, durabilityOursEverysec},
-			{"ours-always", "ShoppingMall (AOF always)", durabilityAlways, durabilityOursAlways},
+		for _, v := range []struct{ sub, label, mode, durability, ha string }{
+			{"ours-everysec", "ShoppingMall (AOF everysec)", durabilityEverysec, durabilityOursEverysec, ""},
+			{"ours-always", "ShoppingMall (AOF always)", durabilityAlways, durabilityOursAlways, ""},
+			{"ours-replicated", "ShoppingMall (AOF everysec, 1 replica, WAIT 1)", durabilityEverysec, durabilityOursReplicated, localcluster.RedisHASentinel},
 		} {
 			logf("=== %s ===", v.label)
 			persist, fsync := redisDurability(v.mode)
 			t := target{Label: v.label, Dir: filepath.Join(dir, v.sub), APIBin: api, WfBin: wf,
-				RedisPersist: persist, RedisAppendFsync: fsync}
+				RedisPersist: persist, RedisAppendFsync: fsync, RedisHA: v.ha}
 			rep, err := measure(ctx, o, t, nil)
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.label, err)

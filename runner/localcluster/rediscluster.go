@@ -83,10 +83,16 @@ func (c *Cluster) RedisCluster() *redisserver.Cluster {
 }
 
 // RedisPIDs are the PIDs of every redis-server of the cluster: the
-// masters of a Redis Cluster, or the one server.
+// masters of a Redis Cluster, the data servers and sentinels of
+// Config.RedisHA, or the one server.
 func (c *Cluster) RedisPIDs() []int {
 	if rc := c.RedisCluster(); rc != nil {
 		return rc.PIDs()
+	}
+	if c.ha != nil {
+		c.ha.mu.Lock()
+		defer c.ha.mu.Unlock()
+		return append(c.ha.pids(c.ha.data[:]), c.ha.pids(c.ha.sentinels)...)
 	}
 	return []int{c.RedisPID()}
 }
