@@ -140,7 +140,7 @@ func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
 	}
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopLoad)
-	require.Eventually(t, func() bool { return l.count() >= warmOrders }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return l.count() >= 2*warmOrders }, 30*time.Second, 20*time.Millisecond)
 
 	victim := 0
 	replica := rc.Replicas(victim)[0]
@@ -160,7 +160,7 @@ func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
 	require.Eventually(t, func() bool { return replica.InSync(ctx) != nil && rc.Nodes()[victim].InSync(ctx) == nil }, 30*time.Second, 50*time.Millisecond,
 		"the old master replicates the new one")
 	resumed := l.count()
-	require.Eventually(t, func() bool { return l.count() >= resumed+2*workers }, 60*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return l.count() >= resumed+2*warmOrders }, 60*time.Second, 20*time.Millisecond,
 		"orders are acknowledged again once the new master has its replica")
 	stopLoad()
 
