@@ -343,11 +343,10 @@ func (s *inDoubtMove) BeginMove(ctx context.Context, kind, id, pidID, opID strin
 	return g, err
 }
 
-// A relocation whose first write is in doubt rolls it back: the record
-// is Ready at the source again, not Moving under an operation nobody
-// knows, the answer is the store's 503, and the source goes on serving
-// the order to its end.
-func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
+// startInDoubt is two workflow members whose Location Store is
+// inDoubtMove, an API, and an order parked at its payment on source.
+func startInDoubt(t *testing.T) (*harness, *inDoubtMove, map[string]*node.Workflow, *api, *contracts.StartOrderWorkflowReq, string) {
+	t.Helper()
 	h := newHarness(t)
 	loc := &inDoubtMove{Store: h.stores.Location}
 	stores := *h.stores
@@ -360,6 +359,15 @@ func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
 	a := h.startAPI("api-a")
 	waitMembers(t, a.member.Lookup, 2)
 	req, source := h.parkedOrder(t, a, ws)
+	return h, loc, ws, a, req, source
+}
+
+// A relocation whose first write is in doubt rolls it back: the record
+// is Ready at the source again, not Moving under an operation nobody
+// knows, the answer is the store's 503, and the source goes on serving
+// the order to its end.
+func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
+	h, loc, ws, a, req, source := startInDoubt(t)
 
 	loc.armed.Store(true)
 	_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: req.OrderId, TargetNode: other(source), OperationId: "op-doubt"})
@@ -381,18 +389,7 @@ func TestRelocationWhoseFirstWriteIsInDoubtRollsBack(t *testing.T) {
 // landed) instead of leaving the record Moving: the move completes and
 // the target serves the order.
 func TestRelocationWhoseCommitIsInDoubtCompletes(t *testing.T) {
-	h := newHarness(t)
-	loc := &inDoubtMove{Store: h.stores.Location}
-	stores := *h.stores
-	stores.Location = loc
-	withDoubt := func(c *node.WorkflowConfig) { c.Stores = &stores }
-	ws := map[string]*node.Workflow{
-		"workflow-a": h.startWorkflow("workflow-a", withFixtures(), withDoubt),
-		"workflow-b": h.startWorkflow("workflow-b", withFixtures(), withDoubt),
-	}
-	a := h.startAPI("api-a")
-	waitMembers(t, a.member.Lookup, 2)
-	req, source := h.parkedOrder(t, a, ws)
+	h, loc, ws, a, req, source := startInDoubt(t)
 	target := other(source)
 
 	loc.armedCommit.Store(true)

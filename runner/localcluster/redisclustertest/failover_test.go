@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,9 +17,6 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
-	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
-	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 // acked is a key the API acknowledged (201 or 200) and its order.
@@ -86,39 +82,7 @@ func (l *retryingLoad) count() int {
 // operator), with one OrderStartedEvent, the four success events and one
 // authorization of its amount, and no workflow member restarted.
 func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
-	apiBin, wfBin := proctest.Binaries(t)
-	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-	defer scancel()
-	c, err := localcluster.Start(sctx, localcluster.Config{
-		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
-		RedisCluster: true, RedisClusterReplicas: 1,
-		RequestTimeout: 10 * time.Second, Env: localcluster.ChildEnv(os.Environ()), StopGrace: 10 * time.Second, Logf: t.Logf,
-		BeforeNodes: func(ctx context.Context, url string) error {
-			rdb, err := redisserver.NewClient(url)
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
-			cs, err := commerce.NewRedis(commerce.Config{Client: rdb})
-			if err != nil {
-				return err
-			}
-			return cs.ApplySeed(ctx, commerce.DemoSeed())
-		},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		nodes := append(c.APIs(), c.Workflows()...)
-		if t.Failed() {
-			for _, n := range nodes {
-				t.Logf("---- %s (%s), last lines:\n%s", n, c.LogPath(n), localcluster.Tail(c.LogPath(n), 25))
-			}
-		}
-		for _, n := range nodes {
-			_ = c.Kill(n)
-		}
-		_ = c.Stop()
-	})
+	c := startCluster(t, false, 1)
 	rc := c.RedisCluster()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()

@@ -210,7 +210,7 @@ func countHalf(ws []*resume) int {
 }
 
 func startHeldEnv(t *testing.T) *heldEnv {
-	c := startCluster(t, true)
+	c := startCluster(t, true, 0)
 	rc := c.RedisCluster()
 	require.NotNil(t, rc)
 	cc, err := redisserver.NewClient(c.RedisURL())

@@ -34,8 +34,9 @@ const (
 
 // startCluster starts the local cluster on a 3-master Redis Cluster with
 // the demo catalogue; fixtures starts the workflows with their runner-only
-// interrupt points (-fixtures).
-func startCluster(t *testing.T, fixtures bool) *localcluster.Cluster {
+// interrupt points (-fixtures), and replicas gives each master that many
+// replicas (the nodes then wait for one per write).
+func startCluster(t *testing.T, fixtures bool, replicas int) *localcluster.Cluster {
 	t.Helper()
 	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -43,12 +44,13 @@ func startCluster(t *testing.T, fixtures bool) *localcluster.Cluster {
 	began := time.Now()
 	c, err := localcluster.Start(ctx, localcluster.Config{
 		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
-		RedisCluster:   true,
-		Fixtures:       fixtures,
-		RequestTimeout: 10 * time.Second,
-		Env:            localcluster.ChildEnv(os.Environ()),
-		StopGrace:      10 * time.Second,
-		Logf:           t.Logf,
+		RedisCluster:         true,
+		RedisClusterReplicas: replicas,
+		Fixtures:             fixtures,
+		RequestTimeout:       10 * time.Second,
+		Env:                  localcluster.ChildEnv(os.Environ()),
+		StopGrace:            10 * time.Second,
+		Logf:                 t.Logf,
 		BeforeNodes: func(ctx context.Context, url string) error {
 			rdb, err := redisserver.NewClient(url)
 			if err != nil {
@@ -166,7 +168,7 @@ func (l *load) completed() int {
 // fails for good), no master answers CROSSSLOT, and every master holds
 // keys.
 func TestSlotsWithLiveOrdersMoveUnderLoad(t *testing.T) {
-	c := startCluster(t, false)
+	c := startCluster(t, false, 0)
 	rc := c.RedisCluster()
 	require.NotNil(t, rc)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
