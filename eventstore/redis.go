@@ -466,7 +466,10 @@ func isUnavailable(err error) bool {
 		return true
 	}
 	// Server replies that mean "not serving now" rather than "bad request".
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+	// MOVED and ASK reach here only once the client's redirects ran out,
+	// while a failover or a resharding moves the slot: the command did
+	// not run.
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/eventstoretest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -31,4 +33,25 @@ func TestRedisClusterStreamCheckerContract(t *testing.T) {
 	eventstoretest.RunStreamCheckerContract(t, func(t *testing.T) eventstoretest.CheckedStore {
 		return newRedis(t, eventstore.Config{Client: rc.Client})
 	})
+}
+
+// A MOVED reply that outlived the client's redirects (a slot moving in a
+// failover) is the store not serving now, never an internal error: a
+// client bound to one master reads orders whose slots another serves.
+func TestRedisMovedIsUnavailable(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	c := rc.Nodes()[0].Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s := newRedis(t, eventstore.Config{Client: c})
+	moved := 0
+	for i := range 32 {
+		_, err := s.Load(ctxT(t), fmt.Sprintf("o-moved-%d", i))
+		if err == nil {
+			continue
+		}
+		require.ErrorIs(t, err, eventstore.ErrUnavailable)
+		require.Contains(t, err.Error(), "MOVED")
+		moved++
+	}
+	require.Positive(t, moved, "no order's slot was on another master")
 }

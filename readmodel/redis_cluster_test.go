@@ -1,9 +1,12 @@
 package readmodel_test
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
@@ -39,4 +42,25 @@ func TestRedisClusterContracts(t *testing.T) {
 			return readmodeltest.Watched{ReadModel: rm, Watcher: newFeed(t, rm), Append: p.Append, Events: p.Events}
 		})
 	})
+}
+
+// A MOVED reply that outlived the client's redirects (a slot moving in a
+// failover) is the store not serving now, never an internal error: a
+// client bound to one master reads orders whose slots another serves.
+func TestRedisMovedIsUnavailable(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	c := rc.Nodes()[0].Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s := newRedis(t, readmodel.Config{Client: c})
+	moved := 0
+	for i := range 32 {
+		_, _, err := s.Get(ctxT(t), fmt.Sprintf("o-moved-%d", i))
+		if err == nil || errors.Is(err, readmodel.ErrNotFound) {
+			continue
+		}
+		require.ErrorIs(t, err, readmodel.ErrUnavailable)
+		require.Contains(t, err.Error(), "MOVED")
+		moved++
+	}
+	require.Positive(t, moved, "no order's slot was on another master")
 }

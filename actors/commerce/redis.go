@@ -141,7 +141,10 @@ func translate(op string, err error) error {
 			return fmt.Errorf("%w: %s: %s", ErrCorrupt, op, msg)
 		case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "READONLY"),
 			strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "CLUSTERDOWN"),
-			strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "BUSY"):
+			strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "BUSY"),
+			// Only once the client's redirects ran out, while a failover
+			// or a resharding moves the slot: the command did not run.
+			strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "):
 			return fmt.Errorf("%w: %s: %s", ErrUnavailable, op, msg)
 		default:
 			return fmt.Errorf("commerce: %s: redis replied: %s", op, msg)

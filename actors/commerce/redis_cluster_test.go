@@ -1,9 +1,13 @@
 package commerce_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce/commercetest"
@@ -36,4 +40,27 @@ func TestRedisClusterContracts(t *testing.T) {
 	t.Run("Payment", func(t *testing.T) {
 		commercetest.RunPaymentContract(t, func(t *testing.T) commerce.Payment { return store(t).Payment() })
 	})
+}
+
+// A MOVED reply that outlived the client's redirects (a slot moving in a
+// failover) is the store not serving now, never an internal error: a
+// client bound to one master reads payments whose slots another serves.
+func TestRedisMovedIsUnavailable(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	c := rc.Nodes()[0].Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s := newRedis(t, commerce.Config{Client: c})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	moved := 0
+	for i := range 32 {
+		_, err := s.Payment().Captured(ctx, fmt.Sprintf("pay-moved-%d", i))
+		if err == nil {
+			continue
+		}
+		require.ErrorIs(t, err, commerce.ErrUnavailable)
+		require.Contains(t, err.Error(), "MOVED")
+		moved++
+	}
+	require.Positive(t, moved, "no payment's slot was on another master")
 }

@@ -143,21 +143,47 @@ func (c *Context) await(ctx context.Context, pid *actor.PID, message any) (any, 
 		return nil, c.lookup.lostOwner(ctx, pid.Address, "has left")
 	default:
 	}
+	remoteOwner := pid.Address != c.lookup.selfAddress()
+	if remoteOwner && c.lookup.linkDown(pid.Address) {
+		// Nothing is sent: it would only wait out the deadline.
+		return nil, c.lookup.lostOwner(ctx, pid.Address, "takes no connection from here; nothing was sent")
+	}
 	sys := c.lookup.cluster.ActorSystem
 	f := c.requestFuture(ctx, pid, message, timeout)
 	done := awaitFuture(f)
-	select {
-	case r := <-done:
-		if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
+	// probe fires once the call was left unanswered for linkProbeAfter;
+	// checked then waits for the dial's verdict (link.go).
+	var probe <-chan time.Time
+	if remoteOwner && timeout > linkProbeAfter {
+		t := time.NewTimer(linkProbeAfter)
+		defer t.Stop()
+		probe = t.C
+	}
+	var checked <-chan struct{}
+	var down func() bool
+	for {
+		select {
+		case r := <-done:
+			if errors.Is(r.err, actor.ErrTimeout) || errors.Is(r.err, remote.ErrTimeout) {
+				return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
+			}
+			return r.res, r.err
+		case <-left:
+			endFuture(sys, f)
+			return nil, c.lookup.lostOwner(ctx, pid.Address, "left during the request")
+		case <-probe:
+			probe = nil
+			checked, down = c.lookup.probeLink(pid.Address)
+		case <-checked:
+			checked = nil
+			if down() {
+				endFuture(sys, f)
+				return nil, c.lookup.lostOwner(ctx, pid.Address, "takes no connection from here during the request")
+			}
+		case <-ctx.Done():
+			endFuture(sys, f)
 			return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
 		}
-		return r.res, r.err
-	case <-left:
-		endFuture(sys, f)
-		return nil, c.lookup.lostOwner(ctx, pid.Address, "left during the request")
-	case <-ctx.Done():
-		endFuture(sys, f)
-		return nil, fmt.Errorf("%w: no reply from %s", location.ErrTimeout, pid)
 	}
 }
 

@@ -199,6 +199,8 @@ type Lookup struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	gone      goneState
+	// links holds the verdicts on links that drop silently (link.go).
+	links linkState
 	// watch is the self-fence watch's state (selffence.go).
 	watch watchState
 }
@@ -641,6 +643,8 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 		return nil, nil, fmt.Errorf("%w: kind %s", ErrNoMember, kind)
 	}
 	start := int(l.rr.Add(1))
+	candidates = l.downLinksLast(candidates, start)
+	start = 0
 	var lastErr error
 	// busy: a member refused for want of room, or did not answer in time.
 	// Either way there are members for the kind, and a retry soon may

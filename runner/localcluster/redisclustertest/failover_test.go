@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
 // acked is a key the API acknowledged (201 or 200) and its order.
@@ -134,6 +136,22 @@ func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
 	l.mu.Unlock()
 	t.Logf("FIGURE redis cluster master killed under load: replica promoted %s after the SIGKILL; %d orders acknowledged (%d before the kill); retried answers %v",
 		promoted.Round(10*time.Millisecond), len(acks), before, errs)
+	// A failover is ordinary: every answer the clients retried is a 503
+	// or 504 with a reason, never a 500 and never a bare 5xx.
+	for what, n := range errs {
+		code, reason, _ := strings.Cut(what, " ")
+		if (code == "503" || code == "504") && reason != "" {
+			continue
+		}
+		for _, api := range apis {
+			for _, line := range strings.Split(localcluster.Tail(c.LogPath(api), 400), "\n") {
+				if strings.Contains(line, `"status":`+code) {
+					t.Logf("%s: %s", api, line)
+				}
+			}
+		}
+		t.Errorf("%d answers %q during the failover: only 503/504 with a reason may be retried", n, what)
+	}
 
 	cc := rc.Client()
 	defer cc.Close()
