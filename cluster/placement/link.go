@@ -3,6 +3,7 @@ package placement
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -40,6 +41,10 @@ const (
 
 // linkState holds the lookup's verdicts by address.
 type linkState struct {
+	// down counts the verdicts that found a link down and still stand,
+	// so that linkDown, asked before every remote call, costs one atomic
+	// load while every link is up.
+	down   atomic.Int32
 	mu     sync.Mutex
 	byAddr map[string]*linkProbe
 }
@@ -55,6 +60,9 @@ type linkProbe struct {
 // linkDown reports whether the link to addr was found down and has not
 // been found up since. It costs one map lookup; no dial.
 func (l *Lookup) linkDown(addr string) bool {
+	if l.links.down.Load() == 0 {
+		return false
+	}
 	l.links.mu.Lock()
 	defer l.links.mu.Unlock()
 	p, ok := l.links.byAddr[addr]
@@ -98,6 +106,10 @@ func (l *Lookup) probeLink(addr string) (<-chan struct{}, func() bool) {
 // it opens, the member leaves the topology, or the lookup stops.
 func (l *Lookup) dialLink(addr string, p *linkProbe) {
 	p.down, p.at = !l.dialable(addr), time.Now()
+	if p.down {
+		l.links.down.Add(1)
+		defer l.links.down.Add(-1)
+	}
 	close(p.done)
 	if !p.down {
 		return
