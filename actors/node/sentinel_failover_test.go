@@ -34,8 +34,8 @@ func startHA(ctx context.Context, t *testing.T, withSentinel bool) haRedis {
 	defer rc.Close()
 	require.Eventually(t, func() bool {
 		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync")
+		return err == nil && strings.Contains(info, "master_link_status:up") && h.primary.Acknowledged(ctx, 1) == nil
+	}, 20*time.Second, 50*time.Millisecond, "the replica is in sync, and the primary counts it")
 	if !withSentinel {
 		return h
 	}

@@ -67,7 +67,12 @@ func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 		}
 		h.data[i] = s
 	}
-	if err := waitFor(ctx, "the replica in sync", func() error { return h.data[1].InSync(ctx) }); err != nil {
+	if err := waitFor(ctx, "the replica in sync", func() error {
+		if err := h.data[1].InSync(ctx); err != nil {
+			return err
+		}
+		return h.data[0].Acknowledged(ctx, 1)
+	}); err != nil {
 		return err
 	}
 	for i, p := range ports[1:] {

@@ -187,8 +187,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 }
 
 // attachReplicas introduces every replica to the cluster, makes it
-// replicate its master, and waits until every node knows every other and
-// each replica's link to its master is up.
+// replicate its master, and waits until every node knows every other,
+// each replica's link to its master is up, and each master counts its
+// replicas as acknowledging (what WAIT needs).
 func (c *Cluster) attachReplicas(ctx context.Context, busPorts []int) error {
 	if len(c.replicas) == 0 {
 		return nil
@@ -229,6 +230,11 @@ func (c *Cluster) attachReplicas(ctx context.Context, busPorts []int) error {
 		last := c.agreed(ctx)
 		if last == nil {
 			last = c.replicasInSync(ctx)
+		}
+		for _, m := range c.nodes {
+			if last == nil {
+				last = m.Acknowledged(ctx, c.per)
+			}
 		}
 		if last == nil {
 			return nil

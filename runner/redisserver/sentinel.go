@@ -46,6 +46,24 @@ func (s *Server) SentinelSees(ctx context.Context, master string) (replicas, sen
 	return replicas, sentinels, err
 }
 
+// Acknowledged reports nil when the primary s counts at least n replicas
+// that acknowledge its writes. A replica's own link can be up a second
+// before its primary puts it online (Redis 7 waits for the replica's
+// first REPLCONF ACK), and in that second WAIT counts it out: a harness
+// that hands out a replicated primary waits for this, not for InSync.
+func (s *Server) Acknowledged(ctx context.Context, n int) error {
+	return withClient(s, func(rc *redis.Client) error {
+		got, err := rc.Do(ctx, "WAIT", n, 100).Int()
+		if err != nil {
+			return err
+		}
+		if got < n {
+			return fmt.Errorf("redisserver: %d of %d replicas acknowledge the primary", got, n)
+		}
+		return nil
+	})
+}
+
 // InSync reports nil when s is a replica whose link to its primary is up.
 func (s *Server) InSync(ctx context.Context) error {
 	return withClient(s, func(rc *redis.Client) error {
