@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -187,7 +186,7 @@ type overloadJob struct {
 // runOverload hands order i to an idle worker at its due time, or counts
 // it not sent when none is idle, and returns once every sent order was
 // answered. do sends one order and must give up by its context.
-func runOverload(ctx context.Context, plan overloadPlan, report progress, do func(ctx context.Context, segment int) overloadAnswer) overloadRun {
+func runOverload(ctx context.Context, plan overloadPlan, report progress, do func(ctx context.Context, worker, segment int) overloadAnswer) overloadRun {
 	nseg := len(plan.Segments)
 	run := overloadRun{Scheduled: make([]int64, nseg), Sent: make([]int64, nseg), NotSent: make([]int64, nseg)}
 	for i, s := range plan.Segments {
@@ -210,12 +209,12 @@ func runOverload(ctx context.Context, plan overloadPlan, report progress, do fun
 	start := run.Start
 	for w := 0; w < plan.Workers; w++ {
 		wg.Add(1)
-		go func() {
+		go func(w int) {
 			defer wg.Done()
 			var mine []overloadResult
 			for j := range jobs {
 				sent := time.Now()
-				a := do(ctx, j.segment)
+				a := do(ctx, w, j.segment)
 				now := time.Now()
 				busy.Add(-1)
 				idle <- struct{}{}
@@ -233,7 +232,7 @@ func runOverload(ctx context.Context, plan overloadPlan, report progress, do fun
 			mu.Lock()
 			run.Results = append(run.Results, mine...)
 			mu.Unlock()
-		}()
+		}(w)
 	}
 
 	stopProgress := make(chan struct{})
@@ -340,8 +339,9 @@ func classifyAnswer(code int, h http.Header, body []byte, err error) overloadAns
 	return overloadAnswer{Outcome: outcomeRefused, Key: key}
 }
 
-// overloadClient holds one idle connection per worker and API, so that a
-// burst reuses its sockets instead of churning through ephemeral ports.
+// overloadClient is the status sweep's client: one idle connection per
+// worker and API, so that the sweep reuses its sockets instead of
+// churning through ephemeral ports.
 func overloadClient(workers int) *http.Client {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -352,24 +352,29 @@ func overloadClient(workers int) *http.Client {
 	return &http.Client{Transport: tr, Timeout: overloadRequestTimeout}
 }
 
-// overloadStart POSTs order n of the mix to its API and classifies the
-// answer; it never waits for the outcome.
-func (l *load) overloadStart(ctx context.Context, hc *http.Client, n int64) overloadAnswer {
+// overloadStart POSTs order n of the mix to its API, on the worker's own
+// connections, and classifies the answer; it never waits for the outcome.
+func (l *load) overloadStart(ctx context.Context, p *poster, n int64) overloadAnswer {
 	_, body := l.startRequest(n)
-	base := l.cfg.APIs[int(n%int64(len(l.cfg.APIs)))]
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/orders", bytes.NewReader(b))
+	b, err := json.Marshal(body)
 	if err != nil {
 		return classifyAnswer(0, nil, nil, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return classifyAnswer(0, nil, nil, err)
+	code, h, raw, err := p.post(ctx, int(n%int64(len(l.cfg.APIs))), b)
+	return classifyAnswer(code, h, raw, err)
+}
+
+// overloadPosters are the workers' posters, one each, over apis.
+func overloadPosters(apis []string, workers int) ([]*poster, error) {
+	ps := make([]*poster, workers)
+	for i := range ps {
+		p, err := newPoster(apis, "/orders", overloadRequestTimeout)
+		if err != nil {
+			return nil, err
+		}
+		ps[i] = p
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return classifyAnswer(resp.StatusCode, resp.Header, raw, err)
+	return ps, nil
 }
 
 // loopbackOnly refuses a base URL that does not name a loopback host: the
@@ -635,8 +640,17 @@ func (l *load) runOverloadPhase(ctx context.Context, cfg overloadConfig, peak fl
 	if err := loopbackOnly(append(append([]string{}, oc.APIs...), oc.APIMetrics...)); err != nil {
 		return nil, err
 	}
-	hc := overloadClient(cfg.Workers)
+	hc := overloadClient(overloadSweepWorkers)
 	defer hc.CloseIdleConnections()
+	posters, err := overloadPosters(oc.APIs, cfg.Workers)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range posters {
+			p.close()
+		}
+	}()
 
 	logOffsets := map[string]int64{}
 	for n, p := range oc.Logs {
@@ -652,8 +666,8 @@ func (l *load) runOverloadPhase(ctx context.Context, cfg overloadConfig, peak fl
 		logf("overload %s: %.1f orders/s for %s", s.Name, s.Rate, s.Duration)
 	}
 	logf("overload: %d orders on the timeline, at most %d in flight; POSTs only, statuses read %s after it ends", plan.total(), plan.Workers, cfg.Settle)
-	run := runOverload(ctx, plan, reportProgress, func(ctx context.Context, _ int) overloadAnswer {
-		return l.overloadStart(ctx, hc, l.seq.Add(1))
+	run := runOverload(ctx, plan, reportProgress, func(ctx context.Context, w, _ int) overloadAnswer {
+		return l.overloadStart(ctx, posters[w], l.seq.Add(1))
 	})
 	cpuAfter, _ := cpuSeconds(0)
 	machineAfter, _ := machineTimes()

@@ -103,7 +103,7 @@ func TestRunOverloadCountsOrdersNoWorkerCouldTakeAsNotSent(t *testing.T) {
 	plan := overloadPlan{Segments: []overloadSegment{{Name: "burst", Rate: 200, Duration: 100 * time.Millisecond}}, Workers: 2}
 	release := waitPast(time.Now(), 200*time.Millisecond) // past the 100 ms timeline
 	var calls atomic.Int64
-	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, _ int) overloadAnswer {
+	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, _, _ int) overloadAnswer {
 		calls.Add(1)
 		<-release
 		return overloadAnswer{Outcome: outcomeAdmitted, Key: "201", OrderID: "o"}
@@ -131,7 +131,7 @@ func TestRunOverloadSendsBothSegmentsOnTheirTimeline(t *testing.T) {
 	t0 := time.Now()
 	var mu sync.Mutex
 	var at []time.Duration
-	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, seg int) overloadAnswer {
+	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, _, seg int) overloadAnswer {
 		mu.Lock()
 		at = append(at, time.Since(t0))
 		mu.Unlock()
@@ -162,7 +162,7 @@ func TestRunOverloadStopsWhenInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	plan := overloadPlan{Segments: []overloadSegment{{Name: "burst", Rate: 100, Duration: time.Minute}}, Workers: 4}
 	var calls atomic.Int64
-	run := runOverload(ctx, plan, quiet, func(ctx context.Context, _ int) overloadAnswer {
+	run := runOverload(ctx, plan, quiet, func(ctx context.Context, _, _ int) overloadAnswer {
 		if calls.Add(1) == 3 {
 			cancel()
 		}
@@ -228,9 +228,11 @@ func TestOverloadStartAndSweepAgainstAnAPI(t *testing.T) {
 	t.Cleanup(srv.Close)
 	l := newLoad(loadConfig{APIs: []string{srv.URL}, Concurrency: 1, RunID: "t"})
 	hc := overloadClient(8)
+	posters, err := overloadPosters([]string{srv.URL}, 8)
+	require.NoError(t, err)
 	plan := overloadPlan{Segments: []overloadSegment{{Name: "burst", Rate: 420, Duration: 250 * time.Millisecond}}, Workers: 8}
-	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, _ int) overloadAnswer {
-		return l.overloadStart(ctx, hc, l.seq.Add(1))
+	run := runOverload(context.Background(), plan, quiet, func(ctx context.Context, w, _ int) overloadAnswer {
+		return l.overloadStart(ctx, posters[w], l.seq.Add(1))
 	})
 	require.EqualValues(t, 105, run.Scheduled[0])
 	require.Equal(t, run.Scheduled[0], run.Sent[0]+run.NotSent[0])
