@@ -66,6 +66,11 @@ const (
 	// cluster, but this API cannot reach it; another API may, and the
 	// owner is not gone.
 	ReasonOwnerUnreachable = "OWNER_UNREACHABLE"
+	// ReasonVersionUnsupported: the order holds an event of a newer schema
+	// than the members that were asked can read (a rolling upgrade or a
+	// rollback in progress); nothing was done, and the order is served
+	// again once a member of a build that reads it runs.
+	ReasonVersionUnsupported = "VERSION_UNSUPPORTED"
 )
 
 // Retry-After values, in seconds. A store blip or a timeout is worth a
@@ -206,6 +211,9 @@ func httpError(err error) (int, apiError) {
 	case errkind.Overloaded:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonOverloaded,
 			Message: "the service is overloaded; nothing was done, retry after the Retry-After pause", retryAfter: retryAfterOverloaded()}
+	case errkind.VersionUnsupported:
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonVersionUnsupported,
+			Message: "the order was written by a newer version than the running members read; nothing was done, retry once a newer member runs", retryAfter: retryAfterNoMember}
 	case errkind.RelocationRolledBack:
 		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonRelocationRolledBack,
 			Message: "a relocation of the order rolled back; retry", retryAfter: retryAfterSoon}

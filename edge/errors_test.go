@@ -149,6 +149,8 @@ func TestEveryKindMapsToItsPublicReply(t *testing.T) {
 			"the order's owner cannot be reached from this API; retry, possibly through another API"},
 		errkind.StoreFull: {503, CodeUnavailable, ReasonStoreFull, 1,
 			"a store the order needs is full; nothing was done, retry once it has room"},
+		errkind.VersionUnsupported: {503, CodeUnavailable, ReasonVersionUnsupported, 5,
+			"the order was written by a newer version than the running members read; nothing was done, retry once a newer member runs"},
 		// Overloaded's Retry-After is jittered over 1–3 s; checked below.
 		errkind.Overloaded: {503, CodeUnavailable, ReasonOverloaded, -1,
 			"the service is overloaded; nothing was done, retry after the Retry-After pause"},

@@ -85,7 +85,7 @@ var shedBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 // absent series.
 var reasons = []string{ReasonOwnerGone, ReasonStoreUnavailable, ReasonNoEligibleMember,
 	ReasonRelocationRolledBack, ReasonDeadlineExceeded, ReasonCanceled, ReasonStarting,
-	ReasonOverloaded, ReasonOwnerUnreachable, ReasonStoreFull}
+	ReasonOverloaded, ReasonOwnerUnreachable, ReasonStoreFull, ReasonVersionUnsupported}
 
 type httpMetrics struct {
 	requests    *prometheus.CounterVec

@@ -55,6 +55,14 @@ type Envelope struct {
 	SourceCommandID string
 	CreatedAtUnixMs int64
 	Data            []byte
+	// Schema is the version of Data's schema, as its writer encoded it:
+	// a reader that knows that version decodes the body (ignoring fields
+	// it does not know), upcasts an older one, and refuses a newer one
+	// rather than fold an event with fields missing. The store records
+	// it with the entry and does not interpret it. Entries written before
+	// the store recorded it load as 1, the first schema; 0 on Append is
+	// recorded as 1.
+	Schema int
 
 	// FenceGeneration and FenceEpoch are the writer's fence the append was
 	// checked against, recorded so that an invariant checker can prove no

@@ -303,7 +303,7 @@ func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expecte
 		}
 		keys = append(keys, ix.Key)
 	}
-	args := make([]any, 0, projectedArgs+len(compArgs)+5*len(events))
+	args := make([]any, 0, projectedArgs+len(compArgs)+6*len(events))
 	args = append(args, expectedVersion, fence.Generation, fence.Epoch, orderID,
 		proj.VersionField, proj.StateField, proj.Version, proj.State, proj.Notify, proj.NotifyMessage,
 		ix.Op.luaOp(), ix.Member, ix.Score, len(companions))

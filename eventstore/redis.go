@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,7 @@ const (
 	fieldSourceCommandID = "sourceCommandId"
 	fieldCreatedAt       = "createdAtUnixMs"
 	fieldData            = "data"
+	fieldSchema          = "schema"
 	// The writer's fence: an addition to the spec's envelope. Entries
 	// written before it was recorded lack both fields.
 	fieldFenceGen   = "fenceGen"
@@ -111,7 +113,7 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 //
 // KEYS: stream, fence, cmds.
 // ARGV: expectedVersion, gen, epoch, orderId, [the includer's], then per
-// event: eventId, eventType, sourceCommandId, createdAtUnixMs, data.
+// event: eventId, eventType, sourceCommandId, createdAtUnixMs, data, schema.
 // Reply on a failed check: {1, storedGen, storedEpoch} | {2, actualVersion}
 // | {3, sourceCommandId, recordedVersion}; on an empty batch {0, version}.
 const appendLua = `
@@ -126,9 +128,9 @@ local version = redis.call('XLEN', KEYS[1])
 if version ~= expected then
   return {2, version}
 end
-local n = (#ARGV - base) / 5
+local n = (#ARGV - base) / 6
 for i = 0, n - 1 do
-  local cmd = ARGV[base + 1 + i*5 + 2]
+  local cmd = ARGV[base + 1 + i*6 + 2]
   if cmd ~= '' then
     local seen = redis.call('HGET', KEYS[3], cmd)
     if seen then
@@ -143,7 +145,7 @@ if not f[1] then
   redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'epoch', ARGV[3])
 end
 for i = 0, n - 1 do
-  local b = base + 1 + i*5
+  local b = base + 1 + i*6
   version = version + 1
   redis.call('XADD', KEYS[1], '*',
     'eventId', ARGV[b],
@@ -153,6 +155,7 @@ for i = 0, n - 1 do
     'sourceCommandId', ARGV[b+2],
     'createdAtUnixMs', ARGV[b+3],
     'data', ARGV[b+4],
+    'schema', ARGV[b+5],
     'fenceGen', ARGV[2],
     'fenceEpoch', ARGV[3])
   if ARGV[b+2] ~= '' then
@@ -242,7 +245,14 @@ func appendEvents(args []any, orderID string, events []Envelope) ([]any, error) 
 		if e.OrderID != "" && e.OrderID != orderID {
 			return nil, fmt.Errorf("%w: event #%d has orderId %q, appending to %q", ErrInvalidOrderID, i+1, e.OrderID, orderID)
 		}
-		args = append(args, e.EventID, e.EventType, e.SourceCommandID, e.CreatedAtUnixMs, e.Data)
+		schema := e.Schema
+		if schema == 0 {
+			schema = 1
+		}
+		if schema < 0 {
+			return nil, fmt.Errorf("eventstore: event #%d of %s: schema %d", i+1, orderID, e.Schema)
+		}
+		args = append(args, e.EventID, e.EventType, e.SourceCommandID, e.CreatedAtUnixMs, e.Data, schema)
 	}
 	return args, nil
 }
@@ -386,8 +396,20 @@ func decodeEntry(orderID, id string, pos int64, values map[string]any) (Envelope
 		return Envelope{}, corrupt(fieldVersion, "%d at position %d", env.Version, pos)
 	}
 	env.Data = []byte(data)
-	// Older entries lack the fence fields; present ones must be integers.
+	// Older entries lack the schema and fence fields; present ones must
+	// be integers.
 	var err error
+	env.Schema = 1
+	if _, ok := values[fieldSchema]; ok {
+		var v int64
+		if v, err = integer(fieldSchema); err != nil {
+			return Envelope{}, err
+		}
+		if v < 1 || v > math.MaxInt32 {
+			return Envelope{}, corrupt(fieldSchema, "%d is not a schema version", v)
+		}
+		env.Schema = int(v)
+	}
 	if _, ok := values[fieldFenceGen]; ok {
 		if env.FenceGeneration, err = integer(fieldFenceGen); err != nil {
 			return Envelope{}, err

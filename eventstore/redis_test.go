@@ -235,6 +235,8 @@ func TestRedisCorruptEntry(t *testing.T) {
 		{"orderId", func(o string) map[string]any { return with(good(o, 2), "orderId", "someone-else") }},
 		{"fenceGen", func(o string) map[string]any { return with(good(o, 2), "fenceGen", "new") }},
 		{"fenceEpoch", func(o string) map[string]any { return with(good(o, 2), "fenceEpoch", "") }},
+		{"schema", func(o string) map[string]any { return with(good(o, 2), "schema", "v2") }},
+		{"schema", func(o string) map[string]any { return with(good(o, 2), "schema", 0) }},
 	} {
 		o := fmt.Sprintf("corrupt-%d", i)
 		f, _, err := s.Open(ctx, o, 1)

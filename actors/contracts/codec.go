@@ -81,6 +81,31 @@ func UnmarshalJSON(b []byte, m proto.Message) error {
 	return nil
 }
 
+// UnmarshalStoredJSON decodes b into m as UnmarshalJSON does, except that
+// a field m does not declare is ignored, not an error, and so is an enum
+// name it does not know (the field is then unset, which the enum check
+// still refuses where a value is required). It is for what this project
+// stored itself and a newer build may have written (events, the read
+// model): a reader of the same schema version must not fail on an
+// optional field another build added. What clients send is decoded
+// strictly (UnmarshalJSON).
+func UnmarshalStoredJSON(b []byte, m proto.Message) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil target message", ErrInvalidJSON)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, m); err != nil {
+		proto.Reset(m)
+		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	}
+	r := m.ProtoReflect()
+	if err := checkEnums(r); err != nil {
+		err = located(err, r)
+		proto.Reset(m)
+		return err
+	}
+	return nil
+}
+
 // ValidStatus reports whether s is one of the five statuses of spec §6.3.
 func ValidStatus(s OrderStatus) bool {
 	switch s {

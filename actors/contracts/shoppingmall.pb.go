@@ -129,6 +129,11 @@ const (
 	// mistake, judged from the recorded start when the key's mapping is
 	// gone. Nothing was recorded.
 	ErrorReason_ERROR_REASON_KEY_REUSED ErrorReason = 13
+	// The order's stream holds an event of a newer schema than the answering
+	// member's build reads (a rolling upgrade or a rollback in progress).
+	// Nothing was folded or written; a member of a build that reads it can
+	// serve the order, so the caller retries later.
+	ErrorReason_ERROR_REASON_VERSION_UNSUPPORTED ErrorReason = 14
 )
 
 // Enum value maps for ErrorReason.
@@ -148,6 +153,7 @@ var (
 		11: "ERROR_REASON_OVERLOADED",
 		12: "ERROR_REASON_STORE_FULL",
 		13: "ERROR_REASON_KEY_REUSED",
+		14: "ERROR_REASON_VERSION_UNSUPPORTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -164,6 +170,7 @@ var (
 		"ERROR_REASON_OVERLOADED":          11,
 		"ERROR_REASON_STORE_FULL":          12,
 		"ERROR_REASON_KEY_REUSED":          13,
+		"ERROR_REASON_VERSION_UNSUPPORTED": 14,
 	}
 )
 
@@ -1983,7 +1990,7 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x11PaymentAuthorized\x10\x03\x12\r\n" +
 	"\tConfirmed\x10\x04\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x05*\xb6\x03\n" +
+	"\x06Failed\x10\x05*\xdc\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_REASON_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -1999,7 +2006,8 @@ const file_actors_contracts_shoppingmall_proto_rawDesc = "" +
 	"\x12\x1b\n" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1b\n" +
 	"\x17ERROR_REASON_STORE_FULL\x10\f\x12\x1b\n" +
-	"\x17ERROR_REASON_KEY_REUSED\x10\rB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
+	"\x17ERROR_REASON_KEY_REUSED\x10\r\x12$\n" +
+	" ERROR_REASON_VERSION_UNSUPPORTED\x10\x0eB:Z8github.com/shoppingmall-go/shoppingmall/actors/contractsb\x06proto3"
 
 var (
 	file_actors_contracts_shoppingmall_proto_rawDescOnce sync.Once

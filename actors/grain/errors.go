@@ -64,6 +64,8 @@ var reasons = []struct {
 	{reason: contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, kind: errkind.NoEligibleMember, err: placement.ErrNoMember},
 	{reason: contracts.ErrorReason_ERROR_REASON_OVERLOADED, kind: errkind.Overloaded, err: placement.ErrOverloaded,
 		also: []error{errkind.Overloaded}},
+	{reason: contracts.ErrorReason_ERROR_REASON_VERSION_UNSUPPORTED, kind: errkind.VersionUnsupported, err: workflow.ErrVersionUnsupported,
+		also: []error{errkind.VersionUnsupported}},
 }
 
 // toWire turns an error into the reply that crosses the grain boundary.
@@ -89,5 +91,17 @@ func fromWire(e *contracts.WorkflowError) error {
 			return fmt.Errorf("%w: %s", r.err, e.GetMessage())
 		}
 	}
+	if r := e.GetReason(); r != contracts.ErrorReason_ERROR_REASON_INTERNAL && r != contracts.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		// A reason this build does not know comes from a member of a
+		// newer build (a rolling upgrade): the command failed, but how is
+		// that build's business. It is an outage of this build, as an
+		// event of a newer schema is, so the client gets a well-formed
+		// 503 VERSION_UNSUPPORTED, never success and never a 500.
+		return fmt.Errorf("%w: reason %d from a newer peer: %s", ErrUnknownReason, int32(r), e.GetMessage())
+	}
 	return fmt.Errorf("%w: %s", ErrInternal, e.GetMessage())
 }
+
+// ErrUnknownReason: a grain answered with a reason code this build does
+// not know (a newer build's). It is errkind.VersionUnsupported.
+var ErrUnknownReason = errkind.New(errkind.VersionUnsupported, "grain: reason code of a newer build")

@@ -56,6 +56,8 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		{"no eligible member", placement.ErrNoMember, contracts.ErrorReason_ERROR_REASON_NO_ELIGIBLE_MEMBER, nil},
 		{"overloaded", placement.ErrOverloaded, contracts.ErrorReason_ERROR_REASON_OVERLOADED, nil},
 		{"creation lock lost", location.ErrLockLost, contracts.ErrorReason_ERROR_REASON_OVERLOADED, placement.ErrOverloaded},
+		{"version unsupported", fmt.Errorf("order o-1 version 3: %w", workflow.ErrVersionUnsupported), contracts.ErrorReason_ERROR_REASON_VERSION_UNSUPPORTED, workflow.ErrVersionUnsupported},
+		{"no member reads the state", placement.ErrVersionUnsupported, contracts.ErrorReason_ERROR_REASON_VERSION_UNSUPPORTED, workflow.ErrVersionUnsupported},
 		{"internal", errors.New("disk on fire"), contracts.ErrorReason_ERROR_REASON_INTERNAL, ErrInternal},
 		// A store's refusal inside a step is the grain's failure, not the
 		// caller's: it must not reach a client as "order not found".
@@ -87,8 +89,10 @@ func TestErrorsCrossTheGrainBoundaryAsReasonCodes(t *testing.T) {
 		}
 		require.True(t, covered[r], "reason %s has no round-trip case", name)
 	}
-	require.ErrorIs(t, fromWire(&contracts.WorkflowError{Reason: contracts.ErrorReason(99)}), ErrInternal,
-		"an unknown reason from a newer peer is internal, never success")
+	unknown := fromWire(&contracts.WorkflowError{Reason: contracts.ErrorReason(99), Message: "new"})
+	require.ErrorIs(t, unknown, ErrUnknownReason, "an unknown reason from a newer peer is an error, never success")
+	require.Equal(t, errkind.VersionUnsupported, errkind.Of(unknown), "and a well-formed 503 VERSION_UNSUPPORTED, not a 500")
+	require.ErrorIs(t, fromWire(&contracts.WorkflowError{Reason: contracts.ErrorReason_ERROR_REASON_UNSPECIFIED}), ErrInternal)
 }
 
 // kindOf is the kind the reasons table gives a reason code; INTERNAL (and

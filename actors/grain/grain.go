@@ -323,7 +323,11 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 			g.cfg.Logger.Error("order open failed; activation aborted", slog.String("order", act.Identity),
 				slog.Int64("generation", act.Generation), slog.Any("error", err))
 			failure := placement.ActivationFailure_ACTIVATION_FAILURE_STORE_UNAVAILABLE
-			if workflow.Permanent(err) {
+			switch {
+			case errors.Is(err, workflow.ErrVersionUnsupported):
+				// Another member's build may read what this one cannot.
+				failure = placement.ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED
+			case workflow.Permanent(err):
 				failure = placement.ActivationFailure_ACTIVATION_FAILURE_OPEN_FAILED
 			}
 			act.OpenFailed(ctx.Self(), err, failure)

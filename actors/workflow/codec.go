@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -64,12 +65,69 @@ func EncodeEvent(e order.Event) (eventType string, data []byte, err error) {
 	return eventType, data, nil
 }
 
-// DecodeEvent reads a stored event body of the given type back into a
-// domain event. An unknown type or an undecodable body is an error wrapping
-// eventstore.ErrCorrupt: the stream holds something this code never wrote.
-func DecodeEvent(eventType string, data []byte) (order.Event, error) {
+// SchemaVersion is the event schema this build writes, and the newest it
+// reads. A change that only adds optional fields needs a new version (so
+// that a reader of the old one is never handed an event whose new fields
+// it would drop) but no upcaster; a change that renames or reshapes a
+// field also registers an Upcaster from the old version.
+const SchemaVersion = 1
+
+// Upcaster turns one event body of schema From into the shape of schema
+// From+1. Up gets the body as its top-level JSON fields and may rename,
+// add or remove them; what it leaves is decoded by the next step, the
+// last one by the current contract message.
+type Upcaster struct {
+	From int
+	// EventType is the event the step applies to; empty: every event.
+	EventType string
+	Up        func(body map[string]json.RawMessage) error
+}
+
+// Codec decodes stored event bodies of every schema up to Schema: a body
+// of an older schema goes through the Upcasters from its version up, one
+// of Schema is decoded as it is, and one of a newer schema is refused
+// with ErrVersionUnsupported. Within a known schema the reader is
+// tolerant: a field it does not know is ignored, which is what lets a
+// writer of schema N+1 add an optional field that a reader of N+1 on
+// another build may not have. The HTTP edge stays strict about what
+// clients send; only stored bodies are read this way.
+type Codec struct {
+	Schema    int
+	Upcasters []Upcaster
+}
+
+// Events is the codec of this build.
+var Events = Codec{Schema: SchemaVersion}
+
+// DecodeEvent is Events.Decode.
+func DecodeEvent(eventType string, schema int, data []byte) (order.Event, error) {
+	return Events.Decode(eventType, schema, data)
+}
+
+// Decode reads a stored event body of the given type, written under
+// schema (0 is the first schema, as entries that predate the version
+// carry), back into a domain event. A newer schema than c reads is
+// ErrVersionUnsupported, and nothing is decoded; an unknown type or an
+// undecodable body is an error wrapping eventstore.ErrCorrupt: the stream
+// holds something no build of this workflow wrote.
+func (c Codec) Decode(eventType string, schema int, data []byte) (order.Event, error) {
+	if schema == 0 {
+		schema = 1
+	}
+	switch {
+	case schema > c.Schema:
+		return nil, fmt.Errorf("%w: %s of schema %d, this build reads up to %d", ErrVersionUnsupported, eventType, schema, c.Schema)
+	case schema < 1:
+		return nil, fmt.Errorf("%w: %s of schema %d", eventstore.ErrCorrupt, eventType, schema)
+	case schema < c.Schema:
+		up, err := c.upcast(eventType, schema, data)
+		if err != nil {
+			return nil, err
+		}
+		data = up
+	}
 	unmarshal := func(m proto.Message) error {
-		if err := contracts.UnmarshalJSON(data, m); err != nil {
+		if err := contracts.UnmarshalStoredJSON(data, m); err != nil {
 			return fmt.Errorf("%w: decode %s: %w", eventstore.ErrCorrupt, eventType, err)
 		}
 		return nil
@@ -129,6 +187,38 @@ func DecodeEvent(eventType string, data []byte) (order.Event, error) {
 		return order.OrderFailed{EventID: m.EventId, OrderID: m.OrderId, Reason: m.Reason, FailedAtUnixMs: m.FailedAtUnixMs}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown event type %q", eventstore.ErrCorrupt, eventType)
+}
+
+// upcast runs the upcasters from schema up to c.Schema over data. A step
+// with no upcaster for the type leaves the body as it is: that version
+// only added fields.
+func (c Codec) upcast(eventType string, schema int, data []byte) ([]byte, error) {
+	var body map[string]json.RawMessage
+	changed := false
+	for v := schema; v < c.Schema; v++ {
+		for _, u := range c.Upcasters {
+			if u.From != v || u.EventType != "" && u.EventType != eventType {
+				continue
+			}
+			if body == nil {
+				if err := json.Unmarshal(data, &body); err != nil || body == nil {
+					return nil, fmt.Errorf("%w: %s of schema %d is not a JSON object: %v", eventstore.ErrCorrupt, eventType, schema, err)
+				}
+			}
+			if err := u.Up(body); err != nil {
+				return nil, fmt.Errorf("%w: upcasting %s from schema %d: %w", eventstore.ErrCorrupt, eventType, v, err)
+			}
+			changed = true
+		}
+	}
+	if !changed {
+		return data, nil
+	}
+	out, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: upcast %s: %w", eventstore.ErrCorrupt, eventType, err)
+	}
+	return out, nil
 }
 
 func contractLines(ls []order.Line) []*contracts.OrderLine {

@@ -215,7 +215,7 @@ func foldEnvelopes(orderID string, envs []eventstore.Envelope) (order.State, err
 		if env.OrderID != orderID {
 			return order.State{}, fmt.Errorf("%w: order %s: version %d belongs to order %q", eventstore.ErrCorrupt, orderID, env.Version, env.OrderID)
 		}
-		e, err := DecodeEvent(env.EventType, env.Data)
+		e, err := DecodeEvent(env.EventType, env.Schema, env.Data)
 		if err != nil {
 			return order.State{}, fmt.Errorf("order %s version %d: %w", orderID, env.Version, err)
 		}

@@ -272,7 +272,7 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 		}
 		envs = append(envs, eventstore.Envelope{
 			EventID: pe.ev.ID(), OrderID: o.id, EventType: eventType,
-			SourceCommandID: pe.sourceCommandID, CreatedAtUnixMs: pe.at, Data: data,
+			SourceCommandID: pe.sourceCommandID, CreatedAtUnixMs: pe.at, Data: data, Schema: SchemaVersion,
 		})
 		types = append(types, eventType)
 	}

@@ -52,6 +52,11 @@ var (
 	// that did not happen would be a lie, so the order stays where it is
 	// until an operator looks.
 	ErrReleaseRefused = errors.New("workflow: inventory refused to release the reservation")
+	// ErrVersionUnsupported: the order's stream holds an event of a newer
+	// schema than this build reads (SchemaVersion). Nothing was folded or
+	// written: folding it with its new fields dropped could decide wrong,
+	// so the order waits for a member of a build that reads it.
+	ErrVersionUnsupported = errkind.New(errkind.VersionUnsupported, "workflow: event schema newer than this build reads")
 )
 
 // Envelopes is the Relocation Store's record of each order's first

@@ -748,7 +748,7 @@ func TestEventCodecRoundTrip(t *testing.T) {
 		typ, data, err := workflow.EncodeEvent(ev)
 		require.NoError(t, err)
 		assert.Equal(t, ev.Type(), typ)
-		got, err := workflow.DecodeEvent(typ, data)
+		got, err := workflow.DecodeEvent(typ, workflow.SchemaVersion, data)
 		require.NoError(t, err)
 		assert.Equal(t, ev, got)
 	}
@@ -758,9 +758,9 @@ func TestEventCodecRoundTrip(t *testing.T) {
 	assert.Equal(t, order.TypePaymentAuthorized, typ)
 	assert.JSONEq(t, `{"eventId":"e4","orderId":"o","paymentId":"p"}`, string(data))
 
-	_, err = workflow.DecodeEvent("OrderShippedEvent", []byte(`{}`))
+	_, err = workflow.DecodeEvent("OrderShippedEvent", workflow.SchemaVersion, []byte(`{}`))
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
-	_, err = workflow.DecodeEvent(order.TypeOrderConfirmed, []byte(`{"eventId":"e","orderId":"o","confirmedAtUnixMs":1,"extra":1}`))
+	_, err = workflow.DecodeEvent(order.TypeOrderConfirmed, workflow.SchemaVersion, []byte(`{"eventId":"e","orderId":"o","confirmedAtUnixMs":"soon"}`))
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
 	_, _, err = workflow.EncodeEvent(nil)
 	require.ErrorIs(t, err, workflow.ErrInvalidArgument)

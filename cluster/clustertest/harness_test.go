@@ -36,6 +36,9 @@ type harness struct {
 	stores *node.Stores
 	mu     sync.Mutex
 	logs   map[string]*workflowtest.Evidence
+	// slogs holds each node's warnings and errors as logged, for tests
+	// that assert what a member said.
+	slogs map[string]*workflowtest.Evidence
 }
 
 type tlogWriter struct{ t testing.TB }
@@ -53,13 +56,25 @@ func newHarness(t testing.TB) *harness {
 	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
-	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*workflowtest.Evidence{}}
+	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*workflowtest.Evidence{}, slogs: map[string]*workflowtest.Evidence{}}
 	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))
 	return h
 }
 
 func (h *harness) logger(name string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlogWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
+	return slog.New(slog.NewTextHandler(io.MultiWriter(tlogWriter{h.t}, h.logged(name)), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)
+}
+
+// logged is what the node's logger wrote.
+func (h *harness) logged(name string) *workflowtest.Evidence {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.slogs[name]
+	if !ok {
+		b = &workflowtest.Evidence{}
+		h.slogs[name] = b
+	}
+	return b
 }
 
 func (h *harness) evidence(name string) *workflowtest.Evidence {

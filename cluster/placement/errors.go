@@ -39,6 +39,10 @@ var (
 	// ErrOwnerUnreachable: the identity's owner is in the topology but
 	// this member cannot reach it; it is not gone.
 	ErrOwnerUnreachable = errkind.New(errkind.OwnerUnreachable, "placement: owner unreachable")
+	// ErrVersionUnsupported: the identity's state holds what no member
+	// that was asked can read (an event of a newer schema than their
+	// builds); nothing was spawned. A member of a newer build can.
+	ErrVersionUnsupported = errkind.New(errkind.VersionUnsupported, "placement: no member asked reads the identity's state")
 	// ErrOpen classes why a grain could not open its state: its sentinel
 	// decides whether the activation failure is reported as a store outage
 	// (retry later) or as a permanent failure of this identity.

@@ -649,7 +649,9 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	// busy: a member refused for want of room, or did not answer in time.
 	// Either way there are members for the kind, and a retry soon may
 	// find room: the creation fails as ErrOverloaded, never ErrNoMember.
-	busy := false
+	// unreadable: a member's build could not read the state; unless one
+	// was busy, the creation fails as ErrVersionUnsupported.
+	busy, unreadable := false, false
 	for i := range candidates {
 		m := candidates[(start+i)%len(candidates)]
 		if i > 0 {
@@ -694,6 +696,9 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			if errors.As(err, &af) && (af.timeout || af.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED) {
 				busy = true
 			}
+			if errors.As(err, &af) && af.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED {
+				unreadable = true
+			}
 			if errors.As(err, &af) && !af.tryNext() {
 				abort()
 				return nil, nil, err
@@ -737,6 +742,11 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 		// Timeout (nothing was done, and the caller may retry at once).
 		return nil, nil, fmt.Errorf("%w: activating %s: no member had room in time: %v", ErrOverloaded, id, lastErr)
 	}
+	if unreadable {
+		// A member of a build that reads the state may join (a rolling
+		// upgrade): an outage of the builds, not a lack of members.
+		return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrVersionUnsupported, id, lastErr)
+	}
 	return nil, nil, fmt.Errorf("%w: activating %s: %v", ErrNoMember, id, lastErr)
 }
 
@@ -778,6 +788,8 @@ func (e *activationError) Unwrap() error {
 		return location.ErrTimeout
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED:
 		return ErrOverloaded
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED:
+		return ErrVersionUnsupported
 	}
 	return nil
 }

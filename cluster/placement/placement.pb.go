@@ -116,6 +116,10 @@ const (
 	// requester raises the record's generation to it and activates again,
 	// one generation above; nothing was spawned.
 	ActivationFailure_ACTIVATION_FAILURE_FENCED ActivationFailure = 8
+	// The grain's state holds an event of a newer schema than this member's
+	// build reads: it was not folded, nothing was spawned. A member of a
+	// build that reads it may accept.
+	ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED ActivationFailure = 9
 )
 
 // Enum value maps for ActivationFailure.
@@ -130,17 +134,19 @@ var (
 		6: "ACTIVATION_FAILURE_UNANSWERED",
 		7: "ACTIVATION_FAILURE_OVERLOADED",
 		8: "ACTIVATION_FAILURE_FENCED",
+		9: "ACTIVATION_FAILURE_VERSION_UNSUPPORTED",
 	}
 	ActivationFailure_value = map[string]int32{
-		"ACTIVATION_FAILURE_UNSPECIFIED":       0,
-		"ACTIVATION_FAILURE_STORE_UNAVAILABLE": 1,
-		"ACTIVATION_FAILURE_OPEN_FAILED":       2,
-		"ACTIVATION_FAILURE_REFUSED":           3,
-		"ACTIVATION_FAILURE_EXPIRED":           4,
-		"ACTIVATION_FAILURE_LOCK_LOST":         5,
-		"ACTIVATION_FAILURE_UNANSWERED":        6,
-		"ACTIVATION_FAILURE_OVERLOADED":        7,
-		"ACTIVATION_FAILURE_FENCED":            8,
+		"ACTIVATION_FAILURE_UNSPECIFIED":         0,
+		"ACTIVATION_FAILURE_STORE_UNAVAILABLE":   1,
+		"ACTIVATION_FAILURE_OPEN_FAILED":         2,
+		"ACTIVATION_FAILURE_REFUSED":             3,
+		"ACTIVATION_FAILURE_EXPIRED":             4,
+		"ACTIVATION_FAILURE_LOCK_LOST":           5,
+		"ACTIVATION_FAILURE_UNANSWERED":          6,
+		"ACTIVATION_FAILURE_OVERLOADED":          7,
+		"ACTIVATION_FAILURE_FENCED":              8,
+		"ACTIVATION_FAILURE_VERSION_UNSUPPORTED": 9,
 	}
 )
 
@@ -639,7 +645,7 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1dACTIVATION_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACTIVATION_REASON_COLD\x10\x01\x12 \n" +
 	"\x1cACTIVATION_REASON_RELOCATION\x10\x02\x12\x1e\n" +
-	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xcc\x02\n" +
+	"\x1aACTIVATION_REASON_TAKEOVER\x10\x03*\xf8\x02\n" +
 	"\x11ActivationFailure\x12\"\n" +
 	"\x1eACTIVATION_FAILURE_UNSPECIFIED\x10\x00\x12(\n" +
 	"$ACTIVATION_FAILURE_STORE_UNAVAILABLE\x10\x01\x12\"\n" +
@@ -649,7 +655,8 @@ const file_cluster_placement_placement_proto_rawDesc = "" +
 	"\x1cACTIVATION_FAILURE_LOCK_LOST\x10\x05\x12!\n" +
 	"\x1dACTIVATION_FAILURE_UNANSWERED\x10\x06\x12!\n" +
 	"\x1dACTIVATION_FAILURE_OVERLOADED\x10\a\x12\x1d\n" +
-	"\x19ACTIVATION_FAILURE_FENCED\x10\bB;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
+	"\x19ACTIVATION_FAILURE_FENCED\x10\b\x12*\n" +
+	"&ACTIVATION_FAILURE_VERSION_UNSUPPORTED\x10\tB;Z9github.com/shoppingmall-go/shoppingmall/cluster/placementb\x06proto3"
 
 var (
 	file_cluster_placement_placement_proto_rawDescOnce sync.Once

@@ -133,7 +133,7 @@ func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *c
 		rec := &check.OrderRecord{}
 		for _, e := range envs {
 			rec.Stream = append(rec.Stream, check.Envelope{Version: e.Version, EventID: e.EventID, EventType: e.EventType,
-				SourceCommandID: e.SourceCommandID, CreatedAtUnixMs: e.CreatedAtUnixMs, Data: string(e.Data),
+				SourceCommandID: e.SourceCommandID, CreatedAtUnixMs: e.CreatedAtUnixMs, Data: string(e.Data), Schema: e.Schema,
 				FenceGeneration: e.FenceGeneration, FenceEpoch: e.FenceEpoch})
 		}
 		if st, v, err := rm.Get(ctx, id); err == nil && st != nil {

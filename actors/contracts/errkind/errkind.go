@@ -78,6 +78,12 @@ const (
 	// method); nothing was done, and retrying the same request never
 	// helps.
 	KeyReused
+	// VersionUnsupported: what the request needs was written by a newer
+	// schema than the process that answered can read (a rolling upgrade
+	// or a rollback in progress). Nothing was done; a member that reads
+	// that schema can serve it, so it is an outage of this build, not a
+	// failure of the order.
+	VersionUnsupported
 )
 
 var names = [...]string{
@@ -96,6 +102,7 @@ var names = [...]string{
 	OwnerUnreachable:     "owner unreachable",
 	StoreFull:            "store full",
 	KeyReused:            "key reused",
+	VersionUnsupported:   "version unsupported",
 }
 
 // All returns every kind, Internal first, so that a mapping can prove it
@@ -145,14 +152,14 @@ func (s *sentinel) Is(target error) bool {
 // than the outage behind it; of the outages, the dead owner says most,
 // and an overload (nothing was tried) less than any outage behind it.
 var precedence = []Kind{
-	Timeout, NotFound, InvalidArgument, KeyReused, Conflict, FailedPrecondition,
+	Timeout, NotFound, InvalidArgument, KeyReused, Conflict, FailedPrecondition, VersionUnsupported,
 	Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable, NoEligibleMember, RelocationRolledBack,
 	Overloaded,
 }
 
 // Of returns the kind of err: the first of its kinds in precedence order
 // (Timeout, NotFound, InvalidArgument, KeyReused, Conflict, FailedPrecondition,
-// Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable,
+// VersionUnsupported, Canceled, OwnerGone, OwnerUnreachable, StoreFull, StoreUnavailable,
 // NoEligibleMember, RelocationRolledBack, Overloaded), where context.DeadlineExceeded counts as Timeout
 // and context.Canceled as Canceled. An error with no kind, and nil, are
 // Internal.

@@ -402,7 +402,7 @@ func (e *env) checkReadModelIsTheFold(orderID string, evs []eventstore.Envelope)
 	events := make([]order.Event, len(evs))
 	at := make([]int64, len(evs))
 	for i, env := range evs {
-		ev, err := workflow.DecodeEvent(env.EventType, env.Data)
+		ev, err := workflow.DecodeEvent(env.EventType, env.Schema, env.Data)
 		require.NoError(t, err)
 		events[i], at[i] = ev, env.CreatedAtUnixMs
 	}

@@ -198,7 +198,7 @@ func (c *checker) checkStream(id string, rec *OrderRecord) {
 			decodeOK = false
 			continue
 		}
-		e, err := workflow.DecodeEvent(env.EventType, []byte(env.Data))
+		e, err := workflow.DecodeEvent(env.EventType, env.Schema, []byte(env.Data))
 		if err != nil {
 			c.failOrder(InvStreamFolds, id, "version %d does not decode: %v", env.Version, err)
 			decodeOK = false

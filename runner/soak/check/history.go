@@ -86,9 +86,12 @@ type Envelope struct {
 	SourceCommandID string `json:"sourceCommandId,omitempty"`
 	CreatedAtUnixMs int64  `json:"createdAtUnixMs"`
 	// Data is the event body exactly as stored (contract JSON).
-	Data            string `json:"data"`
-	FenceGeneration int64  `json:"fenceGeneration"`
-	FenceEpoch      int64  `json:"fenceEpoch"`
+	Data string `json:"data"`
+	// Schema is the body's schema version (0 in histories written before
+	// it was recorded: the first schema).
+	Schema          int   `json:"schema,omitempty"`
+	FenceGeneration int64 `json:"fenceGeneration"`
+	FenceEpoch      int64 `json:"fenceEpoch"`
 }
 
 // ReadModel is the order's projection.
