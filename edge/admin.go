@@ -28,6 +28,9 @@ func (s *Server) requireAdminToken(c *gin.Context) {
 	// Who knocked goes to the log, never what they sent.
 	s.log.WarnContext(c.Request.Context(), "admin request refused: missing or wrong bearer token", slog.String("method", c.Request.Method),
 		slog.String("path", c.Request.URL.Path), slog.String("remote", c.Request.RemoteAddr), slog.Bool("bearer", ok))
+	// The router has set Allow already for a path it knows with another
+	// method; left on the 401, it would tell that the path exists.
+	c.Writer.Header().Del("Allow")
 	c.Writer.Header().Set("WWW-Authenticate", `Bearer realm="shoppingmall-admin"`)
 	s.fail(c.Writer, c.Request, ErrUnauthenticated)
 	c.Abort()

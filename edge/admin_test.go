@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,73 @@ func TestAdminSurfaceNeedsTheBearerToken(t *testing.T) {
 	require.Contains(t, w.Body.String(), "goroutine")
 	w = e.admin("GET", "/admin/no/such/route", "")
 	require.Equal(t, http.StatusNotFound, w.Code, "with the token, unknown routes are 404")
+}
+
+// Without a valid token the admin listener answers every request the
+// same 401, whether its route exists, exists for another method or does
+// not exist; only with the token are they 2xx, 405 with Allow, and 404.
+func TestAdminAnswers401BeforeRevealingRoutes(t *testing.T) {
+	e, _ := stuckEnv(t, func(c *Config) { c.Mounts = append(c.Mounts, hookRoutes{}) })
+	h := e.srv.AdminHandler()
+	type req struct{ method, path string }
+	wrongMethod := []struct {
+		req
+		allow []string
+	}{
+		{req{"GET", "/admin/orders/ord-1/close"}, []string{"POST"}},
+		{req{"BREW", "/admin/orders/ord-1/relocate"}, []string{"POST"}},
+		{req{"POST", "/admin/orders/stuck"}, []string{"GET"}},
+		{req{"GET", "/admin/orders/stuck/resume"}, []string{"POST"}},
+		{req{"PUT", "/self-check/gates"}, []string{"POST"}},
+		{req{"DELETE", "/debug/pprof/heap"}, []string{"GET", "POST"}},
+	}
+	unknown := []req{{"GET", "/admin/no/such/route"}, {"POST", "/admin/orders/ord-1"}, {"BREW", "/nope"}, {"GET", "/orders/ord-1"}}
+	known := []req{{"POST", "/admin/orders/ord-1/close"}, {"GET", "/admin/orders/stuck"}, {"GET", "/debug/pprof/cmdline"}}
+
+	all := append([]req{}, known...)
+	for _, wm := range wrongMethod {
+		all = append(all, wm.req)
+	}
+	all = append(all, unknown...)
+	headerNames := func(w *httptest.ResponseRecorder) []string {
+		var out []string
+		for k := range w.Header() {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, auth := range []string{"", "Bearer not-the-token"} {
+		first := serveAs(h, "GET", "/nope", "", auth)
+		for _, r := range all {
+			w := serveAs(h, r.method, r.path, "", auth)
+			require.Equal(t, http.StatusUnauthorized, w.Code, "%s %s (auth %q): %s", r.method, r.path, auth, w.Body.String())
+			require.Equal(t, CodeUnauthenticated, decodeError(t, w).Code)
+			require.Empty(t, w.Header().Values("Allow"), "%s %s: a 401 names no method", r.method, r.path)
+			require.Contains(t, w.Header().Get("WWW-Authenticate"), "Bearer")
+			require.Equal(t, first.Body.String(), w.Body.String(), "%s %s: the same body for every route", r.method, r.path)
+			require.Equal(t, headerNames(first), headerNames(w), "%s %s: the same header fields for every route", r.method, r.path)
+		}
+	}
+	require.Zero(t, e.orders.calls())
+
+	for _, wm := range wrongMethod {
+		w := e.admin(wm.method, wm.path, "")
+		require.Equal(t, http.StatusMethodNotAllowed, w.Code, "%s %s: %s", wm.method, wm.path, w.Body.String())
+		require.Equal(t, wm.allow, allowed(t, w), "%s %s", wm.method, wm.path)
+		require.Equal(t, CodeMethodNotAllowed, decodeError(t, w).Code)
+	}
+	for _, r := range unknown {
+		w := e.admin(r.method, r.path, "")
+		require.Equal(t, http.StatusNotFound, w.Code, "%s %s: %s", r.method, r.path, w.Body.String())
+		require.Empty(t, w.Header().Values("Allow"))
+		require.Equal(t, CodeNotFound, decodeError(t, w).Code)
+	}
+	require.Zero(t, e.orders.calls(), "a wrong method reaches no handler")
+	for _, r := range known {
+		w := e.admin(r.method, r.path, "")
+		require.Equal(t, http.StatusOK, w.Code, "%s %s: %s", r.method, r.path, w.Body.String())
+	}
 }
 
 // The public handler never has an admin, self-check or pprof route, even

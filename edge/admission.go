@@ -30,9 +30,10 @@ import (
 // every request misses its deadline. Waits (GET ?waitFor=terminal) hold
 // their slot for up to MaxWaitMs but cost no store connection while they
 // wait, so they get a budget of their own, and waiting clients never
-// crowd out starts. /healthz, /readyz, unknown routes and the whole admin
-// listener are never shed: a probe or an operator must get through an
-// overload.
+// crowd out starts. /healthz, /readyz, unknown routes, wrong methods
+// (405) and the whole admin listener are never shed: a probe or an
+// operator must get through an overload, and a request no handler takes
+// costs nothing worth a slot.
 
 // RouteKind names an admission budget; it is the LabelRouteKind of the
 // shed metrics.
@@ -162,7 +163,9 @@ func (s *Server) InFlight(k RouteKind) int {
 }
 
 // routeKindOf tells a request's route kind from gin's matched route
-// template, -1 for a route that is never shed.
+// template, -1 for a route that is never shed. A request that matched no
+// route, by path (404) or by method (405), has no template and so is
+// never shed: a wrong method on an order path is not a read.
 func routeKindOf(c *gin.Context) int {
 	r := c.Request
 	switch c.FullPath() {

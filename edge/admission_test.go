@@ -173,8 +173,8 @@ func TestWaitsHaveABudgetOfTheirOwn(t *testing.T) {
 }
 
 // TestHealthAndAdminAreNeverShed: with every budget of the public routes
-// full, /healthz, /readyz, unknown routes and the admin listener still
-// answer as usual.
+// full, /healthz, /readyz, unknown routes, wrong methods and the admin
+// listener still answer as usual, and take no slot.
 func TestHealthAndAdminAreNeverShed(t *testing.T) {
 	release := make(chan struct{})
 	e := newWaitEnv(t, withAdmin(), withAdmission(Admission{Starts: 1, Commands: 1, Reads: 1, Waits: 1}),
@@ -214,6 +214,23 @@ func TestHealthAndAdminAreNeverShed(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.do("GET", "/healthz", "").Code)
 	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "").Code)
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/nope", "").Code)
+	// A wrong method on an order path is no start, command, read or wait:
+	// shed as one, it would answer 503 here.
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/orders"},
+		{"DELETE", "/orders/ord-h"},
+		{"POST", "/orders/ord-h"},
+		{"POST", waitPath("ord-h", "0")},
+		{"GET", "/orders/ord-h/continue"},
+		{"PUT", "/orders/ord-h/rebuild-projection"},
+	} {
+		w := e.do(r.method, r.path, "{}")
+		require.Equal(t, http.StatusMethodNotAllowed, w.Code, "%s %s: %s", r.method, r.path, w.Body.String())
+		require.Equal(t, CodeMethodNotAllowed, decodeError(t, w).Code)
+	}
+	for _, k := range routeKinds {
+		require.Equal(t, 1, e.srv.InFlight(k), "%s: only the held request is counted", k)
+	}
 	for range 3 {
 		w := e.admin("POST", "/admin/orders/ord-h/close", "{}")
 		require.Equal(t, http.StatusOK, w.Code, "the admin listener is never shed: %s", w.Body.String())

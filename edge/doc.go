@@ -19,7 +19,11 @@
 //
 // It serves two handlers on two listeners: the public order API, and the
 // admin surface (/admin/, mounts, /debug/pprof/), which exists only
-// on its own listener and only behind the admin bearer token.
+// on its own listener and only behind the admin bearer token. On both, a
+// known path asked with another method is 405 METHOD_NOT_ALLOWED with an
+// Allow header and an unknown path 404 NOT_FOUND; the admin listener
+// answers either only past the token, and 401 before it whatever the
+// path or method, so that its routes are not revealed.
 //
 // Bodies are the contract messages' JSON written and read by
 // actors/contracts (never encoding/json on generated types). Routing is

@@ -22,6 +22,9 @@ const (
 	// CodeUnauthenticated: an admin-listener request without the admin
 	// bearer token (never on the public order API).
 	CodeUnauthenticated = "UNAUTHENTICATED"
+	// CodeMethodNotAllowed: the path is a route, but not for the
+	// request's method; the reply's Allow header lists the methods it has.
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 )
 
 // Reasons of the public contract: why a 503 or 504 happened, so a client
@@ -107,6 +110,9 @@ var (
 	// errNoRoute: no handler for the method and path (including hooks
 	// that are disabled); it is a kind of ErrNotFound.
 	errNoRoute = fmt.Errorf("%w: no such route", ErrNotFound)
+	// errMethodNotAllowed: the path has a handler, for other methods only.
+	// Not a kind of ErrNotFound: the route exists.
+	errMethodNotAllowed = errors.New("edge: method not allowed")
 	// errUnknownSKU: a stock report of a SKU never stocked; it is a kind
 	// of ErrNotFound, answered as a SKU, not an order.
 	errUnknownSKU = fmt.Errorf("%w: sku never stocked", ErrNotFound)
@@ -167,6 +173,9 @@ func httpError(err error) (int, apiError) {
 		return http.StatusBadRequest, apiError{Code: CodeInvalidArgument, Message: fe.Error(), Field: fe.Field}
 	case errors.Is(err, errNoRoute):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "no such route"}
+	case errors.Is(err, errMethodNotAllowed):
+		return http.StatusMethodNotAllowed, apiError{Code: CodeMethodNotAllowed,
+			Message: "the route does not answer this method; the Allow header lists the methods it does"}
 	case errors.Is(err, errUnknownSKU):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "sku not found: it was never stocked"}
 	}

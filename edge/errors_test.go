@@ -42,6 +42,7 @@ func TestHTTPErrorMapping(t *testing.T) {
 		{ErrIdempotencyKeyReused, 422, CodeIdempotencyKeyReused, "", 0},
 		{ErrNotFound, 404, CodeNotFound, "", 0},
 		{errNoRoute, 404, CodeNotFound, "", 0},
+		{errMethodNotAllowed, 405, CodeMethodNotAllowed, "", 0},
 		{ErrFailedPrecondition, 409, CodeFailedPrecondition, "", 0},
 		{workflow.ErrNotFound, 404, CodeNotFound, "", 0},
 		{readmodel.ErrNotFound, 404, CodeNotFound, "", 0},

@@ -346,6 +346,26 @@ func (e *env) admin(method, path, body string) *httptest.ResponseRecorder {
 	return serveAs(e.srv.AdminHandler(), method, path, body, "Bearer "+testAdminToken)
 }
 
+// doWith sends a request to the public handler with header's fields.
+func (e *env) doWith(method, path, body string, header http.Header) *httptest.ResponseRecorder {
+	e.t.Helper()
+	return serveWith(e.srv, method, path, body, header)
+}
+
+// serveWith sends a request to h with header's fields added, every value
+// of each, so that a field can be sent twice.
+func serveWith(h http.Handler, method, path, body string, header http.Header) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for k, vs := range header {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
 func serve(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
 	return serveAs(h, method, path, body, "")
 }
@@ -363,6 +383,16 @@ func serveAs(h http.Handler, method, path, body, authorization string) *httptest
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// startBodyNoKey is a start's body without idempotencyKey, for a key
+// sent in the Idempotency-Key header.
+func startBodyNoKey(cart, addr, method string) string {
+	b, err := json.Marshal(map[string]string{"cartId": cart, "shippingAddressId": addr, "paymentMethodId": method})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 func startBody(cart, addr, method, key string) string {

@@ -53,7 +53,7 @@ func FuzzStartOrderDecode(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeStartOrder(body)
+		req, err := decodeStartOrder(body, nil)
 		if err == nil {
 			for _, v := range []string{req.CartId, req.ShippingAddressId, req.PaymentMethodId, req.IdempotencyKey} {
 				require.True(t, acceptableID(v), "decode accepted field %q of %q", v, body)

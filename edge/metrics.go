@@ -45,7 +45,7 @@ const (
 const (
 	// LabelRoute is the route template as registered (/orders/:orderId),
 	// never the raw path, whose values are unbounded; RouteUnmatched for
-	// a request no route matched.
+	// a request no route matched, by path or by method.
 	LabelRoute = "route"
 	// LabelMethod is the request method, one of the standard ones or
 	// MethodOther.
@@ -65,7 +65,9 @@ const (
 
 const (
 	// RouteUnmatched is LabelRoute's value for a request no route matched
-	// (answered 404), whatever its path.
+	// (answered 404, or 405 for a known path with another method; 401 for
+	// either on the admin listener without the token), whatever its path:
+	// LabelCode tells them apart.
 	RouteUnmatched = "unmatched"
 	// MethodOther is LabelMethod's value for a non-standard method, which
 	// a client may invent freely.

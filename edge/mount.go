@@ -74,13 +74,14 @@ func (a AdminRouter) DecodeJSON(w http.ResponseWriter, r *http.Request, v any) b
 }
 
 // DecodeStartOrder reads the body as a public StartOrderReq, checked as
-// POST /orders checks it. On failure it has answered the request itself
-// and returns nil.
+// POST /orders checks it, its key taken from the Idempotency-Key header
+// too, so that a hook given a start's request derives what the start
+// would. On failure it has answered the request itself and returns nil.
 func (a AdminRouter) DecodeStartOrder(w http.ResponseWriter, r *http.Request) *contracts.StartOrderReq {
 	body, err := readBody(w, r)
 	var req *contracts.StartOrderReq
 	if err == nil {
-		req, err = decodeStartOrder(body)
+		req, err = decodeStartOrder(body, r.Header)
 	}
 	if err != nil {
 		a.s.fail(w, r, err)

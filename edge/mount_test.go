@@ -85,6 +85,13 @@ func TestMountedRoutesUseTheEdgeShapes(t *testing.T) {
 	var got map[string]string
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
 	require.Equal(t, map[string]string{"key": "key-1", "orderId": order.OrderIDFor([]byte(testOrderIDSecret), "key-1")}, got, "an OrderId made as POST /orders makes one")
+	w = serveWith(e.srv.AdminHandler(), "POST", "/mounted/start", startBodyNoKey(cartOK, "addr-1", "pm-1"), http.Header{
+		"Authorization": {"Bearer " + testAdminToken}, HeaderIdempotencyKey: {"key-1"}})
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	got = nil
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
+	require.Equal(t, map[string]string{"key": "key-1", "orderId": order.OrderIDFor([]byte(testOrderIDSecret), "key-1")}, got,
+		"the key may come in the Idempotency-Key header, as on POST /orders")
 	w = e.admin("POST", "/mounted/start", `{"cartId":"c"}`)
 	require.Equal(t, http.StatusBadRequest, w.Code)
 

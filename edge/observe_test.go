@@ -126,9 +126,17 @@ func TestHTTPMetricsCountEachRequestOnceUnderItsRouteTemplate(t *testing.T) {
 		{o.srv, "GET", "/orders/ord-x", "", false, "/orders/:orderId", "GET", "200"},
 		{o.srv, "GET", "/orders/ord-y", "", false, "/orders/:orderId", "GET", "404"},
 		{o.srv, "POST", "/nope/ord-x", "{}", false, RouteUnmatched, "POST", "404"},
-		{o.srv, "BREW", "/orders", "", false, RouteUnmatched, MethodOther, "404"},
+		{o.srv, "BREW", "/coffee", "", false, RouteUnmatched, MethodOther, "404"},
+		// A wrong method has no template either: the raw path would be
+		// unbounded, and the code tells it from an unknown path.
+		{o.srv, "BREW", "/orders", "", false, RouteUnmatched, MethodOther, "405"},
+		{o.srv, "GET", "/orders", "", false, RouteUnmatched, "GET", "405"},
+		{o.srv, "DELETE", "/orders/ord-x", "", false, RouteUnmatched, "DELETE", "405"},
 		{o.srv.AdminHandler(), "POST", "/admin/orders/ord-x/close", "", true, "/admin/orders/:orderId/close", "POST", "200"},
 		{o.srv.AdminHandler(), "POST", "/admin/orders/ord-x/close", "", false, "/admin/orders/:orderId/close", "POST", "401"},
+		{o.srv.AdminHandler(), "GET", "/admin/orders/ord-x/close", "", true, RouteUnmatched, "GET", "405"},
+		{o.srv.AdminHandler(), "GET", "/admin/orders/ord-x/close", "", false, RouteUnmatched, "GET", "401"},
+		{o.srv.AdminHandler(), "GET", "/admin/nope/ord-x", "", true, RouteUnmatched, "GET", "404"},
 	}
 	for i, st := range steps {
 		before := o.sum(MetricHTTPRequests, nil)

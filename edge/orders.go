@@ -21,7 +21,9 @@ import (
 // startOrder is POST /orders (spec §7.1, §7.3). It answers once the
 // Created boundary is confirmed and never waits for the continuation:
 //
-//  1. validate the request and load the cart (an unknown cart is 400 cartId);
+//  1. validate the request (its key from the body's idempotencyKey or
+//     the Idempotency-Key header, see decodeStartOrder) and load the
+//     cart (an unknown cart is 400 cartId);
 //  2. reserve the idempotency key with the OrderId derived from it
 //     (order.OrderIDFor) — the first reservation wins, every other request
 //     uses the winner's OrderId (another one only for a mapping made
@@ -41,7 +43,7 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	req, err := decodeStartOrder(body)
+	req, err := decodeStartOrder(body, r.Header)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -367,3 +367,114 @@ func TestContinueAndRebuildFillFromPath(t *testing.T) {
 		})
 	}
 }
+
+// The Idempotency-Key header is the body's idempotencyKey sent another
+// way: a start with either, or both when equal, is the same start, and
+// two keys for one request are refused before any key is reserved.
+func TestStartOrderIdempotencyKeyHeader(t *testing.T) {
+	long := strings.Repeat("x", MaxIDLen+1)
+	key := func(vs ...string) http.Header { return http.Header{HeaderIdempotencyKey: vs} }
+	noKey := startBodyNoKey(cartOK, "addr-1", "pm-1")
+	withKey := func(k string) string { return startBody(cartOK, "addr-1", "pm-1", k) }
+	cases := []struct {
+		name   string
+		body   string
+		header http.Header
+		// key is the key the start must run under; "" means refused
+		// with a 400 on field.
+		key, field string
+	}{
+		{"header only", noKey, key("key-h"), "key-h", ""},
+		{"header only, longest key", noKey, key(strings.Repeat("é", MaxIDLen)), strings.Repeat("é", MaxIDLen), ""},
+		{"header and body equal", withKey("key-h"), key("key-h"), "key-h", ""},
+		{"body only", withKey("key-h"), nil, "key-h", ""},
+		{"header and body differ", withKey("key-b"), key("key-h"), "", HeaderIdempotencyKey},
+		{"header and body differ in case", withKey("KEY-H"), key("key-h"), "", HeaderIdempotencyKey},
+		{"header given twice", noKey, key("key-1", "key-2"), "", HeaderIdempotencyKey},
+		{"header given twice, same value", noKey, key("key-h", "key-h"), "", HeaderIdempotencyKey},
+		{"header given twice, body equal", withKey("key-h"), key("key-h", "key-h"), "", HeaderIdempotencyKey},
+		{"header empty", noKey, key(""), "", HeaderIdempotencyKey},
+		{"header empty, body has a key", withKey("key-b"), key(""), "", HeaderIdempotencyKey},
+		{"header too long", noKey, key(long), "", HeaderIdempotencyKey},
+		{"header blank", noKey, key(" \u00a0"), "", HeaderIdempotencyKey},
+		{"header brace", noKey, key("{k}"), "", HeaderIdempotencyKey},
+		{"header control", noKey, key("k\tk"), "", HeaderIdempotencyKey},
+		{"header not UTF-8", noKey, key("k\xff"), "", HeaderIdempotencyKey},
+		{"header invalid, body valid", withKey("key-b"), key("key{b}"), "", HeaderIdempotencyKey},
+		{"neither", noKey, nil, "", "idempotencyKey"},
+		{"another header only", noKey, http.Header{"X-Idempotency-Key": {"key-h"}}, "", "idempotencyKey"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			w := e.doWith("POST", "/orders", tc.body, tc.header)
+			if tc.key == "" {
+				require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+				ae := decodeError(t, w)
+				require.Equal(t, CodeInvalidArgument, ae.Code)
+				require.Equal(t, tc.field, ae.Field, ae.Message)
+				require.True(t, strings.HasPrefix(ae.Message, tc.field+": "), "the message names the field: %q", ae.Message)
+				require.Zero(t, e.idem.calls, "a refused key is never reserved")
+				require.Zero(t, e.orders.calls(), "a refused key never reaches the grain")
+				return
+			}
+			require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+			id := decodeMessage[contracts.StartOrderRes](t, w).OrderId
+			require.Equal(t, order.OrderIDFor([]byte(testOrderIDSecret), tc.key), id, "the OrderId is derived from the one key")
+			require.Len(t, e.orders.starts, 1)
+			got := e.orders.starts[0]
+			require.Equal(t, tc.key, got.IdempotencyKey)
+			require.Equal(t, order.StartSourceCommandID(tc.key), got.SourceCommandId)
+			m, ok := e.idem.get(tc.key)
+			require.True(t, ok, "the mapping is under the key")
+			require.Equal(t, id, m.OrderID)
+			require.Equal(t, commerce.Fingerprint(cartOK, "addr-1", "pm-1"), m.Fingerprint)
+		})
+	}
+}
+
+// A key reaches the same order whichever way each request sends it: a
+// client that moves from the body to the header, or back, retries its
+// start instead of making a second one, and a different request under
+// the key is refused as 422 either way.
+func TestStartOrderIdempotencyKeyHeaderConverges(t *testing.T) {
+	header := http.Header{HeaderIdempotencyKey: {"key-c"}}
+	byBody := func(e *env) *httptest.ResponseRecorder {
+		return e.do("POST", "/orders", startBody(cartOK, "addr-1", "pm-1", "key-c"))
+	}
+	byHeader := func(e *env) *httptest.ResponseRecorder {
+		return e.doWith("POST", "/orders", startBodyNoKey(cartOK, "addr-1", "pm-1"), header)
+	}
+	for _, tc := range []struct {
+		name          string
+		first, second func(*env) *httptest.ResponseRecorder
+	}{
+		{"body then header", byBody, byHeader},
+		{"header then body", byHeader, byBody},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			w := tc.first(e)
+			require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+			first := decodeMessage[contracts.StartOrderRes](t, w).OrderId
+			w = tc.second(e)
+			require.Equal(t, http.StatusOK, w.Code, "the second is a replay: %s", w.Body.String())
+			require.Equal(t, first, decodeMessage[contracts.StartOrderRes](t, w).OrderId)
+			require.Len(t, e.idem.m, 1, "one mapping for the key")
+			require.Len(t, e.orders.starts, 2)
+			require.True(t, proto.Equal(e.orders.starts[0], e.orders.starts[1]), "the grain sees the same start twice")
+
+			w = e.doWith("POST", "/orders", startBodyNoKey(cartOther, "addr-1", "pm-1"), header)
+			require.Equal(t, http.StatusUnprocessableEntity, w.Code, w.Body.String())
+			require.Equal(t, CodeIdempotencyKeyReused, decodeError(t, w).Code)
+		})
+	}
+	t.Run("fresh servers agree", func(t *testing.T) {
+		a, b := newEnv(t), newEnv(t)
+		wa, wb := byBody(a), byHeader(b)
+		require.Equal(t, http.StatusCreated, wa.Code, wa.Body.String())
+		require.Equal(t, http.StatusCreated, wb.Code, wb.Body.String())
+		require.Equal(t, decodeMessage[contracts.StartOrderRes](t, wa).OrderId, decodeMessage[contracts.StartOrderRes](t, wb).OrderId)
+		require.True(t, proto.Equal(a.orders.starts[0], b.orders.starts[0]), "the grain's start is the same")
+	})
+}

@@ -89,14 +89,19 @@ func New(cfg Config) (*Server, error) {
 }
 
 // newEngine is a gin engine answering only the routes it has: trailing-
-// slash and method redirects would answer routes the contract does not
-// have. Every request of it, unknown routes included, runs first the
-// given middleware (the public engine's admission control, which must
-// come before everything else, see admission.go), then the middleware
-// chain.
+// slash and fixed-path redirects would answer routes the contract does
+// not have. A path it has, asked with a method it does not, is 405 with
+// an Allow header (RFC 9110 §15.5.6) rather than 404, so that a client's
+// wrong method is not mistaken for a missing route. Every request of it,
+// unknown routes and wrong methods included, runs first the given
+// middleware (the public engine's admission control, which must come
+// before everything else, see admission.go), then the middleware chain.
 func (s *Server) newEngine(first ...gin.HandlerFunc) *gin.Engine {
 	e := gin.New()
-	e.RedirectTrailingSlash, e.RedirectFixedPath, e.HandleMethodNotAllowed = false, false, false
+	e.RedirectTrailingSlash, e.RedirectFixedPath = false, false
+	// gin sets Allow before any middleware runs; the admin token check
+	// takes it off a refused request (requireAdminToken).
+	e.HandleMethodNotAllowed = true
 	e.Use(first...)
 	e.Use(s.middleware()...)
 	return e
@@ -143,12 +148,13 @@ func (s *Server) routes() {
 	e.GET("/orders/:orderId", handle(s.getOrder))
 	e.POST("/orders/:orderId/continue", handle(s.continueOrder))
 	e.POST("/orders/:orderId/rebuild-projection", handle(s.rebuildProjection))
-	s.noRoute(e)
+	s.unmatched(e)
 }
 
 // adminRoutes are the admin listener's: the token check comes first, for
-// every path, so an unauthenticated caller learns nothing of which routes
-// exist.
+// every path and method, so an unauthenticated caller learns nothing of
+// which routes exist (401 everywhere); only with the token are unknown
+// routes 404 and wrong methods 405.
 func (s *Server) adminRoutes() {
 	e := s.admin
 	e.Use(s.requireAdminToken)
@@ -167,14 +173,20 @@ func (s *Server) adminRoutes() {
 		m.Mount(AdminRouter{s: s, e: e})
 	}
 	registerPprof(e)
-	s.noRoute(e)
+	s.unmatched(e)
 }
 
-// noRoute answers everything else, including disabled hooks, with a JSON
-// 404.
-func (s *Server) noRoute(e *gin.Engine) {
+// unmatched answers what no route takes in the edge's error shape, not
+// gin's text bodies: an unknown path, including disabled hooks, 404; a
+// known path with another method 405, whose Allow header gin has set.
+// Neither has a route template, so both are RouteUnmatched in the metrics
+// and never admitted to a budget.
+func (s *Server) unmatched(e *gin.Engine) {
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c.Writer, c.Request, fmt.Errorf("%w: %s %s", errNoRoute, c.Request.Method, c.Request.URL.Path))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		s.fail(c.Writer, c.Request, fmt.Errorf("%w: %s %s", errMethodNotAllowed, c.Request.Method, c.Request.URL.Path))
 	})
 }
 

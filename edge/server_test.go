@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +85,68 @@ func TestHealthzAndReadyz(t *testing.T) {
 	require.Equal(t, 1, e.evidence.Count(line))
 	require.Error(t, e.srv.Serve(ln), "a second Serve is refused")
 	require.Equal(t, 1, e.evidence.Count(line), "the ready line is printed once")
+}
+
+// allowed is a reply's Allow header as a sorted list of methods.
+func allowed(t *testing.T, w *httptest.ResponseRecorder) []string {
+	t.Helper()
+	vs := w.Header().Values("Allow")
+	require.LessOrEqual(t, len(vs), 1, "one Allow field: %q", vs)
+	var out []string
+	for _, v := range vs {
+		for m := range strings.SplitSeq(v, ",") {
+			out = append(out, strings.TrimSpace(m))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A path of the public API asked with another method is 405 in the edge's
+// error shape, with an Allow header listing the path's methods; an
+// unknown path stays 404 without one.
+func TestPublicWrongMethodIs405WithAllow(t *testing.T) {
+	e := newEnv(t)
+	e.rm.put(created("ord-1"))
+	for _, tc := range []struct {
+		method, path string
+		allow        []string
+	}{
+		{"GET", "/orders", []string{"POST"}},
+		{"PUT", "/orders", []string{"POST"}},
+		{"BREW", "/orders", []string{"POST"}},
+		{"DELETE", "/orders/ord-1", []string{"GET"}},
+		{"POST", "/orders/ord-1", []string{"GET"}},
+		{"PATCH", waitPath("ord-1", "10"), []string{"GET"}},
+		{"GET", "/orders/ord-1/continue", []string{"POST"}},
+		{"PUT", "/orders/ord-1/rebuild-projection", []string{"POST"}},
+		{"POST", "/healthz", []string{"GET"}},
+		{"HEAD", "/readyz", []string{"GET"}},
+	} {
+		w := e.do(tc.method, tc.path, startBody(cartOK, "a", "p", "k"))
+		require.Equal(t, http.StatusMethodNotAllowed, w.Code, "%s %s: %s", tc.method, tc.path, w.Body.String())
+		require.Equal(t, tc.allow, allowed(t, w), "%s %s", tc.method, tc.path)
+		ae := decodeError(t, w)
+		require.Equal(t, CodeMethodNotAllowed, ae.Code)
+		require.Contains(t, ae.Message, "Allow")
+		require.Empty(t, ae.Field)
+		require.NotEmpty(t, w.Header().Get(HeaderRequestID))
+	}
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/nope"},
+		{"BREW", "/coffee"},
+		{"POST", "/orders/"},
+		{"GET", "/orders/ord-1/"},
+		{"POST", "/orders/ord-1/nope"},
+		{"GET", "/admin/orders/stuck"},
+	} {
+		w := e.do(tc.method, tc.path, "")
+		require.Equal(t, http.StatusNotFound, w.Code, "%s %s: %s", tc.method, tc.path, w.Body.String())
+		require.Empty(t, w.Header().Values("Allow"), "%s %s", tc.method, tc.path)
+		require.Equal(t, CodeNotFound, decodeError(t, w).Code)
+	}
+	require.Zero(t, e.orders.calls(), "a wrong method reaches no handler")
+	require.Zero(t, e.idem.calls)
 }
 
 func TestSelfCheckAndAdminAre404WhenDisabled(t *testing.T) {

@@ -135,17 +135,60 @@ func checkOptionalID(field, v string) error {
 	return checkID(field, v)
 }
 
+// HeaderIdempotencyKey carries a start's idempotency key as an
+// alternative to the body's idempotencyKey, which the spec's client keeps
+// sending. Either may be given, or both when they are the same key.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
 // decodeStartOrder is the whole input check of POST /orders: strict decode,
-// then every field.
-func decodeStartOrder(body []byte) (*contracts.StartOrderReq, error) {
+// the Idempotency-Key header of h folded into the body's key, then every
+// field. The key is settled here, once, so that everything after it (the
+// fingerprint, the OrderId, the mapping, the sourceCommandId) reads
+// req.IdempotencyKey and cannot tell, nor diverge on, how the client sent
+// it.
+func decodeStartOrder(body []byte, h http.Header) (*contracts.StartOrderReq, error) {
 	req := &contracts.StartOrderReq{}
 	if err := decodeContract(body, req, bodyRequired); err != nil {
+		return nil, err
+	}
+	if err := foldIdempotencyKey(req, h); err != nil {
 		return nil, err
 	}
 	if err := validateStartOrder(req); err != nil {
 		return nil, err
 	}
 	return req, nil
+}
+
+// foldIdempotencyKey gives req the key of the Idempotency-Key header when
+// its body has none. The header's value is the key as sent, under the
+// body field's rules: a key is one string whichever way it travels, so a
+// retry that switches between the two reaches the same order. Two keys
+// for one request, as two header values or as a header and a body that
+// differ, are refused rather than one picked: the client would not know
+// which order it got.
+func foldIdempotencyKey(req *contracts.StartOrderReq, h http.Header) error {
+	vs := h.Values(HeaderIdempotencyKey)
+	switch {
+	case len(vs) == 0:
+		return nil
+	case len(vs) > 1:
+		return invalidField(HeaderIdempotencyKey, "is given %d times; send it once", len(vs))
+	case vs[0] == "":
+		return invalidField(HeaderIdempotencyKey, "is empty")
+	}
+	key := vs[0]
+	if err := checkID(HeaderIdempotencyKey, key); err != nil {
+		return err
+	}
+	switch req.IdempotencyKey {
+	case "":
+		req.IdempotencyKey = key
+	case key:
+	default:
+		return invalidField(HeaderIdempotencyKey, "differs from the body's idempotencyKey; send one key, or the same key in both")
+	}
+	return nil
 }
 
 func validateStartOrder(req *contracts.StartOrderReq) error {
