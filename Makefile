@@ -1,5 +1,5 @@
 # ShoppingMall-Go. `make cluster-up` runs the system, `make test` runs the tests,
-# `make check` the quick gate before a commit.
+# `make check` the quick gate before a commit (docs/testing.md).
 SHELL := /bin/bash
 GO ?= go
 # Packages that start several protoactor members in one process run without
