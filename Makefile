@@ -229,7 +229,7 @@ build:
 	$(GO) build -o $(RUN_DIR)/bin/commerce-api ./edge/cmd/commerce-api
 	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
 
-# Local cluster in the background under $(RUN_DIR) (state in cluster.json).
+# Local cluster in the background under $(RUN_DIR) (state in localcluster.json).
 # WORKFLOWS and APIS set how many order-workflow and commerce-api processes
 # run (workflow-a.., api-a..; default 2 and 2). CLUSTER_FLAGS may add
 # -self-check, -fixtures. Admin is always on, on loopback, with the
