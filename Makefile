@@ -1,4 +1,5 @@
-# ShoppingMall-Go. `make cluster-up` runs the system, `make test` runs the tests.
+# ShoppingMall-Go. `make cluster-up` runs the system, `make test` runs the tests,
+# `make check` the quick gate before a commit (docs/testing.md).
 SHELL := /bin/bash
 GO ?= go
 # Packages that start several protoactor members in one process run without
@@ -26,9 +27,14 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test fmt-check vet lint k8s-compile k8s-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test check fmt-check vet lint k8s-compile k8s-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
 test: redis fmt-check vet lint k8s-compile k8s-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+
+# The quick gate before a commit: formatting, vet, the linter and the unit
+# stage of `make test` (go test -race of the packages its own targets leave
+# out), without those targets.
+check: redis fmt-check vet lint unit
 
 redis:
 	@bash scripts/install-redis.sh $(if $(REDIS_HA),sentinel)
@@ -223,7 +229,7 @@ build:
 	$(GO) build -o $(RUN_DIR)/bin/commerce-api ./edge/cmd/commerce-api
 	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
 
-# Local cluster in the background under $(RUN_DIR) (state in cluster.json).
+# Local cluster in the background under $(RUN_DIR) (state in localcluster.json).
 # WORKFLOWS and APIS set how many order-workflow and commerce-api processes
 # run (workflow-a.., api-a..; default 2 and 2). CLUSTER_FLAGS may add
 # -self-check, -fixtures. Admin is always on, on loopback, with the

@@ -14,7 +14,8 @@
 // every part that measures something; each part creates its metrics with
 // Registry.Factory, so one registry holds everything the process serves.
 // Metric names follow Prometheus conventions (Namespace prefix, _total
-// for counters, base units such as _seconds) and are listed in the README.
+// for counters, base units such as _seconds) and are listed in
+// docs/observability.md.
 //
 // It must not import protoactor, gin, or any package of this module:
 // every layer may depend on it, and it decides nothing about orders.

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// The metrics the bench reads, as the README lists them: what an
+// The metrics the bench reads, as docs/observability.md lists them: what an
 // operator's scraper reads, not a protocol of the bench's own.
 const (
 	metricRedisRoundTrips = "shoppingmall_redis_round_trips_total"

@@ -34,7 +34,7 @@ type ProcessState struct {
 	AutomanagedPort int    `json:"automanagedPort,omitempty"`
 }
 
-// State is what clusterctl keeps in <run dir>/cluster.json while a
+// State is what clusterctl keeps in <run dir>/localcluster.json while a
 // cluster runs.
 type State struct {
 	RunDir string `json:"runDir"`

@@ -98,10 +98,10 @@ const partitionRejoinWithin = 30 * time.Second
 // partitionFault cuts ft.Target (an API) off from ft.Peer (a workflow
 // member) for ft.Hold and heals the cut, whatever happens meanwhile.
 //
-// What it expects (README, the partition rule): the cut API answers the
-// member's orders OWNER_UNREACHABLE, and once healed it exits 4 and the
-// supervisor starts it as a new member; that rejoin is expected, not a
-// failure, and is noted. The member is alive and reaches the store, so
+// What it expects (docs/operations.md, "Gone members and self-fencing"):
+// the cut API answers the member's orders OWNER_UNREACHABLE, and once
+// healed it exits 4 and the supervisor starts it as a new member; that
+// rejoin is expected, not a failure, and is noted. The member is alive and reaches the store, so
 // it must not be recorded gone: ft.Evicted is reported as a problem
 // (partitionProblems). The fault is effective when the cut healed and the
 // cut API lost the member (OWNER_UNREACHABLE answers or the rejoin).

@@ -35,7 +35,7 @@ func build(t *testing.T, dir, pkg, name string) string {
 	return out
 }
 
-// The order workflow's families as the README lists them; a reading
+// The order workflow's families as docs/observability.md lists them; a reading
 // holds each of their series (a histogram by its _count).
 var families = []string{
 	"shoppingmall_orders_started_total", "shoppingmall_orders_terminal_total", "shoppingmall_step_duration_seconds",
