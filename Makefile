@@ -27,9 +27,9 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test check fmt-check vet lint k8s-compile k8s-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test check fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile k8s-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile k8s-test alerts-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
 
 # The quick gate before a commit: formatting, vet, the linter and the unit
 # stage of `make test` (go test -race of the packages its own targets leave
@@ -68,6 +68,17 @@ k8s-compile:
 # API, with real protoactor members in one process: no -race.
 k8s-test:
 	$(GO) test -tags k8s -count=1 ./cluster/k8smembers/...
+
+# The alert rules (scripts/deploy/observability): promtool, from Debian's
+# prometheus package (installed when missing), checks alerts.yaml and runs
+# its unit test, alerts_test.yaml, which makes every alert fire and stay
+# quiet. That the rules and the dashboard name only registered metrics is
+# deploy-test's.
+ALERTS_DIR := scripts/deploy/observability
+alerts-test:
+	@bash scripts/install-prometheus.sh >/dev/null
+	promtool check rules $(ALERTS_DIR)/alerts.yaml
+	promtool test rules $(ALERTS_DIR)/alerts_test.yaml
 
 unit:
 	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)

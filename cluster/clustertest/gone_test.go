@@ -16,6 +16,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -135,11 +136,19 @@ func TestGoneOwnerIsUnavailableEvenWhileLive(t *testing.T) {
 // A member that finds itself recorded gone stops its grains at once,
 // locally: the records stay Ready at its member id, the streams get no
 // event, nothing is activated elsewhere, and its orders answer
-// Unavailable until an operator takes them over.
+// Unavailable until an operator takes them over. It counts the fence,
+// as evicted, before it stops.
 func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T) {
 	h := newHarness(t)
+	reg := telemetry.NewRegistry()
+	fences := func(reason string) float64 {
+		t.Helper()
+		v, err := telemetry.Sum(reg.Gatherer(), placement.MetricSelfFences, map[string]string{placement.LabelFenceReason: reason})
+		require.NoError(t, err)
+		return v
+	}
 	ws := map[string]*node.Workflow{
-		"workflow-a": h.startWorkflow("workflow-a", withFixtures()),
+		"workflow-a": h.startWorkflow("workflow-a", withFixtures(), withMetrics(reg)),
 		"workflow-b": h.startWorkflow("workflow-b", withFixtures()),
 	}
 	wa := ws["workflow-a"]
@@ -162,6 +171,8 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 		streams[id] = h.eventTypes(t, id)
 	}
 	require.EqualValues(t, len(ids), grainCount(wa))
+	require.Zero(t, fences(placement.FenceEvicted))
+	require.Zero(t, fences(placement.FenceLeaseExpired))
 
 	fenced := make(chan error, 1)
 	go func() {
@@ -180,6 +191,8 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 		require.FailNow(t, "the member did not fence itself after it was recorded gone")
 	}
 	require.True(t, wa.Member.Lookup.Fenced())
+	require.Equal(t, 1.0, fences(placement.FenceEvicted), "the fence is counted as evicted")
+	require.Zero(t, fences(placement.FenceLeaseExpired))
 
 	// Its grains are gone from it...
 	require.Eventually(t, func() bool { return grainCount(wa) == 0 }, 5*time.Second, 10*time.Millisecond, "workflow-a's grains stopped (count %d)", grainCount(wa))

@@ -1,13 +1,16 @@
 package placement
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
-// The activator's metrics' full names. Each member counts the grains it
-// hosts; a member that hosts no kind (an API member) shows them at zero.
+// The activator's and the self-fence watch's metrics' full names. Each
+// member counts the grains it hosts; a member that hosts no kind (an API
+// member) shows them at zero.
 const (
 	// MetricActivations counts activations whose grain opened, by cause
 	// (LabelCause). The requester records it Ready right after; for an
@@ -30,7 +33,35 @@ const (
 	// this member asked to passivate to make room for a new activation,
 	// beyond Limits.MaxHosted.
 	MetricPassivationsForRoom = telemetry.Namespace + "_passivations_for_room_total"
+	// MetricSelfFences counts the times this member fenced itself
+	// (RunSelfFence), by LabelFenceReason. The process exits right after
+	// (order-workflow: status 3), so a scrape sees the count only if one
+	// lands in between; the restarted process's new
+	// process_start_time_seconds is the trace that outlives it.
+	MetricSelfFences = telemetry.Namespace + "_self_fences_total"
 )
+
+// LabelFenceReason says why a member fenced itself: FenceEvicted or
+// FenceLeaseExpired.
+const LabelFenceReason = "reason"
+
+// The values of LabelFenceReason.
+const (
+	// FenceEvicted: the member found itself recorded gone (ErrEvicted).
+	FenceEvicted = "evicted"
+	// FenceLeaseExpired: the process did not run for longer than the
+	// lease (ErrLeaseExpired).
+	FenceLeaseExpired = "lease_expired"
+)
+
+// FenceReason is the LabelFenceReason value of a reason RunSelfFence
+// returned.
+func FenceReason(err error) string {
+	if errors.Is(err, ErrEvicted) {
+		return FenceEvicted
+	}
+	return FenceLeaseExpired
+}
 
 // LabelLimit names the limit an overload refusal hit: LimitMailbox,
 // LimitHosted or LimitActivations.
@@ -89,6 +120,7 @@ type activatorMetrics struct {
 	// mailbox counts into.
 	refusedMailbox prometheus.Counter
 	passivated     prometheus.Counter
+	fences         *prometheus.CounterVec
 }
 
 func newActivatorMetrics(reg *telemetry.Registry) *activatorMetrics {
@@ -111,6 +143,11 @@ func newActivatorMetrics(reg *telemetry.Registry) *activatorMetrics {
 	m.refused.WithLabelValues(LimitActivations)
 	m.passivated = f.NewCounter(prometheus.CounterOpts{Name: MetricPassivationsForRoom,
 		Help: "Grains with no work left this member asked to passivate to make room for a new activation."})
+	m.fences = f.NewCounterVec(prometheus.CounterOpts{Name: MetricSelfFences,
+		Help: "Times this member fenced itself, by reason (evicted, lease_expired); its process exits right after."},
+		[]string{LabelFenceReason})
+	m.fences.WithLabelValues(FenceEvicted)
+	m.fences.WithLabelValues(FenceLeaseExpired)
 	// Every cause shows from the first scrape on, at zero, so that a rate
 	// or a delta never starts from an absent series.
 	for _, c := range []string{CauseCold, CauseRelocation, CauseTakeover} {

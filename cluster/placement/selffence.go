@@ -154,6 +154,9 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 	if reason == nil {
 		return nil
 	}
+	// Counted first: the caller exits once this returns, and a scrape
+	// during the stop may be the only one to see it.
+	l.metrics.fences.WithLabelValues(FenceReason(reason)).Inc()
 	l.StopHosting(cfg.StopTimeout)
 	if cfg.OnFence != nil {
 		cfg.OnFence(reason)

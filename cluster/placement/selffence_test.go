@@ -54,6 +54,7 @@ func TestWatchSelfFencesOnOwnGoneRecord(t *testing.T) {
 		require.ErrorIs(t, r.err, ErrEvicted)
 		require.NotErrorIs(t, r.err, ErrLeaseExpired)
 		require.ErrorContains(t, r.err, "workflow-a")
+		require.Equal(t, FenceEvicted, FenceReason(r.err), "counted as")
 	case <-time.After(5 * time.Second):
 		t.Fatal("no fence after the member was recorded gone")
 	}
@@ -201,6 +202,7 @@ func TestWatchSelfFencesAfterAPauseLongerThanTheLease(t *testing.T) {
 		require.ErrorIs(t, r.err, ErrLeaseExpired)
 		require.ErrorContains(t, r.err, "did not run")
 		require.Equal(t, pausedAt.Load(), probes.Load(), "no read after the pause")
+		require.Equal(t, FenceLeaseExpired, FenceReason(r.err), "counted as")
 	case <-time.After(5 * time.Second):
 		t.Fatal("a pause longer than the lease did not fence")
 	}
@@ -227,6 +229,7 @@ func TestWatchSelfFencesAfterAPauseWhileSuspended(t *testing.T) {
 	case r := <-res:
 		require.ErrorIs(t, r.err, ErrLeaseExpired)
 		require.ErrorContains(t, r.err, "did not run")
+		require.Equal(t, FenceLeaseExpired, FenceReason(r.err), "counted as")
 	case <-time.After(5 * time.Second):
 		t.Fatal("a pause while suspended did not fence")
 	}

@@ -359,7 +359,8 @@ func listenPort(t *testing.T, v string) (int, bool) {
 // Every manifest decodes strictly into its typed Kubernetes object (an
 // unknown or misspelt field fails), and the objects fit together: one
 // namespace, selectors that select the pods, Service target ports, probe
-// ports that are container ports a flag listens on outside loopback, the
+// ports that are container ports a flag listens on outside loopback,
+// scrape annotations naming the metrics listener's port and path, the
 // service account and its RBAC (what protoactor's k8s provider does with
 // pods), Secret keys, preStop executables in the image, every
 // SHOPPINGMALL_ variable a flag of the binary the image runs, and a grace
@@ -369,6 +370,9 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 	m := readManifests(t, root)
 	d := readDockerfile(t, root)
 	dir := build(t)
+	src := parseModule(t, root)
+	metricsPath, err := src.constOf(src.module+"/cluster/telemetry", "MetricsPath")
+	require.NoError(t, err, "the metrics listener's path, from the code")
 
 	require.Len(t, m.namespaces, 1)
 	ns := m.namespaces[0].Name
@@ -507,6 +511,19 @@ func TestManifestsDecodeStrictlyAndFitTogether(t *testing.T) {
 			ports[strconv.Itoa(int(p.ContainerPort))] = ports[p.Name]
 		}
 		portsOf[dep.Name] = ports
+
+		// Scraping: Prometheus' pod discovery reads the pod's
+		// prometheus.io annotations; they name the port and path the
+		// metrics listener serves, on a container port outside
+		// loopback.
+		ann := dep.Spec.Template.Annotations
+		require.Equal(t, "true", ann["prometheus.io/scrape"], "%s: the pod is scraped", where)
+		require.Equal(t, metricsPath, ann["prometheus.io/path"], "%s: prometheus.io/path is where the metrics listener serves", where)
+		require.Contains(t, env, "SHOPPINGMALL_METRICS_HTTP", "%s: the metrics listener has a fixed address", where)
+		mp, external := listenPort(t, strings.ReplaceAll(env["SHOPPINGMALL_METRICS_HTTP"], "$(POD_IP)", "10.0.0.1"))
+		require.True(t, external, "%s: the metrics listener is not bound to loopback", where)
+		require.Equal(t, strconv.Itoa(mp), ann["prometheus.io/port"], "%s: prometheus.io/port is the metrics listener's", where)
+		require.Contains(t, ports, ann["prometheus.io/port"], "%s: prometheus.io/port is a container port", where)
 
 		// Probes: /readyz and /healthz on a port a flag listens on where
 		// the kubelet reaches it.
