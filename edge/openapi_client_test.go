@@ -151,7 +151,7 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	for i, handFirst := range []bool{true, false} {
 		key := fmt.Sprintf("key-%d", i)
 		req := &contracts.StartOrderReq{CartId: cartOK, ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: key}
-		greq := apiclient.StartOrderReq{CartId: cartOK, ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: key}
+		greq := apiclient.StartOrderReq{CartId: cartOK, ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: &key}
 		var (
 			hres         *contracts.StartOrderRes
 			hrep         client.Reply
@@ -265,7 +265,7 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	_, hrep, err = hand.StartOrder(ctx, reused)
 	require.NoError(t, err)
 	sres, err := gen.StartOrderWithResponse(ctx, &apiclient.StartOrderParams{}, apiclient.StartOrderReq{CartId: cartOther,
-		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: "key-0"})
+		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: &reused.IdempotencyKey})
 	require.NoError(t, err)
 	require.NotNil(t, sres.JSON422)
 	require.Equal(t, handErr(hrep), genErr(sres.HTTPResponse, sres.Body))
@@ -274,7 +274,7 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	_, hrep, err = hand.StartOrder(ctx, unknownCart)
 	require.NoError(t, err)
 	sres, err = gen.StartOrderWithResponse(ctx, &apiclient.StartOrderParams{}, apiclient.StartOrderReq{CartId: "cart-none",
-		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: "key-9"})
+		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: &unknownCart.IdempotencyKey})
 	require.NoError(t, err)
 	require.NotNil(t, sres.JSON400)
 	require.Equal(t, handErr(hrep), genErr(sres.HTTPResponse, sres.Body))

@@ -587,7 +587,11 @@ func TestOpenAPIRealRepliesMatchTheDocument(t *testing.T) {
 	c.valid(pub("POST", "/orders", start), 200)
 	c.valid(pub("POST", "/orders", startBody(cartOther, "addr-1", "pm-1", "key-1")), 422)
 	c.valid(pub("POST", "/orders", startBody("cart-none", "addr-1", "pm-1", "key-2")), 400)
-	c.refused(pub("POST", "/orders", `{"cartId":"c","shippingAddressId":"a","paymentMethodId":"m"}`), 400)
+	// Without a key in the body the key may come in the Idempotency-Key
+	// header, which the document cannot tie to the body: it accepts the
+	// request, and the server's 400 is a documented reply.
+	c.valid(pub("POST", "/orders", `{"cartId":"c","shippingAddressId":"a","paymentMethodId":"m"}`), 400)
+	c.valid(pub("POST", "/orders", `{"cartId":"`+cartOK+`","shippingAddressId":"addr-1","paymentMethodId":"pm-1"}`, "Idempotency-Key", "key-h"), 201)
 	c.refused(pub("POST", "/orders", `{"cartId":"c","shippingAddressId":"a","paymentMethodId":"m","idempotencyKey":"k","x":1}`), 400)
 	c.refused(pub("POST", "/orders", startBody("a{b", "addr-1", "pm-1", "key-3")), 400)
 	c.refused(pub("POST", "/orders", startBody(strings.Repeat("c", MaxBody), "addr-1", "pm-1", "key-4")), 413)

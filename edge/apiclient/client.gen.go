@@ -22,6 +22,7 @@ const (
 	ErrorCodeIDEMPOTENCYKEYREUSED ErrorCode = "IDEMPOTENCY_KEY_REUSED"
 	ErrorCodeINTERNAL             ErrorCode = "INTERNAL"
 	ErrorCodeINVALIDARGUMENT      ErrorCode = "INVALID_ARGUMENT"
+	ErrorCodeMETHODNOTALLOWED     ErrorCode = "METHOD_NOT_ALLOWED"
 	ErrorCodeNOTFOUND             ErrorCode = "NOT_FOUND"
 	ErrorCodePAYLOADTOOLARGE      ErrorCode = "PAYLOAD_TOO_LARGE"
 	ErrorCodeTIMEOUT              ErrorCode = "TIMEOUT"
@@ -39,6 +40,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeINTERNAL:
 		return true
 	case ErrorCodeINVALIDARGUMENT:
+		return true
+	case ErrorCodeMETHODNOTALLOWED:
 		return true
 	case ErrorCodeNOTFOUND:
 		return true
@@ -184,6 +187,7 @@ const (
 	OutageReasonSTARTING             OutageReason = "STARTING"
 	OutageReasonSTOREFULL            OutageReason = "STORE_FULL"
 	OutageReasonSTOREUNAVAILABLE     OutageReason = "STORE_UNAVAILABLE"
+	OutageReasonVERSIONUNSUPPORTED   OutageReason = "VERSION_UNSUPPORTED"
 )
 
 // Valid indicates whether the value is a known member of the OutageReason enum.
@@ -208,6 +212,8 @@ func (e OutageReason) Valid() bool {
 	case OutageReasonSTOREFULL:
 		return true
 	case OutageReasonSTOREUNAVAILABLE:
+		return true
+	case OutageReasonVERSIONUNSUPPORTED:
 		return true
 	default:
 		return false
@@ -300,6 +306,7 @@ const (
 	UnavailableBodyErrorReasonSTARTING             UnavailableBodyErrorReason = "STARTING"
 	UnavailableBodyErrorReasonSTOREFULL            UnavailableBodyErrorReason = "STORE_FULL"
 	UnavailableBodyErrorReasonSTOREUNAVAILABLE     UnavailableBodyErrorReason = "STORE_UNAVAILABLE"
+	UnavailableBodyErrorReasonVERSIONUNSUPPORTED   UnavailableBodyErrorReason = "VERSION_UNSUPPORTED"
 )
 
 // Valid indicates whether the value is a known member of the UnavailableBodyErrorReason enum.
@@ -322,6 +329,8 @@ func (e UnavailableBodyErrorReason) Valid() bool {
 	case UnavailableBodyErrorReasonSTOREFULL:
 		return true
 	case UnavailableBodyErrorReasonSTOREUNAVAILABLE:
+		return true
+	case UnavailableBodyErrorReasonVERSIONUNSUPPORTED:
 		return true
 	default:
 		return false
@@ -514,7 +523,7 @@ type StartOrderReq struct {
 	CartId Id `json:"cartId"`
 
 	// IdempotencyKey An id or key, 1 to 128 characters, not blank, without '{', '}' or control characters.
-	IdempotencyKey Id `json:"idempotencyKey"`
+	IdempotencyKey *Id `json:"idempotencyKey,omitempty"`
 
 	// PaymentMethodId An id or key, 1 to 128 characters, not blank, without '{', '}' or control characters.
 	PaymentMethodId Id `json:"paymentMethodId"`
@@ -600,8 +609,9 @@ type HealthzParams struct {
 
 // StartOrderParams defines parameters for StartOrder.
 type StartOrderParams struct {
-	// IdempotencyKey Equivalent to the body field idempotencyKey; both given and
-	// different is 400 (field idempotencyKey).
+	// IdempotencyKey Equivalent to the body field idempotencyKey: with the header
+	// the body may leave the field out. Both given and different, or
+	// the header given twice, is 400 (field Idempotency-Key).
 	IdempotencyKey *Id `json:"Idempotency-Key,omitempty"`
 
 	// XRequestId The client's id for the request, echoed in the reply; an id that is not 1 to 128 HTTP token characters is replaced.
