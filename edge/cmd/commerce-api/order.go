@@ -157,7 +157,8 @@ func call(timeout time.Duration, do func(ctx context.Context) (*http.Response, e
 }
 
 // failed reports a request that got no 2xx answer and returns the exit
-// status: a transport error or a 5xx is 3, any other answer 1. An error
+// status: a transport error or a 5xx is 3 (with hint, how to retry), any
+// other answer 1. An error
 // reply's body goes to stdout as the server sent it (its code and reason
 // are what a script reads), the summary to stderr.
 func (c *orderClient) failed(r reply, err error, hint string) int {
@@ -188,11 +189,13 @@ func (c *orderClient) failed(r reply, err error, hint string) int {
 		}
 		msg += "; retry after " + ra
 	}
-	fmt.Fprintf(c.stderr, "commerce-api order %s: %s%s\n", c.cmd, msg, hint)
-	if r.status >= 500 {
-		return exitUnavailable
+	if r.status < 500 {
+		// A refusal is not retried as it stands: no hint.
+		fmt.Fprintf(c.stderr, "commerce-api order %s: %s\n", c.cmd, msg)
+		return exitRefused
 	}
-	return exitRefused
+	fmt.Fprintf(c.stderr, "commerce-api order %s: %s%s\n", c.cmd, msg, hint)
+	return exitUnavailable
 }
 
 // errorSummary is what the CLI reads of an error reply.

@@ -204,6 +204,7 @@ func TestOrderRefusedIsExit1(t *testing.T) {
 			require.Equal(t, exitRefused, code)
 			require.Equal(t, body, strings.TrimSpace(out), "the error body as sent")
 			require.Contains(t, errOut, "422 Unprocessable Entity: KEY_REUSED: the key was used for another request")
+			require.NotContains(t, errOut, "retry", "a refusal is not retried with the same key")
 		})
 	}
 }
