@@ -74,6 +74,9 @@ stack_up=
 export DOCKER_HOST="unix://$tmp/docker.sock"
 export COMPOSE_PROJECT_NAME=$project
 compose() { docker-compose -f "$compose_file" "$@"; }
+# Without a terminal docker-compose prints each step twice, once
+# unfinished: only the finished lines, indented.
+quiet() { { grep -v -e '\.\.\. *$' || true; } | sed 's/^/  /'; }
 
 alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
 
@@ -93,16 +96,16 @@ stop_pid() {
 cleanup() {
   local rc=$?
   set +e
+  if ((rc != 0)) && [[ -f $tmp/dockerd.log ]]; then
+    log "dockerd log (last 20 lines):"
+    tail -n 20 "$tmp/dockerd.log" | sed 's/^/  /'
+  fi
   if [[ -n $stack_up ]]; then
     if ((rc != 0)); then
       log "logs of the stack (last 30 lines each):"
       compose logs --no-color --tail 30 2>&1 | sed 's/^/  /'
     fi
     compose down -v --timeout 60 >/dev/null 2>&1
-  fi
-  if ((rc != 0)) && [[ -f $tmp/dockerd.log ]]; then
-    log "dockerd log (last 20 lines):"
-    tail -n 20 "$tmp/dockerd.log" | sed 's/^/  /'
   fi
   stop_pid "$dockerd_pid" dockerd 30
   # dockerd stops the containerd it started; should it not have, this is
@@ -155,7 +158,7 @@ for target in commerce-api order-workflow; do
 done
 "$docker" build -q --target redis -t shoppingmall/redis:local "$ctx" >/dev/null
 log "images built FROM scratch in $(since "$t"):"
-"$docker" images --format '  {{.Repository}}:{{.Tag}} {{.Size}}' | sort
+"$docker" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | sort | sed 's/^/  /'
 
 # The stack.
 SHOPPINGMALL_ADMIN_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
@@ -164,7 +167,7 @@ export SHOPPINGMALL_ADMIN_TOKEN SHOPPINGMALL_ORDER_ID_SECRET
 unset SHOPPINGMALL_REDIS_IMAGE SHOPPINGMALL_TAG
 t=$(now)
 stack_up=1
-compose up -d 2>&1 | sed 's/^/  /'
+compose up -d 2>&1 | quiet
 seed_id=$(compose ps -q seed)
 [[ -n $seed_id ]] || fail "no seed container"
 seed_rc=$(timeout 120 "$docker" wait "$seed_id") || fail "the seed did not finish within 120s"
@@ -198,7 +201,7 @@ status=$(sed -nE 's/.*"status":"([A-Za-z]+)".*/\1/p' <<<"$final" | head -n 1)
 log "order $order Confirmed (read through api-b) in $(since "$t")"
 
 t=$(now)
-compose down -v --timeout 60 2>&1 | sed 's/^/  /'
+compose down -v --timeout 60 2>&1 | quiet
 stack_up=
 log "stack down in $(since "$t")"
 [[ -z $("$docker" ps -aq) ]] || fail "containers left after down: $("$docker" ps -a)"
