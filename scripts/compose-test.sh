@@ -51,7 +51,7 @@ command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 if ((${#missing[@]})); then
   log "installing ${missing[*]} with apt-get"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 bash scripts/install-redis.sh >/dev/null
 install_time=$(since "$t")
@@ -76,7 +76,7 @@ export COMPOSE_PROJECT_NAME=$project
 compose() { docker-compose -f "$compose_file" "$@"; }
 # Without a terminal docker-compose prints each step twice, once
 # unfinished: only the finished lines, indented.
-quiet() { { grep -v -e '\.\.\. *$' || true; } | sed 's/^/  /'; }
+quiet() { tr -d '\r' | { grep -v -e '\.\.\. *$' || true; } | sed 's/^/  /'; }
 
 alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
 
