@@ -315,3 +315,12 @@ bench-peers: redis
 soak: redis
 	@bash scripts/install-iptables.sh >/dev/null || echo "soak: no iptables: the partition fault is skipped" >&2
 	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(REDIS_HA_FLAG) $(SOAK_FLAGS)
+
+# scripts/deploy/compose.yaml end to end, on a dockerd of its own:
+# installs Debian's docker.io and docker-compose when missing (root),
+# builds the images FROM scratch, places an order and sees it Confirmed,
+# takes the stack down. Not part of `make test`; SHOPPINGMALL_SKIP_COMPOSE=1
+# skips it.
+.PHONY: compose-test
+compose-test:
+	@bash scripts/compose-test.sh

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -208,6 +209,7 @@ type manifests struct {
 	roles           []*rbacv1.Role
 	roleBindings    []*rbacv1.RoleBinding
 	pdbs            []*policyv1.PodDisruptionBudget
+	jobs            []*batchv1.Job
 	// namespaced lists every namespaced object's kind/name and namespace.
 	namespaced map[string]string
 }
@@ -279,6 +281,9 @@ func readManifests(t *testing.T, root string) manifests {
 			case "policy/v1 PodDisruptionBudget":
 				o := &policyv1.PodDisruptionBudget{}
 				m.pdbs, obj = append(m.pdbs, o), o
+			case "batch/v1 Job":
+				o := &batchv1.Job{}
+				m.jobs, obj = append(m.jobs, o), o
 			default:
 				t.Fatalf("%s: %s %s is not a kind this test knows; teach it before using it", where, tm.APIVersion, tm.Kind)
 			}
@@ -322,10 +327,11 @@ func (m manifests) deploymentsSelectedBy(t *testing.T, sel labels.Selector) []*a
 	return out
 }
 
-// binaryFlags lists the flags a built executable accepts, from its usage.
-func binaryFlags(t *testing.T, bin string) map[string]bool {
+// binaryFlags lists the flags a built executable (or its subcommand, the
+// leading args) accepts, from its usage.
+func binaryFlags(t *testing.T, bin string, args ...string) map[string]bool {
 	t.Helper()
-	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits non-zero
+	out, _ := exec.Command(bin, append(args, "-h")...).CombinedOutput() // -h exits non-zero
 	flags := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true

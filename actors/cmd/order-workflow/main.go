@@ -5,6 +5,10 @@
 //	order-workflow -node workflow-a -redis redis://127.0.0.1:6390/0 \
 //	    -provider automanaged -automanaged-port 6333 -seeds 127.0.0.1:6331,...
 //
+// `order-workflow seed -demo` (or -file seed.json) writes the demo
+// catalogue (or a commerce.LoadSeed file) into the CommerceStateStore's
+// Redis and exits: the seeding step of a deployment (docs/deploy.md).
+//
 // Every flag can also be set from the environment as SHOPPINGMALL_<FLAG>
 // (upper case, '-' as '_'); a flag on the command line wins. Evidence lines
 // go to stdout, logs to stderr. SIGTERM (or SIGINT) drains: live orders
@@ -57,6 +61,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "seed" {
+		if err := runSeed(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(2)
+			}
+			fmt.Fprintln(os.Stderr, "order-workflow:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "order-workflow:", err)
 		if errors.Is(err, node.ErrSelfFenced) {
