@@ -29,7 +29,7 @@ GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci
 
 .PHONY: test check fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile k8s-test alerts-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member store-evidence
+test: redis fmt-check vet lint k8s-compile k8s-test alerts-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test compose-test multi-member store-evidence
 
 # The quick gate before a commit: formatting, vet, the linter and the unit
 # stage of `make test` (go test -race of the packages its own targets leave
