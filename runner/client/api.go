@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,14 +37,25 @@ type API struct {
 	HTTP *http.Client
 }
 
-// ErrorBody is the API's error envelope
-// {"error":{code,message,field,reason}}. Reason is set on every 503 and
+// ContentTypeProblem is the media type of every error reply.
+const ContentTypeProblem = "application/problem+json"
+
+// ProblemTypePrefix starts the type URN of every code's problem details:
+// urn:shoppingmall:problem:<code>.
+const ProblemTypePrefix = "urn:shoppingmall:problem:"
+
+// ErrorBody is the API's error reply, an RFC 9457 problem details object
+// {type,title,status,detail,code,reason?,field?}. Code, Reason and Field
+// are the contract's extension members; Reason is set on every 503 and
 // 504 (OWNER_GONE, STORE_UNAVAILABLE, ...).
 type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	Reason string `json:"reason,omitempty"`
+	Field  string `json:"field,omitempty"`
 }
 
 // Reply is what one call answered: the HTTP status, the headers, the raw
@@ -57,10 +69,10 @@ type Reply struct {
 
 func (r Reply) String() string {
 	if r.Error != nil && r.Error.Reason != "" {
-		return fmt.Sprintf("HTTP %d %s (%s): %s", r.Status, r.Error.Code, r.Error.Reason, r.Error.Message)
+		return fmt.Sprintf("HTTP %d %s (%s): %s", r.Status, r.Error.Code, r.Error.Reason, r.Error.Detail)
 	}
 	if r.Error != nil {
-		return fmt.Sprintf("HTTP %d %s: %s", r.Status, r.Error.Code, r.Error.Message)
+		return fmt.Sprintf("HTTP %d %s: %s", r.Status, r.Error.Code, r.Error.Detail)
 	}
 	return fmt.Sprintf("HTTP %d %s", r.Status, strings.TrimSpace(string(r.Body)))
 }
@@ -166,7 +178,7 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 	if req != nil {
 		hreq.Header.Set("Content-Type", "application/json")
 	}
-	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Accept", "application/json, "+ContentTypeProblem)
 	hc := a.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
@@ -187,7 +199,7 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 		}
 		return rep, nil
 	}
-	eb, err := DecodeError(b)
+	eb, err := DecodeErrorReply(rep.Status, rep.Header, b)
 	if err != nil {
 		return rep, fmt.Errorf("%w: %s %s answered %d: %w", ErrProtocol, method, path, rep.Status, err)
 	}
@@ -195,17 +207,35 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 	return rep, nil
 }
 
-// DecodeError decodes the error envelope; a body that is not one, or has
-// no code, is ErrProtocol.
+// DecodeError decodes a problem details body; a body that is not one (no
+// type or no code) is ErrProtocol.
 func DecodeError(b []byte) (*ErrorBody, error) {
-	var env struct {
-		Error *ErrorBody `json:"error"`
-	}
-	if err := json.Unmarshal(b, &env); err != nil {
+	var p ErrorBody
+	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%w: error body %q: %v", ErrProtocol, b, err)
 	}
-	if env.Error == nil || env.Error.Code == "" {
+	if p.Code == "" {
 		return nil, fmt.Errorf("%w: error body %q has no error code", ErrProtocol, b)
 	}
-	return env.Error, nil
+	if p.Type == "" {
+		return nil, fmt.Errorf("%w: error body %q has no problem type", ErrProtocol, b)
+	}
+	return &p, nil
+}
+
+// DecodeErrorReply decodes a whole error reply: its body with
+// DecodeError, sent as application/problem+json, whose status member is
+// the reply's status.
+func DecodeErrorReply(status int, h http.Header, b []byte) (*ErrorBody, error) {
+	if mt, _, err := mime.ParseMediaType(h.Get("Content-Type")); err != nil || mt != ContentTypeProblem {
+		return nil, fmt.Errorf("%w: error reply of type %q, want %s", ErrProtocol, h.Get("Content-Type"), ContentTypeProblem)
+	}
+	p, err := DecodeError(b)
+	if err != nil {
+		return nil, err
+	}
+	if p.Status != status {
+		return nil, fmt.Errorf("%w: error body %q says status %d, the reply %d", ErrProtocol, b, p.Status, status)
+	}
+	return p, nil
 }
