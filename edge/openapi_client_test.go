@@ -26,7 +26,7 @@ import (
 // The client oapi-codegen generates from openapi.yaml (edge/apiclient)
 // and the hand-written runner/client agree: against the real router,
 // each call sends the same contract message to the same method and path,
-// and reads the same status, state, error envelope and wait outcome.
+// and reads the same status, state, problem details and wait outcome.
 
 // The generated client is the document's: every public operation is one
 // of its calls, and its models have the document's fields. Changing

@@ -21,7 +21,7 @@ import (
 
 // ErrProtocol: a response that the public API contract does not allow (a
 // 2xx body that is not the contract message, an error body that is not
-// the error envelope).
+// the problem details).
 var ErrProtocol = errors.New("client: response breaks the API contract")
 
 // maxBody bounds how much of a response is read; the API's own request
@@ -59,7 +59,7 @@ type ErrorBody struct {
 }
 
 // Reply is what one call answered: the HTTP status, the headers, the raw
-// body and, for a non-2xx status, the decoded error envelope.
+// body and, for a non-2xx status, the decoded problem details.
 type Reply struct {
 	Status int
 	Header http.Header
@@ -81,7 +81,7 @@ func (r Reply) String() string {
 func (r Reply) OK() bool { return r.Status >= 200 && r.Status < 300 }
 
 // StartOrder is POST /orders. On a 2xx status the StartOrderRes is
-// returned; otherwise nil and the Reply carries the error envelope. err
+// returned; otherwise nil and the Reply carries the problem details. err
 // is a transport failure or a body that breaks the contract.
 func (a *API) StartOrder(ctx context.Context, req *contracts.StartOrderReq) (*contracts.StartOrderRes, Reply, error) {
 	res := &contracts.StartOrderRes{}
@@ -117,7 +117,7 @@ const (
 // WaitTerminal is one bounded wait for the order's outcome: GET
 // /orders/{orderId}?waitFor=terminal&timeoutMs=<timeout in ms>. On a 200
 // it returns the state and whether it is terminal (X-Wait: reached);
-// otherwise nil and the Reply carries the error envelope (an unknown
+// otherwise nil and the Reply carries the problem details (an unknown
 // order is 404, a timeout above MaxWait 400). The API holds the request
 // until the outcome or the timeout, so the caller sends one request where
 // it would poll; the ctx must outlast timeout.
@@ -161,7 +161,7 @@ func (a *API) Rebuild(ctx context.Context, orderID string) (*contracts.OrderStat
 }
 
 // call sends req (nil for no body) and decodes a 2xx body into res with
-// the contract codec, a non-2xx body into the error envelope.
+// the contract codec, a non-2xx body into the problem details.
 func (a *API) call(ctx context.Context, method, path string, req, res proto.Message) (Reply, error) {
 	var body io.Reader
 	if req != nil {
