@@ -261,8 +261,8 @@ seed:
 	@if [ -z "$(SEED)" ]; then echo "usage: make seed SEED=file.json" >&2; exit 2; fi
 	@$(CLUSTERCTL) seed -run-dir $(RUN_DIR) -file $(SEED)
 
-# Spec §10 end to end: prints shoppingmall=completed and
-# shoppingmall-placement=completed, or fails.
+# The smoke run end to end (docs/contract.md, "Smoke run"): prints
+# shoppingmall=completed and shoppingmall-placement=completed, or fails.
 smoke: redis
 	GO=$(GO) bash scripts/smoke.sh -run-dir $(RUN_DIR)/smoke $(REDIS_CLUSTER_FLAG)
 

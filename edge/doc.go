@@ -1,9 +1,11 @@
 // Package edge owns CommerceApi, the stateless HTTP edge of the sample
-// (spec §4, §6.2, §7.1, §7.3, §7.4): input validation, the idempotency
+// (docs/contract.md, "Roles", "Directions and completion",
+// "Start and success", "Duplicate start and resume" and
+// "Lookup and projection rebuild"): input validation, the idempotency
 // mapping of StartOrderReq, order commands sent to the order's grain by its
 // OrderId, read-model lookups (and the bounded wait for an order's outcome,
-// wait.go), the readiness evidence of §10.1, and — only
-// when enabled — the operator's /admin/ endpoints. The runner's
+// wait.go), the readiness evidence (docs/contract.md, "Readiness lines"),
+// and — only when enabled — the operator's /admin/ endpoints. The runner's
 // /self-check/ hooks are not here: they live in edge/selfcheck, which the
 // API's wiring mounts (Mount) on the admin listener only when enabled.
 //

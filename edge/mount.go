@@ -54,8 +54,8 @@ func (a AdminRouter) Context(r *http.Request) (context.Context, context.CancelFu
 	return a.s.requestContext(r)
 }
 
-// Evidence writes one raw evidence line (spec §10.1) to the edge's
-// evidence writer, whole.
+// Evidence writes one raw evidence line (docs/contract.md, "Evidence lines")
+// to the edge's evidence writer, whole.
 func (a AdminRouter) Evidence(line string) { a.s.evidence.line(line) }
 
 // DecodeJSON reads the body (at most MaxBody) strictly into v: unknown

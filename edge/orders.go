@@ -18,8 +18,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
-// startOrder is POST /orders (spec §7.1, §7.3). It answers once the
-// Created boundary is confirmed and never waits for the continuation:
+// startOrder is POST /orders (docs/contract.md, "Start and success" and
+// "Duplicate start and resume"). It answers once the Created boundary is
+// confirmed and never waits for the continuation:
 //
 //  1. validate the request (its key from the body's idempotencyKey or
 //     the Idempotency-Key header, see decodeStartOrder) and load the
@@ -188,8 +189,9 @@ func (s *Server) orderIDFor(idempotencyKey string) string {
 }
 
 // getOrder is GET /orders/{orderId}: the read model only, no grain call,
-// no side effect (spec §7.4). With waitFor=terminal it is a bounded wait
-// for the outcome (wait.go), just as free of side effects.
+// no side effect (docs/contract.md, "Lookup and projection rebuild"). With
+// waitFor=terminal it is a bounded wait for the outcome (wait.go), just as
+// free of side effects.
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	id, err := pathOrderID(r)
 	if err != nil {

@@ -29,8 +29,8 @@ type RouteObserverConfig struct {
 }
 
 // RouteObserver turns passively observed topology into the object-route
-// readiness evidence of spec §10.1: once a member hosting the order
-// workflow kind has joined, it prints
+// readiness evidence (docs/contract.md, "Readiness lines"): once a member
+// hosting the order workflow kind has joined, it prints
 // `shoppingmall-ready kind=object-route node=<NodeId> target=<WorkflowNodeId>`,
 // once per workflow node name for the life of the process (a restarted
 // workflow-a is the same route). When such a member leaves — a crash seen

@@ -45,8 +45,8 @@ func (e *FencedOpenError) Error() string {
 // Unwrap makes it ErrFenced.
 func (e *FencedOpenError) Unwrap() error { return ErrFenced }
 
-// Envelope is one stored event: the envelope fields of spec §6.1 and the
-// event body (the contract event's JSON).
+// Envelope is one stored event: the envelope fields (docs/contract.md,
+// "Stored envelope") and the event body (the contract event's JSON).
 type Envelope struct {
 	EventID         string
 	OrderID         string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
@@ -207,4 +208,25 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("Delete: err = %v, want ErrUnavailable", err)
 	}
 	t.Log(err)
+}
+
+// A record written by a newer build may carry a field this build's
+// OrderState does not declare; the record is still read, the field
+// ignored, so an API of the older build keeps serving GET /orders/{id}
+// during a rolling upgrade. The state is protobuf's binary form, whose
+// readers skip unknown fields by design: this holds the store to it.
+func TestRedisRecordWithAFieldOfANewerBuildIsRead(t *testing.T) {
+	s, c := setup(t)
+	ctx := ctxT(t)
+	st := state("o-newer", 7)
+	raw, err := proto.Marshal(st)
+	require.NoError(t, err)
+	// Field 99, a varint: what a newer OrderState's extra field encodes to.
+	raw = protowire.AppendVarint(protowire.AppendTag(raw, 99, protowire.VarintType), 1)
+	require.NoError(t, c.HSet(ctx, readmodel.DefaultKeyPrefix+"{o-newer}", "version", 3, "state", raw).Err())
+	got, v, err := s.Get(ctx, "o-newer")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, v)
+	require.Equal(t, st.GetStatus(), got.GetStatus())
+	require.Equal(t, st.GetUpdatedAtUnixMs(), got.GetUpdatedAtUnixMs())
 }

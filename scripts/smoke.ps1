@@ -1,6 +1,7 @@
-# Runs the ShoppingMall smoke test (spec §10) as one command: build, Redis
-# and seed, four processes, bounded readiness, fixtures, the client once,
-# server evidence. It prints shoppingmall=completed (from the client) and
+# Runs the ShoppingMall smoke test (docs/contract.md, "Smoke run") as one
+# command: build, Redis and seed, four processes, bounded readiness,
+# fixtures, the client once, server evidence. It prints
+# shoppingmall=completed (from the client) and
 # shoppingmall-placement=completed (from the runner) only when everything
 # passed, and exits non-zero otherwise.
 #

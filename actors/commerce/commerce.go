@@ -98,7 +98,8 @@ const (
 )
 
 // Mapping is what an IdempotencyKey stands for. It carries no owner node,
-// endpoint or placement choice (spec §9.3-4).
+// endpoint or placement choice (docs/contract.md,
+// "Nobody chooses the owner").
 type Mapping struct {
 	OrderID string
 	Status  MappingStatus

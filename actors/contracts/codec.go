@@ -23,8 +23,8 @@ var ErrInvalidJSON = errors.New("contracts: invalid JSON")
 // UTF-8, a non-finite float, or a field shape the contract does not use).
 var ErrUnencodable = errors.New("contracts: message cannot be written as spec JSON")
 
-// MarshalJSON writes m as the spec §6.1 JSON object, compact, with fields in
-// declaration order.
+// MarshalJSON writes m as the JSON object of docs/contract.md, "Wire form",
+// compact, with fields in declaration order.
 //
 // protojson is not used for writing because its canonical mapping differs
 // from the spec where it matters: it writes int64 as strings, omits
@@ -106,7 +106,8 @@ func UnmarshalStoredJSON(b []byte, m proto.Message) error {
 	return nil
 }
 
-// ValidStatus reports whether s is one of the five statuses of spec §6.3.
+// ValidStatus reports whether s is one of the five statuses
+// (docs/contract.md, "Statuses").
 func ValidStatus(s OrderStatus) bool {
 	switch s {
 	case OrderStatus_Created, OrderStatus_InventoryReserved, OrderStatus_PaymentAuthorized,

@@ -1,5 +1,5 @@
 // Package contracts owns the wire contracts of the ShoppingMall sample
-// (spec §6.1) and their JSON codec.
+// (docs/contract.md, "Messages") and their JSON codec.
 //
 // The messages are generated from shoppingmall.proto; their field names are
 // declared exactly as the spec spells them. MarshalJSON writes the spec's

@@ -16,7 +16,8 @@ import (
 )
 
 // goldenDir holds one hand-written JSON file per message of the .proto,
-// transcribed from spec §6.1, not produced by MarshalJSON.
+// transcribed from docs/contract.md, "Wire form", not produced by
+// MarshalJSON.
 const goldenDir = "testdata"
 
 func fullState(status OrderStatus) *OrderState {

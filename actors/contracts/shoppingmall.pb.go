@@ -1,4 +1,4 @@
-// Contracts of the ShoppingMall sample (spec §6.1).
+// Contracts of the ShoppingMall sample (docs/contract.md, "Messages").
 //
 // Field names are declared exactly as the spec writes them, so the JSON
 // form produced by contracts.MarshalJSON is literally the spec's JSON:

@@ -67,7 +67,8 @@ type Config struct {
 	// be recorded before it concludes that it owns nothing and stops
 	// (default 1m).
 	ConfirmTimeout time.Duration
-	// Evidence receives raw evidence lines (spec §10.1).
+	// Evidence receives raw evidence lines (docs/contract.md,
+	// "Evidence lines").
 	Evidence io.Writer
 	// Now returns unix milliseconds, for operation records.
 	Now    func() int64
@@ -503,11 +504,11 @@ func (g *orderGrain) command(ctx actor.Context, run func(context.Context) (any, 
 	ctx.Respond(res)
 }
 
-// afterFailure stops an activation that owns nothing (no stream: spec
-// §9.3-3, no lasting activation and no generation used up) or that a newer
-// owner fenced off. An order that exists and failed for a transient reason
-// is retried by the grain itself: a client that gave up must not leave it
-// half done.
+// afterFailure stops an activation that owns nothing (no stream: no lasting
+// activation and no generation used up, docs/contract.md,
+// "An unknown order stays unknown") or that a newer owner fenced off. An
+// order that exists and failed for a transient reason is retried by the
+// grain itself: a client that gave up must not leave it half done.
 func (g *orderGrain) afterFailure(ctx actor.Context, err error) {
 	switch {
 	case errors.Is(err, workflow.ErrFenced):

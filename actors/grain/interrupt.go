@@ -12,8 +12,9 @@ import (
 )
 
 // Interrupts are the points where a runner interrupts an order's
-// background continuation (spec §9.2): a gate that parks it, a hold of a
-// step between its effect and its record (the takeover proofs), and a
+// background continuation (docs/contract.md,
+// "Duplicates, resumption and the projection"): a gate that parks it, a hold
+// of a step between its effect and its record (the takeover proofs), and a
 // terminal event recorded without its projection. actors/fixture answers
 // them from Redis in processes started with -fixtures; production wiring
 // leaves Config.Interrupts nil and no interceptor is mounted.
@@ -68,7 +69,8 @@ type heldPoll struct{}
 // every other message goes straight to the grain. It never blocks: a
 // parked order drops its step, a held effect waits in memory and looks
 // again on a timer, so the mailbox keeps serving relocation, close,
-// rebuild and the rest (spec §9.2-6 relocates a parked order).
+// rebuild and the rest (a planned relocation moves a parked order:
+// docs/contract.md, "Planned relocation resumes at payment").
 func interceptor(in Interrupts) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(rc actor.ReceiverContext, env *actor.MessageEnvelope) {

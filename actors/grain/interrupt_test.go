@@ -99,8 +99,9 @@ func (e *env) types(id string) []string { return e.deps.Events.Types(id) }
 
 var reservedTypes = []string{order.TypeOrderStarted, order.TypeInventoryReserved}
 
-// A parked order (spec §9.2-6) keeps serving its mailbox; once its gate is
-// released, a resume finishes it from payment, its reservation made once.
+// A parked order (docs/contract.md, "Planned relocation resumes at payment")
+// keeps serving its mailbox; once its gate is released, a resume finishes it
+// from payment, its reservation made once.
 func TestParkedOrderKeepsServingAndResumesOnRelease(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
@@ -129,9 +130,10 @@ func TestParkedOrderKeepsServingAndResumesOnRelease(t *testing.T) {
 	require.Equal(t, int64(1), e.deps.Payment.TotalAuthorizeCalls.Load())
 }
 
-// A gate that stops the order at InventoryReserved (spec §9.2-2) lets an
-// explicit continue through: the command runs its step whole, and the
-// background continuation finishes the order.
+// A gate that stops the order at InventoryReserved (docs/contract.md,
+// "Continue resumes from payment") lets an explicit continue through: the
+// command runs its step whole, and the background continuation finishes the
+// order.
 func TestStoppedOrderProceedsOnAnExplicitContinue(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")
@@ -210,9 +212,10 @@ func TestHeldEffectOfAFencedOwnerIsRefused(t *testing.T) {
 	require.Equal(t, []location.Generation{location.KeepGeneration}, e.place.releases())
 }
 
-// A skip of the terminal projection (spec §9.2-3) records the terminal
-// append (the payment with the confirmation) with the read model at the
-// version before it, once; a continue repairs it.
+// A skip of the terminal projection (docs/contract.md,
+// "Continue repairs a terminal projection") records the terminal append (the
+// payment with the confirmation) with the read model at the version before
+// it, once; a continue repairs it.
 func TestTerminalProjectionIsLeftBehindOnce(t *testing.T) {
 	e := newEnv(t)
 	e.started("o-1")

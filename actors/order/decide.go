@@ -40,7 +40,8 @@ func (s Step) String() string {
 // only, so a replayed order resumes exactly where its stream stops and never
 // repeats a step whose outcome is already recorded.
 //
-// Compensation rule (spec §6.3, §7.2):
+// Compensation rule (docs/contract.md, "Next step" and
+// "Failure and compensation"):
 //   - inventory failure: payment is never attempted; the order fails;
 //   - payment failure: the reservation already recorded is released first,
 //     and only then does the order fail, so stock is never left held by a

@@ -352,7 +352,8 @@ func TestEveryReachableState(t *testing.T) {
 			assert.True(t, progressed, "after %v: step %s but no command could take it", n.history, step)
 		}
 	}
-	// 7 distinct non-terminal states and the 3 terminal ends of spec §6.3.
+	// 7 distinct non-terminal states and the 3 terminal ends of the branches
+	// of docs/contract.md, "Event order".
 	require.Equal(t, 10, visited, "states visited")
 	require.Equal(t, 3, terminals, "terminal states")
 }

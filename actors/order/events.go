@@ -1,7 +1,7 @@
 package order
 
-// Event type names, exactly as spec §6.1 names the events; they are also
-// the eventType recorded in the stream envelope.
+// Event type names, exactly as docs/contract.md, "Events", names them; they
+// are also the eventType recorded in the stream envelope.
 const (
 	TypeOrderStarted               = "OrderStartedEvent"
 	TypeInventoryReserved          = "InventoryReservedEvent"

@@ -20,8 +20,8 @@ func startCmd() StartOrder {
 	}
 }
 
-// The events of spec §6.3 for order oid, each with the id of the version it
-// is recorded at on its branch.
+// The events for order oid (docs/contract.md, "Event order"), each with the
+// id of the version it is recorded at on its branch.
 var (
 	evStarted = OrderStarted{
 		EventID: EventID(oid, 1), OrderID: oid, CartID: "cart-1", ShippingAddressID: "addr-1",
@@ -38,7 +38,7 @@ var (
 	evFailedAfterRefund = OrderFailed{EventID: EventID(oid, 5), OrderID: oid, Reason: "card declined", FailedAtUnixMs: 5000}
 )
 
-// The three branches of spec §6.3.
+// The three branches of docs/contract.md, "Event order".
 var (
 	successPath        = []Event{evStarted, evReserved, evPayAuthorized, evConfirmed}
 	inventoryFailPath  = []Event{evStarted, evReserveFailed, evFailedAfterStock}

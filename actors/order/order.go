@@ -1,6 +1,7 @@
 // Package order owns the order domain of the ShoppingMall sample: the eight
-// domain events of spec §6.1, the state an order's stream folds into, the
-// next-step decision with its compensation rule (spec §6.3 and §7.2), the
+// domain events (docs/contract.md, "Events"), the state an order's stream
+// folds into, the next-step decision with its compensation rule
+// (docs/contract.md, "Next step" and "Failure and compensation"), the
 // commands that turn a step's outcome into the next event, and the
 // deterministic ids that make every external effect repeatable.
 //
@@ -18,8 +19,8 @@ import (
 	"fmt"
 )
 
-// Status is the order status of spec §6.3; the string is the spec's
-// literal value.
+// Status is the order status of docs/contract.md, "Statuses"; the string is
+// the contract's literal value.
 type Status string
 
 const (

@@ -12,7 +12,9 @@ import (
 )
 
 // Start records the order's OrderStartedEvent and Created projection and
-// marks the idempotency mapping started (spec §6.2, §7.1, §7.3).
+// marks the idempotency mapping started (docs/contract.md,
+// "Directions and completion", "Start and success" and
+// "Duplicate start and resume").
 //
 // A start whose sourceCommandId is already the order's start records
 // nothing and returns the fold with recorded=false, but still writes the
@@ -109,8 +111,9 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	// The event is recorded; whatever follows fails or not, this node
 	// started the order.
 	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
-	// The mapping turns started only after the projection exists (spec §4),
-	// in the same step when a StartAppender recorded both.
+	// The mapping turns started only after the projection exists
+	// (docs/contract.md, "Idempotency mapping"), in the same step when a
+	// StartAppender recorded both.
 	if marked {
 		return view(o.state), true, nil
 	}

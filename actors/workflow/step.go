@@ -48,7 +48,8 @@ func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err erro
 // decided but not recorded. An owner that stops here has made an effect
 // it has not recorded; whoever owns the order next decides the same step
 // from the stream and calls the module again under the same
-// deterministic id, which answers the first result (spec §7.2).
+// deterministic id, which answers the first result (docs/contract.md,
+// "Failure and compensation").
 //
 // An Effect belongs to the Order it was made for and to the fold version
 // it was decided from; it is not safe for concurrent use.
@@ -284,8 +285,9 @@ func (s *Service) withFollowUp(o *Order, e *Effect) ([]pending, error) {
 
 // guardRepeatedEffect refuses a step whose external effect the fold
 // already records. Decide never asks for one; if it did, calling the module
-// again would be the repeated effect spec §10.1 counts, so it is reported
-// and refused instead.
+// again would be the repeated effect the external-effect-repeated line
+// counts (docs/contract.md, "Order lines"), so it is reported and refused
+// instead.
 func (s *Service) guardRepeatedEffect(o *Order, step order.Step) error {
 	st := o.state
 	var repeated bool
@@ -322,9 +324,10 @@ func (s *Service) paymentMethod(ctx context.Context, o *Order) (string, error) {
 	return o.start.GetPaymentMethodId(), nil
 }
 
-// Continue resumes the order from its fold (spec §7.3, §7.4). An order
-// without a stream is ErrNotFound and nothing is written. A fold that is
-// terminal is read again from the stream first (one Load): a store
+// Continue resumes the order from its fold (docs/contract.md,
+// "Duplicate start and resume" and "Lookup and projection rebuild"). An
+// order without a stream is ErrNotFound and nothing is written. A fold that
+// is terminal is read again from the stream first (one Load): a store
 // failover may have lost the newest events, and an owner that trusted its
 // memory would leave the order unfinished for good while projecting a
 // state the stream no longer holds; the reloaded order goes on from where

@@ -1,10 +1,10 @@
-// Package workflow is the OrderWorkflow application layer (spec §8): it
-// replays an order's event stream, folds it with the domain, decides the
-// next step, calls the inventory and payment modules with deterministic
-// ids, appends the resulting event at the expected version under the
-// owner's fence, and then updates the read-model projection — in that
-// order, so the stream is always the source of record and the projection
-// always trails it.
+// Package workflow is the OrderWorkflow application layer (docs/contract.md,
+// "Components"): it replays an order's event stream, folds it with the
+// domain, decides the next step, calls the inventory and payment modules
+// with deterministic ids, appends the resulting event at the expected
+// version under the owner's fence, and then updates the read-model
+// projection — in that order, so the stream is always the source of record
+// and the projection always trails it.
 //
 // It owns no transport and no actor runtime: the grain adapter
 // (actors/grain) drives it one turn at a time. It must not import
@@ -61,9 +61,9 @@ var (
 
 // Envelopes is the Relocation Store's record of each order's first
 // activation envelope: the StartOrderWorkflowReq that activated it.
-// OrderStartedEvent (spec §6.1) does not carry paymentMethodId, so an owner
-// that replays the stream (after a relocation or a close) reads it here to
-// authorize payment.
+// OrderStartedEvent does not carry paymentMethodId (docs/contract.md,
+// "StartOrderWorkflow"), so an owner that replays the stream (after a
+// relocation or a close) reads it here to authorize payment.
 type Envelopes interface {
 	// SaveFirst stores req as the order's first envelope unless one is
 	// already stored; the first write wins and repeating it is harmless.
@@ -116,8 +116,9 @@ type Config struct {
 	StartAppend StartAppender
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
-	// Evidence receives the raw evidence lines of spec §10.1, each with a
-	// single Write. Optional: nil discards them.
+	// Evidence receives the raw evidence lines (docs/contract.md,
+	// "Evidence lines"), each with a single Write. Optional: nil discards
+	// them.
 	Evidence io.Writer
 	// Logger is optional: nil discards.
 	Logger *slog.Logger

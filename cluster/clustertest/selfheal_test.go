@@ -40,8 +40,9 @@ func (h *harness) allKeys(t *testing.T) []string {
 	return out
 }
 
-// Spec §9.3-3 and the probe rule: continue or rebuild of an id with no
-// stream answers NotFound and stores nothing under any prefix.
+// docs/contract.md, "An unknown order stays unknown", and the probe rule:
+// continue or rebuild of an id with no stream answers NotFound and stores
+// nothing under any prefix.
 func TestProbesOfUnknownIdsLeaveNoKey(t *testing.T) {
 	h := newHarness(t)
 	h.startWorkflow("workflow-a")

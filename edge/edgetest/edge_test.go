@@ -20,8 +20,8 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/edge"
 )
 
-// TestCommerceApiOverHTTP runs the spec §9 scenarios against one cluster
-// of two API and two workflow members.
+// TestCommerceApiOverHTTP runs the scenarios of docs/contract.md,
+// "Scenarios", against one cluster of two API and two workflow members.
 func TestCommerceApiOverHTTP(t *testing.T) {
 	h := newHarness(t)
 	apiA, apiB := h.apis[0], h.apis[1]

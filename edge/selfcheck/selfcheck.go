@@ -1,9 +1,9 @@
 // Package selfcheck owns the runner-only /self-check/ hooks of CommerceApi
-// (spec §9, §10): the runner calls them to prepare fixtures (a pending
-// idempotency mapping, interrupt gates, a skipped terminal projection, a
-// deleted projection) and to collect server-side evidence (the stream,
-// the authority record, module call counts, repeated effects). The client
-// scenario never does.
+// (docs/contract.md, "Runner-only hooks" and "Smoke run"): the runner calls
+// them to prepare fixtures (a pending idempotency mapping, interrupt gates,
+// a skipped terminal projection, a deleted projection) and to collect
+// server-side evidence (the stream, the authority record, module call
+// counts, repeated effects). The client scenario never does.
 //
 // It is test machinery outside the production edge: edge/edgenode mounts
 // it on the admin listener (edge.Mount) only when the process runs with

@@ -12,11 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The client reaches the system only through the public HTTP API (spec
-// §9, §10.1): no string literal of it names a /self-check/ or /admin/
-// route. Its imports (the standard library, the protobuf runtime and the
-// contracts only) are the linter's runner-client rule (.golangci.yml);
-// a route is a string, which an import rule cannot see.
+// The client reaches the system only through the public HTTP API
+// (docs/contract.md, "Runner-only hooks"): no string literal of it names a
+// /self-check/ or /admin/ route. Its imports (the standard library, the
+// protobuf runtime and the contracts only) are the linter's runner-client
+// rule (.golangci.yml); a route is a string, which an import rule cannot
+// see.
 func TestClientNamesNoRunnerOrOperatorRoute(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)

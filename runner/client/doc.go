@@ -1,8 +1,8 @@
-// Package client is the ShoppingMall client of spec §8 and §9:
-// Client/Scenario (Scenario: start, polling, duplicate, failure, rebuild
-// and resume assertions, in that order) over the public order API of
-// CommerceApi (API), configured by the Fixtures file the smoke runner
-// writes. Client/Program is cmd/shoppingmall-client.
+// Package client is the ShoppingMall client (docs/contract.md, "Components"
+// and "Scenarios"): Client/Scenario (Scenario: start, polling, duplicate,
+// failure, rebuild and resume assertions, in that order) over the public
+// order API of CommerceApi (API), configured by the Fixtures file the smoke
+// runner writes. Client/Program is cmd/shoppingmall-client.
 //
 // It speaks only the public HTTP order API: POST /orders, GET
 // /orders/{id} (and its bounded wait, API.WaitTerminal), continue and

@@ -22,7 +22,7 @@ var ErrInvalidFixtures = errors.New("client: invalid fixtures")
 // runner prepared through its own hooks before the client starts. It holds
 // public base URLs of CommerceApi and order ids only; never an owner node,
 // a member, a workflow endpoint or any choice of where an order lives
-// (spec §9.3-4).
+// (docs/contract.md, "Nobody chooses the owner").
 type Fixtures struct {
 	// APIs are the public base URLs of the CommerceApi processes (at least
 	// two); the scenario spreads its calls over all of them.
@@ -42,7 +42,8 @@ type Fixtures struct {
 	ResultsPath string `json:"resultsPath,omitempty"`
 }
 
-// Catalog names the run's seeded data: each path of spec §9.1 has its own.
+// Catalog names the run's seeded data: each path of docs/contract.md,
+// "Results of an order", has its own.
 type Catalog struct {
 	// SuccessCartID has ample stock; its total is SuccessAmount Currency.
 	SuccessCartID string `json:"successCartId"`
@@ -61,26 +62,31 @@ type Catalog struct {
 type Prepared struct {
 	// PendingMapping is an idempotency key reserved (pending) for an
 	// OrderId whose start never ran; starting with it must resume that
-	// OrderId (spec §4).
+	// OrderId (docs/contract.md, "A pending mapping resumes its order").
 	PendingMapping PendingOrder `json:"pendingMapping"`
 	// Interrupted stopped at InventoryReserved during the background
-	// continuation; State is its read model then (spec §9.2-2).
+	// continuation; State is its read model then (docs/contract.md,
+	// "Continue resumes from payment").
 	Interrupted Expected `json:"interrupted"`
 	// TerminalProjectionSkipped recorded its terminal event without the
-	// projection; State is the stale read model (spec §9.2-3).
+	// projection; State is the stale read model (docs/contract.md,
+	// "Continue repairs a terminal projection").
 	TerminalProjectionSkipped Expected `json:"terminalProjectionSkipped"`
 	// ProjectionDeleted lost its read model; State is the read model it
-	// had (spec §9.2-4).
+	// had (docs/contract.md, "Rebuild replays the stream").
 	ProjectionDeleted Expected `json:"projectionDeleted"`
-	// Closed reached Confirmed (State) and was closed (spec §9.2-5).
+	// Closed reached Confirmed (State) and was closed (docs/contract.md,
+	// "A closed order activates a new generation").
 	Closed Expected `json:"closed"`
 	// Relocated was moved by a planned relocation while parked at
-	// InventoryReserved and released afterwards (spec §9.2-6).
+	// InventoryReserved and released afterwards (docs/contract.md,
+	// "Planned relocation resumes at payment").
 	Relocated Expected `json:"relocated"`
 	// Crashed reached Confirmed (State); the process owning it was
-	// killed (spec §9.3-2).
+	// killed (docs/contract.md, "A dead owner answers Unavailable").
 	Crashed Expected `json:"crashed"`
-	// NeverCreated is an OrderId that no one ever started (spec §9.3-3).
+	// NeverCreated is an OrderId that no one ever started (docs/contract.md,
+	// "An unknown order stays unknown").
 	NeverCreated Expected `json:"neverCreated"`
 }
 
@@ -138,8 +144,8 @@ func (p Poll) Interval() time.Duration { return time.Duration(p.IntervalMs) * ti
 type Results struct {
 	// Orders maps a case (CaseSuccess, ...) to its OrderId.
 	Orders map[string]string `json:"orders"`
-	// Concurrent are the orders of spec §9.3-1, started together on
-	// every API.
+	// Concurrent are the orders started together on every API
+	// (docs/contract.md, "Concurrent orders through every API").
 	Concurrent []string `json:"concurrent"`
 }
 

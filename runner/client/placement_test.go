@@ -13,9 +13,10 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 )
 
-// Spec §9.3-4: the caller configuration, the message fields and the
-// idempotency reservation carry no owner node, physical endpoint or
-// fixed-node choice. A name holding any of these words is one.
+// docs/contract.md, "Nobody chooses the owner": the caller configuration,
+// the message fields and the idempotency reservation carry no owner node,
+// physical endpoint or fixed-node choice. A name holding any of these words
+// is one.
 var placementWords = []string{"node", "owner", "endpoint", "address", "host", "member", "pid"}
 
 // notPlacement are names that contain a word above without meaning
@@ -25,10 +26,11 @@ var notPlacement = map[string]bool{
 }
 
 // operatorRelocation lists the only node names the contracts may carry:
-// the planned relocation operation (spec §7.3), an admin command whose
-// reply reports where the order moved and which may name a target. It is
-// not part of the order API of §6.1 and no client or order message uses
-// it.
+// the planned relocation operation (docs/contract.md,
+// "Planned relocation resumes at payment"), an admin command whose reply
+// reports where the order moved and which may name a target. It is not part
+// of the order API (docs/contract.md, "Operator messages") and no client or
+// order message uses it.
 var operatorRelocation = map[string]bool{
 	"shoppingmall.contracts.v1.RelocateOrderReq.targetNode": true,
 	"shoppingmall.contracts.v1.RelocateOrderRes.sourceNode": true,

@@ -32,9 +32,9 @@ func (e *AssertionError) Error() string {
 
 func (e *AssertionError) Unwrap() error { return ErrAssertion }
 
-// Scenario is the client self-check of spec §9, run once through the
-// public order API of every CommerceApi the fixtures name. It never calls
-// a runner hook, an admin operation or a store.
+// Scenario is the client self-check of docs/contract.md, "Scenarios", run
+// once through the public order API of every CommerceApi the fixtures name.
+// It never calls a runner hook, an admin operation or a store.
 type Scenario struct {
 	fx   Fixtures
 	apis []*API
@@ -657,7 +657,8 @@ func (s *Scenario) concurrentOrders(ctx context.Context, step string) error {
 }
 
 // ownerGone is the public error reason of an order whose Ready owner has
-// left the topology (spec §7.5: Unavailable, no failover).
+// left the topology (docs/contract.md, "Lifecycle": Unavailable, no
+// failover).
 const ownerGone = "OWNER_GONE"
 
 func (s *Scenario) killedOwner(ctx context.Context, step string) error {

@@ -5,14 +5,14 @@
 // and on; NodeNames names them). Each node's stdout and stderr are appended to
 // <RunDir>/<node>.log and its PID is kept in <RunDir>/pids/<node>.pid.
 //
-// Readiness is judged only by the sample's own lines of spec §10.1, read
-// passively from each node's log separately, as whole lines, polling every
-// 100 ms at most 300 times. Each workflow node also gets an operations
-// listener (-ops-http on a free loopback port, see OpsURL) for operators'
-// /healthz and /readyz; the runner itself does not judge by it. Every node
-// serves Prometheus /metrics on a free loopback port of its own
-// (MetricsURL). Processes are stopped by their PID only
-// (SIGTERM, a bounded wait, then SIGKILL), never by name.
+// Readiness is judged only by the sample's own readiness lines
+// (docs/contract.md, "Readiness lines"), read passively from each node's log
+// separately, as whole lines, polling every 100 ms at most 300 times. Each
+// workflow node also gets an operations listener (-ops-http on a free
+// loopback port, see OpsURL) for operators' /healthz and /readyz; the runner
+// itself does not judge by it. Every node serves Prometheus /metrics on a
+// free loopback port of its own (MetricsURL). Processes are stopped by their
+// PID only (SIGTERM, a bounded wait, then SIGKILL), never by name.
 //
 // Once started, the cluster supervises its nodes as Kubernetes'
 // restartPolicy Always would: a node whose process exits on its own (a
@@ -53,7 +53,7 @@ const (
 	RoleWorkflow Role = "workflow"
 )
 
-// The node names spec §10.1 fixes.
+// The node names fixed by docs/contract.md, "Evidence lines".
 const (
 	APIA      = "api-a"
 	APIB      = "api-b"
@@ -168,7 +168,8 @@ type Config struct {
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// BeforeNodes, if set, runs once Redis answers and before any node
-	// starts (spec §10 step 2: stores and seed data first).
+	// starts (docs/contract.md, "Smoke run", step 2: stores and seed data
+	// first).
 	BeforeNodes func(ctx context.Context, redisURL string) error
 	// Cgroup, if set, names the cgroup v2 directory each node's process
 	// (every incarnation of it) starts in, "" for the runner's own: a
@@ -578,10 +579,10 @@ func (c *Cluster) Kill(name string) error {
 // new incarnation, and hands it back to the supervisor (with
 // RestartAlways), its log opened in append mode, and waits for the lines
 // its new incarnation writes after the restart: an API's own readiness
-// lines of spec §10.1, or for a workflow node the line of WorkflowJoined
-// in its own log. (The APIs announce a workflow's object route once per
-// node name for their lifetime, so a restarted workflow-a is not
-// announced again.)
+// lines (docs/contract.md, "Readiness lines"), or for a workflow node the
+// line of WorkflowJoined in its own log. (The APIs announce a workflow's
+// object route once per node name for their lifetime, so a restarted
+// workflow-a is not announced again.)
 func (c *Cluster) Restart(ctx context.Context, name string) error {
 	n, err := c.node(name)
 	if err != nil {
@@ -696,8 +697,8 @@ func (c *Cluster) APIs() []string { return append([]string(nil), c.apis...) }
 const MaxNodesPerRole = 26
 
 // NodeNames is the node names of a role for a member count, in start
-// order: <role>-a, <role>-b, ...; n zero means the default two of spec
-// §10.1 (APINodes, WorkflowNodes).
+// order: <role>-a, <role>-b, ...; n zero means the default two of
+// docs/contract.md, "Evidence lines" (APINodes, WorkflowNodes).
 func NodeNames(role Role, n int) ([]string, error) {
 	def := APINodes
 	if role == RoleWorkflow {

@@ -22,8 +22,8 @@ type Poll struct {
 	Attempts int
 }
 
-// DefaultPoll is the budget spec §10.1 fixes for every log wait, readiness
-// and evidence alike: every 100 ms, at most 300 times.
+// DefaultPoll is the budget for every log wait, readiness and evidence alike
+// (docs/contract.md, "Evidence lines"): every 100 ms, at most 300 times.
 var DefaultPoll = Poll{Interval: 100 * time.Millisecond, Attempts: 300}
 
 func (p Poll) orDefault() Poll {

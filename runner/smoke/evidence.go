@@ -26,25 +26,26 @@ type check struct {
 }
 
 // checkEvidence confirms, after the client finished, the server-side facts
-// of spec §9 and every row of §10.1, through the hooks and each node's own
-// log, one log at a time.
+// of every scenario (docs/contract.md, "Scenarios") and every evidence line
+// ("Evidence lines"), through the hooks and each node's own log, one log at
+// a time.
 func (r *runner) checkEvidence(ctx context.Context) error {
 	checks := []check{
-		{"event order, success path (§9.1-5)", r.evSuccess},
-		{"event order, insufficient inventory, no payment call (§9.1-3)", r.evNoStock},
-		{"event order, payment rejected with compensation (§9.1-4)", r.evDeclined},
-		{"one OrderStartedEvent for the duplicate key (§9.2-1)", r.evDuplicate},
-		{"resumed, repaired, rebuilt and pending orders ran every step once (§9.2-2/3/4)", r.evPrepared},
-		{"generation N+1 after close (§9.2-5)", r.evClosed},
-		{"planned relocation kept the generation and paid on the target (§9.2-6)", r.evRelocated},
-		{"same stream through both APIs (§9.3-1)", r.evSameStream},
-		{"killed owner's order not recreated (§9.3-2)", r.evKilled},
-		{"unknown order stayed unknown (§9.3-3)", r.evNeverCreated},
-		{"repeated effects return the first result and move nothing (§9 seeds)", r.evRepeat},
-		{"§10.1 started line in each workflow log", r.logStarted},
-		{"§10.1 evidence line in the API log", r.logEvidence},
-		{"§10.1 replayed line exactly once", r.logReplayed},
-		{"§10.1 external-effect-repeated exactly zero", r.logRepeated},
+		{"event order, success path (docs/contract.md#success-event-order)", r.evSuccess},
+		{"event order, insufficient inventory, no payment call (docs/contract.md#out-of-stock-ends-failed-without-payment)", r.evNoStock},
+		{"event order, payment rejected with compensation (docs/contract.md#declined-payment-is-compensated)", r.evDeclined},
+		{"one OrderStartedEvent for the duplicate key (docs/contract.md#same-key-on-two-apis)", r.evDuplicate},
+		{"resumed, repaired, rebuilt and pending orders ran every step once (docs/contract.md#duplicates-resumption-and-the-projection)", r.evPrepared},
+		{"generation N+1 after close (docs/contract.md#a-closed-order-activates-a-new-generation)", r.evClosed},
+		{"planned relocation kept the generation and paid on the target (docs/contract.md#planned-relocation-resumes-at-payment)", r.evRelocated},
+		{"same stream through both APIs (docs/contract.md#concurrent-orders-through-every-api)", r.evSameStream},
+		{"killed owner's order not recreated (docs/contract.md#a-dead-owner-answers-unavailable)", r.evKilled},
+		{"unknown order stayed unknown (docs/contract.md#an-unknown-order-stays-unknown)", r.evNeverCreated},
+		{"repeated effects return the first result and move nothing (docs/contract.md#repeated-effects-return-the-first-result)", r.evRepeat},
+		{"started line in each workflow log (docs/contract.md#order-lines)", r.logStarted},
+		{"evidence line in the API log (docs/contract.md#order-lines)", r.logEvidence},
+		{"replayed line exactly once (docs/contract.md#order-lines)", r.logReplayed},
+		{"external-effect-repeated exactly zero (docs/contract.md#order-lines)", r.logRepeated},
 	}
 	for _, c := range checks {
 		detail, err := c.run(ctx)

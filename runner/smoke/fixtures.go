@@ -156,11 +156,12 @@ func lastEvent(ev *evidence) string {
 
 func isWorkflowNode(name string) bool { return slices.Contains(localcluster.WorkflowNodes, name) }
 
-// prepareFixtures prepares every runner-side fixture of spec §9.2 and §9.3
-// before the client runs. The planned relocation goes first, while both
-// workflow nodes run; then the owner kill; every later fixture starts its
-// order after the killed node's new incarnation is back, so none of them
-// can belong to the dead owner.
+// prepareFixtures prepares every runner-side fixture of docs/contract.md,
+// "Duplicates, resumption and the projection" and
+// "Routing and the failure boundary", before the client runs. The planned
+// relocation goes first, while both workflow nodes run; then the owner kill;
+// every later fixture starts its order after the killed node's new
+// incarnation is back, so none of them can belong to the dead owner.
 func (r *runner) prepareFixtures(ctx context.Context) error {
 	r.fx = client.Fixtures{
 		RunID:             r.runID + "-client",
@@ -175,14 +176,14 @@ func (r *runner) prepareFixtures(ctx context.Context) error {
 		name string
 		run  func(context.Context) error
 	}{
-		{"planned relocation (§9.2-6)", r.fixtureRelocation},
-		{"ready owner killed (§9.3-2)", r.fixtureKill},
+		{"planned relocation (docs/contract.md#planned-relocation-resumes-at-payment)", r.fixtureRelocation},
+		{"ready owner killed (docs/contract.md#a-dead-owner-answers-unavailable)", r.fixtureKill},
 		{"pending mapping", r.fixturePending},
-		{"interrupted at InventoryReserved (§9.2-2)", r.fixtureInterrupted},
-		{"terminal projection skipped (§9.2-3)", r.fixtureSkipTerminal},
-		{"projection deleted (§9.2-4)", r.fixtureDeleted},
-		{"closed (§9.2-5)", r.fixtureClosed},
-		{"never created (§9.3-3)", r.fixtureNeverCreated},
+		{"interrupted at InventoryReserved (docs/contract.md#continue-resumes-from-payment)", r.fixtureInterrupted},
+		{"terminal projection skipped (docs/contract.md#continue-repairs-a-terminal-projection)", r.fixtureSkipTerminal},
+		{"projection deleted (docs/contract.md#rebuild-replays-the-stream)", r.fixtureDeleted},
+		{"closed (docs/contract.md#a-closed-order-activates-a-new-generation)", r.fixtureClosed},
+		{"never created (docs/contract.md#an-unknown-order-stays-unknown)", r.fixtureNeverCreated},
 	}
 	for _, s := range steps {
 		if err := s.run(ctx); err != nil {

@@ -1,5 +1,5 @@
-// Command smoke is the ShoppingMall smoke runner of spec §10, one command
-// for steps 1–7:
+// Command smoke is the ShoppingMall smoke runner (docs/contract.md,
+// "Smoke run"), one command for steps 1–7:
 //
 //  1. build commerce-api, order-workflow and the client;
 //  2. start a private Redis (every store; with -redis-cluster a local
@@ -9,7 +9,8 @@
 //  3. start api-a, api-b (-self-check -admin, each with an admin listener
 //     on loopback and the cluster's generated admin token) and workflow-a,
 //     workflow-b (-fixtures) through runner/localcluster;
-//  4. wait, bounded, for the readiness lines of spec §10.1 in each API log;
+//  4. wait, bounded, for the readiness lines in each API log
+//     (docs/contract.md, "Readiness lines");
 //  5. prepare the fixtures through the runner-only hooks, write the
 //     fixtures file, run the client once and require its
 //     shoppingmall=completed line; then collect the server evidence through

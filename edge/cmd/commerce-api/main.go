@@ -9,6 +9,8 @@
 //	commerce-api admin takeover -api http://127.0.0.1:9081 -order <id> | -member <node-or-member-id> [-dry-run] [-force]
 //	commerce-api admin timeline -api http://127.0.0.1:9081 -order <id> [-json]
 //	commerce-api admin stock -api http://127.0.0.1:9081 -sku <sku> [-limit N] [-json]
+//	commerce-api order place -api http://127.0.0.1:8081 -cart <cart> -address <addr> -method <pm> [-key <key>] [-wait]
+//	commerce-api order get|wait|continue -api http://127.0.0.1:8081 <id>
 //
 // A process that lost sight of a workflow member which is not recorded
 // gone, and can reach it again, exits with status 4 so that its supervisor
@@ -82,6 +84,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "admin" {
 		os.Exit(admin(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "order" {
+		os.Exit(order(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "commerce-api:", err)

@@ -62,9 +62,11 @@ type PendingMappingReply struct {
 // Gate modes of a GateRequest.
 const (
 	// GateStop: the background continuation stops at InventoryReserved;
-	// only an explicit continue proceeds (spec §9.2-2).
+	// only an explicit continue proceeds (docs/contract.md,
+	// "Continue resumes from payment").
 	GateStop = "stop"
-	// GateHold: it parks there until GatesReleasePath (spec §9.2-6).
+	// GateHold: it parks there until GatesReleasePath (docs/contract.md,
+	// "Planned relocation resumes at payment").
 	GateHold = "hold"
 )
 
@@ -90,8 +92,8 @@ type ReleaseReply struct {
 
 // SkipTerminalProjectionRequest is the body of POST
 // SkipTerminalProjectionPath: the terminal event of the order the key
-// starts is recorded without its projection, once (spec §9.2-3). The
-// reply is an empty object.
+// starts is recorded without its projection, once (docs/contract.md,
+// "Continue repairs a terminal projection"). The reply is an empty object.
 type SkipTerminalProjectionRequest struct {
 	IdempotencyKey string `json:"idempotencyKey"`
 }

@@ -22,8 +22,8 @@ const (
 	stateKey = "state"
 )
 
-// PlaceReq is the body of Place: StartOrderReq of spec §6 without the
-// order id, which is the object's key.
+// PlaceReq is the body of Place: StartOrderReq (docs/contract.md,
+// "StartOrder") without the order id, which is the object's key.
 type PlaceReq struct {
 	CartID            string `json:"cartId"`
 	ShippingAddressID string `json:"shippingAddressId"`

@@ -98,8 +98,8 @@ type Envelope struct {
 type ReadModel struct {
 	Status  string `json:"status"`
 	Version int64  `json:"version"`
-	// State is the projected OrderState in contract JSON (spec §6.1):
-	// the checker holds every field of it against the fold.
+	// State is the projected OrderState in contract JSON (docs/contract.md,
+	// "Wire form"): the checker holds every field of it against the fold.
 	State json.RawMessage `json:"state,omitempty"`
 }
 

@@ -12,10 +12,10 @@ import (
 )
 
 // projection is the OrderState the read model must hold for a fold, in
-// contract JSON (spec §6.1), written here from the contract rather than
-// taken from the workflow's own writer, so that a writer that drops,
-// renames or garbles a field is caught: an optional field is present
-// exactly when the fold knows it; amount once the order started;
+// contract JSON (docs/contract.md, "Wire form"), written here from the
+// contract rather than taken from the workflow's own writer, so that a
+// writer that drops, renames or garbles a field is caught: an optional field
+// is present exactly when the fold knows it; amount once the order started;
 // updatedAtUnixMs is the last event's createdAt.
 func projection(st order.State) map[string]any {
 	p := map[string]any{

@@ -1,6 +1,6 @@
-// Command shoppingmall-client is Client/Program of spec §8: it reads the
-// fixtures file the smoke runner wrote and runs the client scenario once
-// through the public order API.
+// Command shoppingmall-client is Client/Program (docs/contract.md,
+// "Components"): it reads the fixtures file the smoke runner wrote and runs
+// the client scenario once through the public order API.
 //
 //	shoppingmall-client -fixtures fixtures.json
 //

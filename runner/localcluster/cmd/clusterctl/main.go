@@ -537,6 +537,9 @@ func printSummary(w io.Writer, st localcluster.State) {
 	fmt.Fprintf(w, "\nTry it (POST /orders, then GET the order):\n")
 	fmt.Fprintf(w, "  ORDER=$(curl -s -X POST %s/orders -H 'Content-Type: application/json' -d '%s' | sed -E 's/.*\"orderId\":\"([^\"]+)\".*/\\1/'); echo \"$ORDER\"\n", api, body)
 	fmt.Fprintf(w, "  curl -s %s/orders/$ORDER\n", api)
+	fmt.Fprintf(w, "\nOr with the CLI (place, then wait for the outcome; also order get|wait|continue ID):\n")
+	fmt.Fprintf(w, "  %s order place -api %s -cart %s -address addr-demo-1 -method %s -wait\n",
+		filepath.Join(st.RunDir, "bin", "commerce-api"), api, commerce.DemoCartOK, commerce.DemoMethodOK)
 	if admin := firstAdmin(st); admin != "" && st.AdminTokenFile != "" {
 		fmt.Fprintf(w, "\nAdmin (loopback only, bearer token from %s):\n", st.AdminTokenFile)
 		fmt.Fprintf(w, "  curl -s -H \"Authorization: Bearer $(cat %s)\" '%s/admin/orders/stuck?olderThan=1m'\n", st.AdminTokenFile, admin)
