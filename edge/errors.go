@@ -1,10 +1,12 @@
 package edge
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
@@ -135,8 +137,10 @@ func invalidField(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// apiError is the body of every error reply:
-// {"error":{"code","message","field","reason"}}.
+// apiError is one public error: what httpError decides and writeError
+// sends as a problem details reply (problem), and the object the admin
+// reports embed as is, {"code","message","field"?,"reason"?} (a field of
+// a 200 body, not a reply of its own).
 type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -148,9 +152,97 @@ type apiError struct {
 	retryAfter int
 }
 
-type errorBody struct {
-	Error apiError `json:"error"`
+// ContentTypeProblem is the media type of every error reply (RFC 9457).
+const ContentTypeProblem = "application/problem+json"
+
+// ProblemTypePrefix starts the problem type URN of every code: the type
+// of a code's replies is ProblemTypePrefix followed by the code as is,
+// e.g. urn:shoppingmall:problem:UNAVAILABLE. Types never change, like the
+// codes they name.
+const ProblemTypePrefix = "urn:shoppingmall:problem:"
+
+// ProblemTypeBlank is the type of a reply whose code has no type of its
+// own (RFC 9457's default); every code of the contract has one.
+const ProblemTypeBlank = "about:blank"
+
+// problemKind is what every reply of one code says alike.
+type problemKind struct {
+	Type   string
+	Title  string
+	Status int
 }
+
+// problemKinds lists the problem type, title and status of every code.
+var problemKinds = map[string]problemKind{
+	CodeInvalidArgument:      {ProblemTypePrefix + CodeInvalidArgument, "Invalid argument", http.StatusBadRequest},
+	CodeNotFound:             {ProblemTypePrefix + CodeNotFound, "Not found", http.StatusNotFound},
+	CodeIdempotencyKeyReused: {ProblemTypePrefix + CodeIdempotencyKeyReused, "Idempotency key reused", http.StatusUnprocessableEntity},
+	CodeUnavailable:          {ProblemTypePrefix + CodeUnavailable, "Unavailable", http.StatusServiceUnavailable},
+	CodeTimeout:              {ProblemTypePrefix + CodeTimeout, "Timeout", http.StatusGatewayTimeout},
+	CodePayloadTooLarge:      {ProblemTypePrefix + CodePayloadTooLarge, "Payload too large", http.StatusRequestEntityTooLarge},
+	CodeFailedPrecondition:   {ProblemTypePrefix + CodeFailedPrecondition, "Failed precondition", http.StatusConflict},
+	CodeInternal:             {ProblemTypePrefix + CodeInternal, "Internal error", http.StatusInternalServerError},
+	CodeUnauthenticated:      {ProblemTypePrefix + CodeUnauthenticated, "Unauthenticated", http.StatusUnauthorized},
+	CodeMethodNotAllowed:     {ProblemTypePrefix + CodeMethodNotAllowed, "Method not allowed", http.StatusMethodNotAllowed},
+}
+
+// ProblemType is the problem type URN of code, ProblemTypeBlank for a
+// code outside the contract.
+func ProblemType(code string) string {
+	if k, ok := problemKinds[code]; ok {
+		return k.Type
+	}
+	return ProblemTypeBlank
+}
+
+// problem is the body of every error reply, an RFC 9457 problem details
+// object: type, title, status and detail, with the contract's code,
+// reason and field as extension members.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	Reason string `json:"reason,omitempty"`
+	Field  string `json:"field,omitempty"`
+}
+
+// newProblem is the reply body of e answered with status. A code outside
+// the contract is about:blank, titled by its status.
+func newProblem(status int, e apiError) problem {
+	p := problem{Type: ProblemTypeBlank, Title: http.StatusText(status), Status: status, Detail: e.Message,
+		Code: e.Code, Reason: e.Reason, Field: e.Field}
+	if k, ok := problemKinds[e.Code]; ok {
+		p.Type, p.Title = k.Type, k.Title
+	}
+	return p
+}
+
+// WriteProblem writes an error reply outside a Server (a process still
+// starting), in the edge's one shape: a problem details body of code,
+// reason and detail, and Retry-After when retryAfter > 0.
+func WriteProblem(w http.ResponseWriter, status int, code, reason, detail string, retryAfter int) {
+	writeProblem(w, status, apiError{Code: code, Reason: reason, Message: detail, retryAfter: retryAfter})
+}
+
+// writeProblem writes e as a problem details reply with status.
+func writeProblem(w http.ResponseWriter, status int, e apiError) {
+	// httpError decides Retry-After with the status; headers must be set
+	// before the status line.
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	b, err := json.Marshal(newProblem(status, e))
+	if err != nil { // strings and an int: never
+		status, b = http.StatusInternalServerError, []byte(internalProblem)
+	}
+	writeBody(w, status, ContentTypeProblem, b)
+}
+
+// internalProblem is the reply when a reply cannot be encoded.
+const internalProblem = `{"type":"` + ProblemTypePrefix + CodeInternal + `","title":"Internal error","status":500,` +
+	`"detail":"internal error","code":"` + CodeInternal + `"}`
 
 // httpError is the one place that turns an error into a status and a
 // public error. The edge's own refusals are its sentinels; every other

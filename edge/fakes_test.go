@@ -406,16 +406,24 @@ func startBody(cart, addr, method, key string) string {
 	return fmt.Sprintf(`{"cartId":%s,"shippingAddressId":%s,"paymentMethodId":%s,"idempotencyKey":%s}`, q(cart), q(addr), q(method), q(key))
 }
 
-// decodeError reads an error reply and checks its shape.
+// decodeError reads an error reply, checks that it is the code's
+// problem details reply of its status, and returns its public error
+// (detail as Message).
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) apiError {
 	t.Helper()
-	var b errorBody
+	var p problem
 	dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
 	dec.DisallowUnknownFields()
-	require.NoError(t, dec.Decode(&b), "error body %q", w.Body.String())
-	require.NotEmpty(t, b.Error.Code)
-	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
-	return b.Error
+	require.NoError(t, dec.Decode(&p), "error body %q", w.Body.String())
+	require.NotEmpty(t, p.Code)
+	require.Equal(t, ContentTypeProblem, w.Header().Get("Content-Type"))
+	require.Equal(t, w.Code, p.Status, "status member is the reply's status: %s", w.Body.String())
+	k, ok := problemKinds[p.Code]
+	require.True(t, ok, "code %s has a problem type", p.Code)
+	require.Equal(t, k.Type, p.Type, w.Body.String())
+	require.Equal(t, k.Title, p.Title, w.Body.String())
+	require.NotEmpty(t, p.Detail, w.Body.String())
+	return apiError{Code: p.Code, Message: p.Detail, Field: p.Field, Reason: p.Reason}
 }
 
 func decodeMessage[T any, P interface {

@@ -26,7 +26,7 @@ import (
 // The client oapi-codegen generates from openapi.yaml (edge/apiclient)
 // and the hand-written runner/client agree: against the real router,
 // each call sends the same contract message to the same method and path,
-// and reads the same status, state, error envelope and wait outcome.
+// and reads the same status, state, problem details and wait outcome.
 
 // The generated client is the document's: every public operation is one
 // of its calls, and its models have the document's fields. Changing
@@ -58,7 +58,7 @@ func TestGeneratedClientIsTheDocuments(t *testing.T) {
 		"OrderState": apiclient.OrderState{}, "StartOrderReq": apiclient.StartOrderReq{}, "StartOrderRes": apiclient.StartOrderRes{},
 		"GetOrderStateRes": apiclient.GetOrderStateRes{}, "ContinueOrderWorkflowReq": apiclient.ContinueOrderWorkflowReq{},
 		"ContinueOrderWorkflowRes": apiclient.ContinueOrderWorkflowRes{}, "RebuildOrderProjectionReq": apiclient.RebuildOrderProjectionReq{},
-		"RebuildOrderProjectionRes": apiclient.RebuildOrderProjectionRes{}, "Error": apiclient.Error{}, "Health": apiclient.Health{},
+		"RebuildOrderProjectionRes": apiclient.RebuildOrderProjectionRes{}, "Problem": apiclient.Problem{}, "Health": apiclient.Health{},
 		"Ready": apiclient.Ready{},
 	} {
 		s := doc.Components.Schemas[name].Value
@@ -232,23 +232,27 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	require.True(t, proto.Equal(hst, asState(t, rres.JSON200.State)))
 	sameRequest(t, hreq, rec.last(), func() *contracts.RebuildOrderProjectionReq { return &contracts.RebuildOrderProjectionReq{} })
 
-	// Errors: the same envelope, read by both.
-	type envelope struct{ code, message, field, reason, retryAfter string }
+	// Errors: the same problem details, read by both.
+	type envelope struct{ contentType, typ, title, detail, code, field, reason, retryAfter string }
 	handErr := func(rep client.Reply) envelope {
 		require.NotNil(t, rep.Error, rep.String())
-		return envelope{rep.Error.Code, rep.Error.Message, rep.Error.Field, rep.Error.Reason, rep.Header.Get("Retry-After")}
+		require.Equal(t, rep.Status, rep.Error.Status)
+		return envelope{rep.Header.Get("Content-Type"), rep.Error.Type, rep.Error.Title, rep.Error.Detail, rep.Error.Code,
+			rep.Error.Field, rep.Error.Reason, rep.Header.Get("Retry-After")}
 	}
 	genErr := func(r *http.Response, body []byte) envelope {
-		// Each status has its own generated type; the generic Error reads
-		// every one of them.
-		var b struct{ Error apiclient.Error }
+		// Each status has its own generated type; the generic Problem
+		// reads every one of them.
+		var b apiclient.Problem
 		require.NoError(t, json.Unmarshal(body, &b), "%s", body)
-		out := envelope{code: string(b.Error.Code), message: b.Error.Message, retryAfter: r.Header.Get("Retry-After")}
-		if b.Error.Field != nil {
-			out.field = *b.Error.Field
+		require.Equal(t, r.StatusCode, b.Status)
+		out := envelope{contentType: r.Header.Get("Content-Type"), typ: b.Type, title: b.Title, detail: b.Detail,
+			code: string(b.Code), retryAfter: r.Header.Get("Retry-After")}
+		if b.Field != nil {
+			out.field = *b.Field
 		}
-		if b.Error.Reason != nil {
-			out.reason = string(*b.Error.Reason)
+		if b.Reason != nil {
+			out.reason = string(*b.Reason)
 		}
 		return out
 	}
@@ -257,9 +261,9 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	require.NoError(t, err)
 	gres, err := gen.GetOrderWithResponse(ctx, "ord-unknown", &apiclient.GetOrderParams{})
 	require.NoError(t, err)
-	require.NotNil(t, gres.JSON404)
+	require.NotNil(t, gres.ApplicationproblemJSON404)
 	require.Equal(t, handErr(hrep), genErr(gres.HTTPResponse, gres.Body))
-	require.Equal(t, CodeNotFound, string(gres.JSON404.Error.Code))
+	require.Equal(t, CodeNotFound, string(gres.ApplicationproblemJSON404.Code))
 
 	reused := &contracts.StartOrderReq{CartId: cartOther, ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: "key-0"}
 	_, hrep, err = hand.StartOrder(ctx, reused)
@@ -267,7 +271,7 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	sres, err := gen.StartOrderWithResponse(ctx, &apiclient.StartOrderParams{}, apiclient.StartOrderReq{CartId: cartOther,
 		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: &reused.IdempotencyKey})
 	require.NoError(t, err)
-	require.NotNil(t, sres.JSON422)
+	require.NotNil(t, sres.ApplicationproblemJSON422)
 	require.Equal(t, handErr(hrep), genErr(sres.HTTPResponse, sres.Body))
 
 	unknownCart := &contracts.StartOrderReq{CartId: "cart-none", ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: "key-9"}
@@ -276,9 +280,9 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 	sres, err = gen.StartOrderWithResponse(ctx, &apiclient.StartOrderParams{}, apiclient.StartOrderReq{CartId: "cart-none",
 		ShippingAddressId: "addr-1", PaymentMethodId: "pm-1", IdempotencyKey: &unknownCart.IdempotencyKey})
 	require.NoError(t, err)
-	require.NotNil(t, sres.JSON400)
+	require.NotNil(t, sres.ApplicationproblemJSON400)
 	require.Equal(t, handErr(hrep), genErr(sres.HTTPResponse, sres.Body))
-	require.Equal(t, "cartId", *sres.JSON400.Error.Field)
+	require.Equal(t, "cartId", *sres.ApplicationproblemJSON400.Field)
 
 	for _, fail := range []error{
 		fmt.Errorf("%w: gone", errkind.New(errkind.OwnerGone, "owner")),
@@ -292,7 +296,7 @@ func TestGeneratedClientAgreesWithTheRunnerClient(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, hrep.Status, cres.StatusCode())
 		require.Equal(t, handErr(hrep), genErr(cres.HTTPResponse, cres.Body))
-		typed := map[int]bool{503: cres.JSON503 != nil, 504: cres.JSON504 != nil, 409: cres.JSON409 != nil}
+		typed := map[int]bool{503: cres.ApplicationproblemJSON503 != nil, 504: cres.ApplicationproblemJSON504 != nil, 409: cres.ApplicationproblemJSON409 != nil}
 		require.True(t, typed[cres.StatusCode()], "the generated client reads a %d into its own type", cres.StatusCode())
 	}
 	e.orders.err = nil

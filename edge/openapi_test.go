@@ -351,6 +351,7 @@ func TestOpenAPIReplySchemasMatchTheGoTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for name, v := range map[string]any{
 		"Error":             apiError{},
+		"Problem":           problem{},
 		"StuckReport":       StuckReport{},
 		"StuckEntry":        StuckEntry{},
 		"StuckOwner":        StuckOwner{},

@@ -339,18 +339,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.writeError(w, status, body)
 }
 
-// writeError writes every error reply of the edge, so it is where
-// answers with a reason (every 503 and 504) are counted, once each.
+// writeError writes every error reply of the edge (writeProblem), so it
+// is where answers with a reason (every 503 and 504) are counted, once
+// each.
 func (s *Server) writeError(w http.ResponseWriter, status int, e apiError) {
 	if e.Reason != "" {
 		s.metrics.unavailable.WithLabelValues(e.Reason).Inc()
 	}
-	// httpError decides Retry-After with the status; headers must be set
-	// before writeJSON writes the status line.
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
-	}
-	s.writeJSON(w, status, errorBody{Error: e})
+	writeProblem(w, status, e)
 }
 
 // writeJSON writes the hooks' own (non-contract) bodies.
@@ -358,7 +354,8 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		s.log.Error("encoding a reply failed", slog.Any("error", err))
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
+		writeProblem(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
+		return
 	}
 	s.writeBody(w, status, b)
 }
@@ -374,8 +371,13 @@ func (s *Server) writeMessage(w http.ResponseWriter, r *http.Request, status int
 }
 
 func (s *Server) writeBody(w http.ResponseWriter, status int, b []byte) {
+	writeBody(w, status, "application/json", b)
+}
+
+// writeBody writes every reply body of the edge, of its media type.
+func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h.Set("Content-Type", contentType)
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

@@ -324,12 +324,13 @@ func (s *Server) dispatchAdmin(ctx context.Context, caller *http.Request, method
 }
 
 // dispatchedError is the public error of a dispatched reply.
+// A problem details reply becomes the embedded error of a report.
 func dispatchedError(status int, body []byte) *apiError {
-	var b errorBody
-	if err := json.Unmarshal(body, &b); err != nil || b.Error.Code == "" {
+	var p problem
+	if err := json.Unmarshal(body, &p); err != nil || p.Code == "" {
 		return &apiError{Code: CodeInternal, Message: fmt.Sprintf("takeover answered %d", status)}
 	}
-	return &b.Error
+	return &apiError{Code: p.Code, Message: p.Detail, Field: p.Field, Reason: p.Reason}
 }
 
 // capture is a minimal in-memory http.ResponseWriter for dispatchAdmin.

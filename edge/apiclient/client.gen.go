@@ -58,15 +58,60 @@ func (e ErrorCode) Valid() bool {
 	}
 }
 
-// Defines values for FailedPreconditionBodyErrorCode.
+// Defines values for FailedPreconditionBodyCode.
 const (
-	FailedPreconditionBodyErrorCodeFAILEDPRECONDITION FailedPreconditionBodyErrorCode = "FAILED_PRECONDITION"
+	FailedPreconditionBodyCodeFAILEDPRECONDITION FailedPreconditionBodyCode = "FAILED_PRECONDITION"
 )
 
-// Valid indicates whether the value is a known member of the FailedPreconditionBodyErrorCode enum.
-func (e FailedPreconditionBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the FailedPreconditionBodyCode enum.
+func (e FailedPreconditionBodyCode) Valid() bool {
 	switch e {
-	case FailedPreconditionBodyErrorCodeFAILEDPRECONDITION:
+	case FailedPreconditionBodyCodeFAILEDPRECONDITION:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FailedPreconditionBodyStatus.
+const (
+	N409 FailedPreconditionBodyStatus = 409
+)
+
+// Valid indicates whether the value is a known member of the FailedPreconditionBodyStatus enum.
+func (e FailedPreconditionBodyStatus) Valid() bool {
+	switch e {
+	case N409:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FailedPreconditionBodyTitle.
+const (
+	FailedPrecondition FailedPreconditionBodyTitle = "Failed precondition"
+)
+
+// Valid indicates whether the value is a known member of the FailedPreconditionBodyTitle enum.
+func (e FailedPreconditionBodyTitle) Valid() bool {
+	switch e {
+	case FailedPrecondition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FailedPreconditionBodyType.
+const (
+	UrnShoppingmallProblemFAILEDPRECONDITION FailedPreconditionBodyType = "urn:shoppingmall:problem:FAILED_PRECONDITION"
+)
+
+// Valid indicates whether the value is a known member of the FailedPreconditionBodyType enum.
+func (e FailedPreconditionBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemFAILEDPRECONDITION:
 		return true
 	default:
 		return false
@@ -88,60 +133,240 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
-// Defines values for InternalBodyErrorCode.
+// Defines values for InternalBodyCode.
 const (
-	InternalBodyErrorCodeINTERNAL InternalBodyErrorCode = "INTERNAL"
+	InternalBodyCodeINTERNAL InternalBodyCode = "INTERNAL"
 )
 
-// Valid indicates whether the value is a known member of the InternalBodyErrorCode enum.
-func (e InternalBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the InternalBodyCode enum.
+func (e InternalBodyCode) Valid() bool {
 	switch e {
-	case InternalBodyErrorCodeINTERNAL:
+	case InternalBodyCodeINTERNAL:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for InvalidArgumentBodyErrorCode.
+// Defines values for InternalBodyStatus.
 const (
-	InvalidArgumentBodyErrorCodeINVALIDARGUMENT InvalidArgumentBodyErrorCode = "INVALID_ARGUMENT"
+	N500 InternalBodyStatus = 500
 )
 
-// Valid indicates whether the value is a known member of the InvalidArgumentBodyErrorCode enum.
-func (e InvalidArgumentBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the InternalBodyStatus enum.
+func (e InternalBodyStatus) Valid() bool {
 	switch e {
-	case InvalidArgumentBodyErrorCodeINVALIDARGUMENT:
+	case N500:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for KeyReusedBodyErrorCode.
+// Defines values for InternalBodyTitle.
 const (
-	KeyReusedBodyErrorCodeIDEMPOTENCYKEYREUSED KeyReusedBodyErrorCode = "IDEMPOTENCY_KEY_REUSED"
+	InternalError InternalBodyTitle = "Internal error"
 )
 
-// Valid indicates whether the value is a known member of the KeyReusedBodyErrorCode enum.
-func (e KeyReusedBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the InternalBodyTitle enum.
+func (e InternalBodyTitle) Valid() bool {
 	switch e {
-	case KeyReusedBodyErrorCodeIDEMPOTENCYKEYREUSED:
+	case InternalError:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for NotFoundBodyErrorCode.
+// Defines values for InternalBodyType.
 const (
-	NotFoundBodyErrorCodeNOTFOUND NotFoundBodyErrorCode = "NOT_FOUND"
+	UrnShoppingmallProblemINTERNAL InternalBodyType = "urn:shoppingmall:problem:INTERNAL"
 )
 
-// Valid indicates whether the value is a known member of the NotFoundBodyErrorCode enum.
-func (e NotFoundBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the InternalBodyType enum.
+func (e InternalBodyType) Valid() bool {
 	switch e {
-	case NotFoundBodyErrorCodeNOTFOUND:
+	case UrnShoppingmallProblemINTERNAL:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidArgumentBodyCode.
+const (
+	InvalidArgumentBodyCodeINVALIDARGUMENT InvalidArgumentBodyCode = "INVALID_ARGUMENT"
+)
+
+// Valid indicates whether the value is a known member of the InvalidArgumentBodyCode enum.
+func (e InvalidArgumentBodyCode) Valid() bool {
+	switch e {
+	case InvalidArgumentBodyCodeINVALIDARGUMENT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidArgumentBodyStatus.
+const (
+	N400 InvalidArgumentBodyStatus = 400
+)
+
+// Valid indicates whether the value is a known member of the InvalidArgumentBodyStatus enum.
+func (e InvalidArgumentBodyStatus) Valid() bool {
+	switch e {
+	case N400:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidArgumentBodyTitle.
+const (
+	InvalidArgument InvalidArgumentBodyTitle = "Invalid argument"
+)
+
+// Valid indicates whether the value is a known member of the InvalidArgumentBodyTitle enum.
+func (e InvalidArgumentBodyTitle) Valid() bool {
+	switch e {
+	case InvalidArgument:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidArgumentBodyType.
+const (
+	UrnShoppingmallProblemINVALIDARGUMENT InvalidArgumentBodyType = "urn:shoppingmall:problem:INVALID_ARGUMENT"
+)
+
+// Valid indicates whether the value is a known member of the InvalidArgumentBodyType enum.
+func (e InvalidArgumentBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemINVALIDARGUMENT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyReusedBodyCode.
+const (
+	KeyReusedBodyCodeIDEMPOTENCYKEYREUSED KeyReusedBodyCode = "IDEMPOTENCY_KEY_REUSED"
+)
+
+// Valid indicates whether the value is a known member of the KeyReusedBodyCode enum.
+func (e KeyReusedBodyCode) Valid() bool {
+	switch e {
+	case KeyReusedBodyCodeIDEMPOTENCYKEYREUSED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyReusedBodyStatus.
+const (
+	N422 KeyReusedBodyStatus = 422
+)
+
+// Valid indicates whether the value is a known member of the KeyReusedBodyStatus enum.
+func (e KeyReusedBodyStatus) Valid() bool {
+	switch e {
+	case N422:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyReusedBodyTitle.
+const (
+	IdempotencyKeyReused KeyReusedBodyTitle = "Idempotency key reused"
+)
+
+// Valid indicates whether the value is a known member of the KeyReusedBodyTitle enum.
+func (e KeyReusedBodyTitle) Valid() bool {
+	switch e {
+	case IdempotencyKeyReused:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyReusedBodyType.
+const (
+	UrnShoppingmallProblemIDEMPOTENCYKEYREUSED KeyReusedBodyType = "urn:shoppingmall:problem:IDEMPOTENCY_KEY_REUSED"
+)
+
+// Valid indicates whether the value is a known member of the KeyReusedBodyType enum.
+func (e KeyReusedBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemIDEMPOTENCYKEYREUSED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundBodyCode.
+const (
+	NotFoundBodyCodeNOTFOUND NotFoundBodyCode = "NOT_FOUND"
+)
+
+// Valid indicates whether the value is a known member of the NotFoundBodyCode enum.
+func (e NotFoundBodyCode) Valid() bool {
+	switch e {
+	case NotFoundBodyCodeNOTFOUND:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundBodyStatus.
+const (
+	N404 NotFoundBodyStatus = 404
+)
+
+// Valid indicates whether the value is a known member of the NotFoundBodyStatus enum.
+func (e NotFoundBodyStatus) Valid() bool {
+	switch e {
+	case N404:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundBodyTitle.
+const (
+	NotFoundBodyTitleNotFound NotFoundBodyTitle = "Not found"
+)
+
+// Valid indicates whether the value is a known member of the NotFoundBodyTitle enum.
+func (e NotFoundBodyTitle) Valid() bool {
+	switch e {
+	case NotFoundBodyTitleNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundBodyType.
+const (
+	UrnShoppingmallProblemNOTFOUND NotFoundBodyType = "urn:shoppingmall:problem:NOT_FOUND"
+)
+
+// Valid indicates whether the value is a known member of the NotFoundBodyType enum.
+func (e NotFoundBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemNOTFOUND:
 		return true
 	default:
 		return false
@@ -220,15 +445,60 @@ func (e OutageReason) Valid() bool {
 	}
 }
 
-// Defines values for PayloadTooLargeBodyErrorCode.
+// Defines values for PayloadTooLargeBodyCode.
 const (
-	PayloadTooLargeBodyErrorCodePAYLOADTOOLARGE PayloadTooLargeBodyErrorCode = "PAYLOAD_TOO_LARGE"
+	PayloadTooLargeBodyCodePAYLOADTOOLARGE PayloadTooLargeBodyCode = "PAYLOAD_TOO_LARGE"
 )
 
-// Valid indicates whether the value is a known member of the PayloadTooLargeBodyErrorCode enum.
-func (e PayloadTooLargeBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the PayloadTooLargeBodyCode enum.
+func (e PayloadTooLargeBodyCode) Valid() bool {
 	switch e {
-	case PayloadTooLargeBodyErrorCodePAYLOADTOOLARGE:
+	case PayloadTooLargeBodyCodePAYLOADTOOLARGE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayloadTooLargeBodyStatus.
+const (
+	N413 PayloadTooLargeBodyStatus = 413
+)
+
+// Valid indicates whether the value is a known member of the PayloadTooLargeBodyStatus enum.
+func (e PayloadTooLargeBodyStatus) Valid() bool {
+	switch e {
+	case N413:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayloadTooLargeBodyTitle.
+const (
+	PayloadTooLargeBodyTitlePayloadTooLarge PayloadTooLargeBodyTitle = "Payload too large"
+)
+
+// Valid indicates whether the value is a known member of the PayloadTooLargeBodyTitle enum.
+func (e PayloadTooLargeBodyTitle) Valid() bool {
+	switch e {
+	case PayloadTooLargeBodyTitlePayloadTooLarge:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayloadTooLargeBodyType.
+const (
+	UrnShoppingmallProblemPAYLOADTOOLARGE PayloadTooLargeBodyType = "urn:shoppingmall:problem:PAYLOAD_TOO_LARGE"
+)
+
+// Valid indicates whether the value is a known member of the PayloadTooLargeBodyType enum.
+func (e PayloadTooLargeBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemPAYLOADTOOLARGE:
 		return true
 	default:
 		return false
@@ -250,87 +520,177 @@ func (e ReadyStatus) Valid() bool {
 	}
 }
 
-// Defines values for TimeoutBodyErrorCode.
+// Defines values for TimeoutBodyCode.
 const (
-	TimeoutBodyErrorCodeTIMEOUT TimeoutBodyErrorCode = "TIMEOUT"
+	TimeoutBodyCodeTIMEOUT TimeoutBodyCode = "TIMEOUT"
 )
 
-// Valid indicates whether the value is a known member of the TimeoutBodyErrorCode enum.
-func (e TimeoutBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the TimeoutBodyCode enum.
+func (e TimeoutBodyCode) Valid() bool {
 	switch e {
-	case TimeoutBodyErrorCodeTIMEOUT:
+	case TimeoutBodyCodeTIMEOUT:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for TimeoutBodyErrorReason.
+// Defines values for TimeoutBodyReason.
 const (
-	TimeoutBodyErrorReasonDEADLINEEXCEEDED TimeoutBodyErrorReason = "DEADLINE_EXCEEDED"
+	TimeoutBodyReasonDEADLINEEXCEEDED TimeoutBodyReason = "DEADLINE_EXCEEDED"
 )
 
-// Valid indicates whether the value is a known member of the TimeoutBodyErrorReason enum.
-func (e TimeoutBodyErrorReason) Valid() bool {
+// Valid indicates whether the value is a known member of the TimeoutBodyReason enum.
+func (e TimeoutBodyReason) Valid() bool {
 	switch e {
-	case TimeoutBodyErrorReasonDEADLINEEXCEEDED:
+	case TimeoutBodyReasonDEADLINEEXCEEDED:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for UnavailableBodyErrorCode.
+// Defines values for TimeoutBodyStatus.
 const (
-	UnavailableBodyErrorCodeUNAVAILABLE UnavailableBodyErrorCode = "UNAVAILABLE"
+	N504 TimeoutBodyStatus = 504
 )
 
-// Valid indicates whether the value is a known member of the UnavailableBodyErrorCode enum.
-func (e UnavailableBodyErrorCode) Valid() bool {
+// Valid indicates whether the value is a known member of the TimeoutBodyStatus enum.
+func (e TimeoutBodyStatus) Valid() bool {
 	switch e {
-	case UnavailableBodyErrorCodeUNAVAILABLE:
+	case N504:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for UnavailableBodyErrorReason.
+// Defines values for TimeoutBodyTitle.
 const (
-	UnavailableBodyErrorReasonCANCELED             UnavailableBodyErrorReason = "CANCELED"
-	UnavailableBodyErrorReasonNOELIGIBLEMEMBER     UnavailableBodyErrorReason = "NO_ELIGIBLE_MEMBER"
-	UnavailableBodyErrorReasonOVERLOADED           UnavailableBodyErrorReason = "OVERLOADED"
-	UnavailableBodyErrorReasonOWNERGONE            UnavailableBodyErrorReason = "OWNER_GONE"
-	UnavailableBodyErrorReasonOWNERUNREACHABLE     UnavailableBodyErrorReason = "OWNER_UNREACHABLE"
-	UnavailableBodyErrorReasonRELOCATIONROLLEDBACK UnavailableBodyErrorReason = "RELOCATION_ROLLED_BACK"
-	UnavailableBodyErrorReasonSTARTING             UnavailableBodyErrorReason = "STARTING"
-	UnavailableBodyErrorReasonSTOREFULL            UnavailableBodyErrorReason = "STORE_FULL"
-	UnavailableBodyErrorReasonSTOREUNAVAILABLE     UnavailableBodyErrorReason = "STORE_UNAVAILABLE"
-	UnavailableBodyErrorReasonVERSIONUNSUPPORTED   UnavailableBodyErrorReason = "VERSION_UNSUPPORTED"
+	TimeoutBodyTitleTimeout TimeoutBodyTitle = "Timeout"
 )
 
-// Valid indicates whether the value is a known member of the UnavailableBodyErrorReason enum.
-func (e UnavailableBodyErrorReason) Valid() bool {
+// Valid indicates whether the value is a known member of the TimeoutBodyTitle enum.
+func (e TimeoutBodyTitle) Valid() bool {
 	switch e {
-	case UnavailableBodyErrorReasonCANCELED:
+	case TimeoutBodyTitleTimeout:
 		return true
-	case UnavailableBodyErrorReasonNOELIGIBLEMEMBER:
+	default:
+		return false
+	}
+}
+
+// Defines values for TimeoutBodyType.
+const (
+	UrnShoppingmallProblemTIMEOUT TimeoutBodyType = "urn:shoppingmall:problem:TIMEOUT"
+)
+
+// Valid indicates whether the value is a known member of the TimeoutBodyType enum.
+func (e TimeoutBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemTIMEOUT:
 		return true
-	case UnavailableBodyErrorReasonOVERLOADED:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableBodyCode.
+const (
+	UnavailableBodyCodeUNAVAILABLE UnavailableBodyCode = "UNAVAILABLE"
+)
+
+// Valid indicates whether the value is a known member of the UnavailableBodyCode enum.
+func (e UnavailableBodyCode) Valid() bool {
+	switch e {
+	case UnavailableBodyCodeUNAVAILABLE:
 		return true
-	case UnavailableBodyErrorReasonOWNERGONE:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableBodyReason.
+const (
+	UnavailableBodyReasonCANCELED             UnavailableBodyReason = "CANCELED"
+	UnavailableBodyReasonNOELIGIBLEMEMBER     UnavailableBodyReason = "NO_ELIGIBLE_MEMBER"
+	UnavailableBodyReasonOVERLOADED           UnavailableBodyReason = "OVERLOADED"
+	UnavailableBodyReasonOWNERGONE            UnavailableBodyReason = "OWNER_GONE"
+	UnavailableBodyReasonOWNERUNREACHABLE     UnavailableBodyReason = "OWNER_UNREACHABLE"
+	UnavailableBodyReasonRELOCATIONROLLEDBACK UnavailableBodyReason = "RELOCATION_ROLLED_BACK"
+	UnavailableBodyReasonSTARTING             UnavailableBodyReason = "STARTING"
+	UnavailableBodyReasonSTOREFULL            UnavailableBodyReason = "STORE_FULL"
+	UnavailableBodyReasonSTOREUNAVAILABLE     UnavailableBodyReason = "STORE_UNAVAILABLE"
+	UnavailableBodyReasonVERSIONUNSUPPORTED   UnavailableBodyReason = "VERSION_UNSUPPORTED"
+)
+
+// Valid indicates whether the value is a known member of the UnavailableBodyReason enum.
+func (e UnavailableBodyReason) Valid() bool {
+	switch e {
+	case UnavailableBodyReasonCANCELED:
 		return true
-	case UnavailableBodyErrorReasonOWNERUNREACHABLE:
+	case UnavailableBodyReasonNOELIGIBLEMEMBER:
 		return true
-	case UnavailableBodyErrorReasonRELOCATIONROLLEDBACK:
+	case UnavailableBodyReasonOVERLOADED:
 		return true
-	case UnavailableBodyErrorReasonSTARTING:
+	case UnavailableBodyReasonOWNERGONE:
 		return true
-	case UnavailableBodyErrorReasonSTOREFULL:
+	case UnavailableBodyReasonOWNERUNREACHABLE:
 		return true
-	case UnavailableBodyErrorReasonSTOREUNAVAILABLE:
+	case UnavailableBodyReasonRELOCATIONROLLEDBACK:
 		return true
-	case UnavailableBodyErrorReasonVERSIONUNSUPPORTED:
+	case UnavailableBodyReasonSTARTING:
+		return true
+	case UnavailableBodyReasonSTOREFULL:
+		return true
+	case UnavailableBodyReasonSTOREUNAVAILABLE:
+		return true
+	case UnavailableBodyReasonVERSIONUNSUPPORTED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableBodyStatus.
+const (
+	N503 UnavailableBodyStatus = 503
+)
+
+// Valid indicates whether the value is a known member of the UnavailableBodyStatus enum.
+func (e UnavailableBodyStatus) Valid() bool {
+	switch e {
+	case N503:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableBodyTitle.
+const (
+	UnavailableBodyTitleUnavailable UnavailableBodyTitle = "Unavailable"
+)
+
+// Valid indicates whether the value is a known member of the UnavailableBodyTitle enum.
+func (e UnavailableBodyTitle) Valid() bool {
+	switch e {
+	case UnavailableBodyTitleUnavailable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableBodyType.
+const (
+	UrnShoppingmallProblemUNAVAILABLE UnavailableBodyType = "urn:shoppingmall:problem:UNAVAILABLE"
+)
+
+// Valid indicates whether the value is a known member of the UnavailableBodyType enum.
+func (e UnavailableBodyType) Valid() bool {
+	switch e {
+	case UrnShoppingmallProblemUNAVAILABLE:
 		return true
 	default:
 		return false
@@ -366,35 +726,29 @@ type ContinueOrderWorkflowRes struct {
 	State OrderState `json:"state"`
 }
 
-// Error Any error of the edge, as embedded in the admin reports.
-type Error struct {
-	Code    ErrorCode `json:"code"`
-	Field   *string   `json:"field,omitempty"`
-	Message string    `json:"message"`
-
-	// Reason Why a 503 or 504 happened.
-	Reason *OutageReason `json:"reason,omitempty"`
-}
-
-// ErrorBody defines model for ErrorBody.
-type ErrorBody struct {
-	// Error Any error of the edge, as embedded in the admin reports.
-	Error Error `json:"error"`
-}
-
 // ErrorCode defines model for ErrorCode.
 type ErrorCode string
 
 // FailedPreconditionBody defines model for FailedPreconditionBody.
 type FailedPreconditionBody struct {
-	Error struct {
-		Code    FailedPreconditionBodyErrorCode `json:"code"`
-		Message string                          `json:"message"`
-	} `json:"error"`
+	Code   FailedPreconditionBodyCode   `json:"code"`
+	Detail string                       `json:"detail"`
+	Status FailedPreconditionBodyStatus `json:"status"`
+	Title  FailedPreconditionBodyTitle  `json:"title"`
+	Type   FailedPreconditionBodyType   `json:"type"`
 }
 
-// FailedPreconditionBodyErrorCode defines model for FailedPreconditionBody.Error.Code.
-type FailedPreconditionBodyErrorCode string
+// FailedPreconditionBodyCode defines model for FailedPreconditionBody.Code.
+type FailedPreconditionBodyCode string
+
+// FailedPreconditionBodyStatus defines model for FailedPreconditionBody.Status.
+type FailedPreconditionBodyStatus int
+
+// FailedPreconditionBodyTitle defines model for FailedPreconditionBody.Title.
+type FailedPreconditionBodyTitle string
+
+// FailedPreconditionBodyType defines model for FailedPreconditionBody.Type.
+type FailedPreconditionBodyType string
 
 // GetOrderStateRes defines model for GetOrderStateRes.
 type GetOrderStateRes struct {
@@ -414,50 +768,90 @@ type Id = string
 
 // InternalBody defines model for InternalBody.
 type InternalBody struct {
-	Error struct {
-		Code    InternalBodyErrorCode `json:"code"`
-		Message string                `json:"message"`
-	} `json:"error"`
+	Code   InternalBodyCode   `json:"code"`
+	Detail string             `json:"detail"`
+	Status InternalBodyStatus `json:"status"`
+	Title  InternalBodyTitle  `json:"title"`
+	Type   InternalBodyType   `json:"type"`
 }
 
-// InternalBodyErrorCode defines model for InternalBody.Error.Code.
-type InternalBodyErrorCode string
+// InternalBodyCode defines model for InternalBody.Code.
+type InternalBodyCode string
+
+// InternalBodyStatus defines model for InternalBody.Status.
+type InternalBodyStatus int
+
+// InternalBodyTitle defines model for InternalBody.Title.
+type InternalBodyTitle string
+
+// InternalBodyType defines model for InternalBody.Type.
+type InternalBodyType string
 
 // InvalidArgumentBody defines model for InvalidArgumentBody.
 type InvalidArgumentBody struct {
-	Error struct {
-		Code InvalidArgumentBodyErrorCode `json:"code"`
+	Code   InvalidArgumentBodyCode `json:"code"`
+	Detail string                  `json:"detail"`
 
-		// Field The offending input (body, a body field, a path or query parameter).
-		Field   *string `json:"field,omitempty"`
-		Message string  `json:"message"`
-	} `json:"error"`
+	// Field The offending input (body, a body field, a path or query parameter).
+	Field  *string                   `json:"field,omitempty"`
+	Status InvalidArgumentBodyStatus `json:"status"`
+	Title  InvalidArgumentBodyTitle  `json:"title"`
+	Type   InvalidArgumentBodyType   `json:"type"`
 }
 
-// InvalidArgumentBodyErrorCode defines model for InvalidArgumentBody.Error.Code.
-type InvalidArgumentBodyErrorCode string
+// InvalidArgumentBodyCode defines model for InvalidArgumentBody.Code.
+type InvalidArgumentBodyCode string
+
+// InvalidArgumentBodyStatus defines model for InvalidArgumentBody.Status.
+type InvalidArgumentBodyStatus int
+
+// InvalidArgumentBodyTitle defines model for InvalidArgumentBody.Title.
+type InvalidArgumentBodyTitle string
+
+// InvalidArgumentBodyType defines model for InvalidArgumentBody.Type.
+type InvalidArgumentBodyType string
 
 // KeyReusedBody defines model for KeyReusedBody.
 type KeyReusedBody struct {
-	Error struct {
-		Code    KeyReusedBodyErrorCode `json:"code"`
-		Message string                 `json:"message"`
-	} `json:"error"`
+	Code   KeyReusedBodyCode   `json:"code"`
+	Detail string              `json:"detail"`
+	Status KeyReusedBodyStatus `json:"status"`
+	Title  KeyReusedBodyTitle  `json:"title"`
+	Type   KeyReusedBodyType   `json:"type"`
 }
 
-// KeyReusedBodyErrorCode defines model for KeyReusedBody.Error.Code.
-type KeyReusedBodyErrorCode string
+// KeyReusedBodyCode defines model for KeyReusedBody.Code.
+type KeyReusedBodyCode string
+
+// KeyReusedBodyStatus defines model for KeyReusedBody.Status.
+type KeyReusedBodyStatus int
+
+// KeyReusedBodyTitle defines model for KeyReusedBody.Title.
+type KeyReusedBodyTitle string
+
+// KeyReusedBodyType defines model for KeyReusedBody.Type.
+type KeyReusedBodyType string
 
 // NotFoundBody defines model for NotFoundBody.
 type NotFoundBody struct {
-	Error struct {
-		Code    NotFoundBodyErrorCode `json:"code"`
-		Message string                `json:"message"`
-	} `json:"error"`
+	Code   NotFoundBodyCode   `json:"code"`
+	Detail string             `json:"detail"`
+	Status NotFoundBodyStatus `json:"status"`
+	Title  NotFoundBodyTitle  `json:"title"`
+	Type   NotFoundBodyType   `json:"type"`
 }
 
-// NotFoundBodyErrorCode defines model for NotFoundBody.Error.Code.
-type NotFoundBodyErrorCode string
+// NotFoundBodyCode defines model for NotFoundBody.Code.
+type NotFoundBodyCode string
+
+// NotFoundBodyStatus defines model for NotFoundBody.Status.
+type NotFoundBodyStatus int
+
+// NotFoundBodyTitle defines model for NotFoundBody.Title.
+type NotFoundBodyTitle string
+
+// NotFoundBodyType defines model for NotFoundBody.Type.
+type NotFoundBodyType string
 
 // OrderState defines model for OrderState.
 type OrderState struct {
@@ -485,14 +879,42 @@ type OutageReason string
 
 // PayloadTooLargeBody defines model for PayloadTooLargeBody.
 type PayloadTooLargeBody struct {
-	Error struct {
-		Code    PayloadTooLargeBodyErrorCode `json:"code"`
-		Message string                       `json:"message"`
-	} `json:"error"`
+	Code   PayloadTooLargeBodyCode   `json:"code"`
+	Detail string                    `json:"detail"`
+	Status PayloadTooLargeBodyStatus `json:"status"`
+	Title  PayloadTooLargeBodyTitle  `json:"title"`
+	Type   PayloadTooLargeBodyType   `json:"type"`
 }
 
-// PayloadTooLargeBodyErrorCode defines model for PayloadTooLargeBody.Error.Code.
-type PayloadTooLargeBodyErrorCode string
+// PayloadTooLargeBodyCode defines model for PayloadTooLargeBody.Code.
+type PayloadTooLargeBodyCode string
+
+// PayloadTooLargeBodyStatus defines model for PayloadTooLargeBody.Status.
+type PayloadTooLargeBodyStatus int
+
+// PayloadTooLargeBodyTitle defines model for PayloadTooLargeBody.Title.
+type PayloadTooLargeBodyTitle string
+
+// PayloadTooLargeBodyType defines model for PayloadTooLargeBody.Type.
+type PayloadTooLargeBodyType string
+
+// Problem An error reply (RFC 9457 problem details), of any code. The
+// replies of each status have their own schema below.
+type Problem struct {
+	Code   ErrorCode `json:"code"`
+	Detail string    `json:"detail"`
+	Field  *string   `json:"field,omitempty"`
+
+	// Reason Why a 503 or 504 happened.
+	Reason *OutageReason `json:"reason,omitempty"`
+	Status int           `json:"status"`
+
+	// Title Fixed per code.
+	Title string `json:"title"`
+
+	// Type The code's type URN, urn:shoppingmall:problem:<code>; about:blank for a code without one.
+	Type string `json:"type"`
+}
 
 // Ready defines model for Ready.
 type Ready struct {
@@ -540,33 +962,53 @@ type StartOrderRes struct {
 
 // TimeoutBody defines model for TimeoutBody.
 type TimeoutBody struct {
-	Error struct {
-		Code    TimeoutBodyErrorCode   `json:"code"`
-		Message string                 `json:"message"`
-		Reason  TimeoutBodyErrorReason `json:"reason"`
-	} `json:"error"`
+	Code   TimeoutBodyCode   `json:"code"`
+	Detail string            `json:"detail"`
+	Reason TimeoutBodyReason `json:"reason"`
+	Status TimeoutBodyStatus `json:"status"`
+	Title  TimeoutBodyTitle  `json:"title"`
+	Type   TimeoutBodyType   `json:"type"`
 }
 
-// TimeoutBodyErrorCode defines model for TimeoutBody.Error.Code.
-type TimeoutBodyErrorCode string
+// TimeoutBodyCode defines model for TimeoutBody.Code.
+type TimeoutBodyCode string
 
-// TimeoutBodyErrorReason defines model for TimeoutBody.Error.Reason.
-type TimeoutBodyErrorReason string
+// TimeoutBodyReason defines model for TimeoutBody.Reason.
+type TimeoutBodyReason string
+
+// TimeoutBodyStatus defines model for TimeoutBody.Status.
+type TimeoutBodyStatus int
+
+// TimeoutBodyTitle defines model for TimeoutBody.Title.
+type TimeoutBodyTitle string
+
+// TimeoutBodyType defines model for TimeoutBody.Type.
+type TimeoutBodyType string
 
 // UnavailableBody defines model for UnavailableBody.
 type UnavailableBody struct {
-	Error struct {
-		Code    UnavailableBodyErrorCode   `json:"code"`
-		Message string                     `json:"message"`
-		Reason  UnavailableBodyErrorReason `json:"reason"`
-	} `json:"error"`
+	Code   UnavailableBodyCode   `json:"code"`
+	Detail string                `json:"detail"`
+	Reason UnavailableBodyReason `json:"reason"`
+	Status UnavailableBodyStatus `json:"status"`
+	Title  UnavailableBodyTitle  `json:"title"`
+	Type   UnavailableBodyType   `json:"type"`
 }
 
-// UnavailableBodyErrorCode defines model for UnavailableBody.Error.Code.
-type UnavailableBodyErrorCode string
+// UnavailableBodyCode defines model for UnavailableBody.Code.
+type UnavailableBodyCode string
 
-// UnavailableBodyErrorReason defines model for UnavailableBody.Error.Reason.
-type UnavailableBodyErrorReason string
+// UnavailableBodyReason defines model for UnavailableBody.Reason.
+type UnavailableBodyReason string
+
+// UnavailableBodyStatus defines model for UnavailableBody.Status.
+type UnavailableBodyStatus int
+
+// UnavailableBodyTitle defines model for UnavailableBody.Title.
+type UnavailableBodyTitle string
+
+// UnavailableBodyType defines model for UnavailableBody.Type.
+type UnavailableBodyType string
 
 // OrderId An id or key, 1 to 128 characters, not blank, without '{', '}' or control characters.
 type OrderId = Id
@@ -586,8 +1028,9 @@ type Internal = InternalBody
 // KeyReused defines model for KeyReused.
 type KeyReused = KeyReusedBody
 
-// MethodNotAllowed defines model for MethodNotAllowed.
-type MethodNotAllowed = ErrorBody
+// MethodNotAllowed An error reply (RFC 9457 problem details), of any code. The
+// replies of each status have their own schema below.
+type MethodNotAllowed = Problem
 
 // NotFound defines model for NotFound.
 type NotFound = NotFoundBody
@@ -1568,10 +2011,10 @@ type HealthzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HealthzResponse200Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
@@ -1585,14 +2028,14 @@ func (r HealthzResponse) GetJSON200() *Health {
 	return r.JSON200
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r HealthzResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r HealthzResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r HealthzResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r HealthzResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -1689,24 +2132,24 @@ type StartOrderResponse struct {
 	JSON200 *StartOrderRes
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *StartOrderRes
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *PayloadTooLarge
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *KeyReused
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *Timeout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *KeyReused
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Timeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *StartOrderResponse200Headers
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -1741,49 +2184,49 @@ func (r StartOrderResponse) GetJSON201() *StartOrderRes {
 	return r.JSON201
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r StartOrderResponse) GetJSON400() *BadRequest {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r StartOrderResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r StartOrderResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r StartOrderResponse) GetJSON409() *Conflict {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r StartOrderResponse) GetJSON413() *PayloadTooLarge {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r StartOrderResponse) GetJSON422() *KeyReused {
-	return r.JSON422
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON422() *KeyReused {
+	return r.ApplicationproblemJSON422
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r StartOrderResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r StartOrderResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r StartOrderResponse) GetJSON504() *Timeout {
-	return r.JSON504
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r StartOrderResponse) GetApplicationproblemJSON504() *Timeout {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -1859,18 +2302,18 @@ type GetOrderResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *GetOrderStateRes
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *Timeout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Timeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetOrderResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -1892,34 +2335,34 @@ func (r GetOrderResponse) GetJSON200() *GetOrderStateRes {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetOrderResponse) GetJSON400() *BadRequest {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetOrderResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r GetOrderResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r GetOrderResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetOrderResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r GetOrderResponse) GetJSON504() *Timeout {
-	return r.JSON504
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationproblemJSON504() *Timeout {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2004,22 +2447,22 @@ type ContinueOrderResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ContinueOrderWorkflowRes
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *PayloadTooLarge
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *Timeout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Timeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ContinueOrderResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -2045,44 +2488,44 @@ func (r ContinueOrderResponse) GetJSON200() *ContinueOrderWorkflowRes {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r ContinueOrderResponse) GetJSON400() *BadRequest {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r ContinueOrderResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r ContinueOrderResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r ContinueOrderResponse) GetJSON409() *Conflict {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r ContinueOrderResponse) GetJSON413() *PayloadTooLarge {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ContinueOrderResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ContinueOrderResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r ContinueOrderResponse) GetJSON504() *Timeout {
-	return r.JSON504
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ContinueOrderResponse) GetApplicationproblemJSON504() *Timeout {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2167,22 +2610,22 @@ type RebuildProjectionResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RebuildOrderProjectionRes
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Conflict
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *PayloadTooLarge
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
-	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *Timeout
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Timeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *RebuildProjectionResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -2208,44 +2651,44 @@ func (r RebuildProjectionResponse) GetJSON200() *RebuildOrderProjectionRes {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r RebuildProjectionResponse) GetJSON400() *BadRequest {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r RebuildProjectionResponse) GetJSON404() *NotFound {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r RebuildProjectionResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r RebuildProjectionResponse) GetJSON409() *Conflict {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r RebuildProjectionResponse) GetJSON413() *PayloadTooLarge {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r RebuildProjectionResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r RebuildProjectionResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
-// GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r RebuildProjectionResponse) GetJSON504() *Timeout {
-	return r.JSON504
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r RebuildProjectionResponse) GetApplicationproblemJSON504() *Timeout {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2304,12 +2747,12 @@ type ReadyzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Ready
-	// JSON405 the response for an HTTP 405 `application/json` response
-	JSON405 *MethodNotAllowed
-	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *Internal
-	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReadyzResponse200Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
@@ -2325,19 +2768,19 @@ func (r ReadyzResponse) GetJSON200() *Ready {
 	return r.JSON200
 }
 
-// GetJSON405 returns the response for an HTTP 405 `application/json` response
-func (r ReadyzResponse) GetJSON405() *MethodNotAllowed {
-	return r.JSON405
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
 }
 
-// GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ReadyzResponse) GetJSON500() *Internal {
-	return r.JSON500
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
 }
 
-// GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ReadyzResponse) GetJSON503() *Unavailable {
-	return r.JSON503
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2558,14 +3001,14 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -2645,63 +3088,63 @@ func ParseStartOrderResponse(rsp *http.Response) (*StartOrderResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
 		var dest MethodNotAllowed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest KeyReused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON422 = &dest
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
 		var dest Timeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON504 = &dest
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -2868,42 +3311,42 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
 		var dest MethodNotAllowed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
 		var dest Timeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON504 = &dest
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -3037,56 +3480,56 @@ func ParseContinueOrderResponse(rsp *http.Response) (*ContinueOrderResponse, err
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
 		var dest MethodNotAllowed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
 		var dest Timeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON504 = &dest
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -3233,56 +3676,56 @@ func ParseRebuildProjectionResponse(rsp *http.Response) (*RebuildProjectionRespo
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
 		var dest MethodNotAllowed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
 		var dest Timeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON504 = &dest
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -3429,21 +3872,21 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON405 = &dest
+		response.ApplicationproblemJSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON500 = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON503 = &dest
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 

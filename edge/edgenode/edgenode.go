@@ -142,7 +142,7 @@ func (t topology) CheckStores(ctx context.Context) error {
 
 // StartingHandler answers on the public listener (node.ServeInterim) while
 // the API waits for its stores and joins: /healthz 200, and /readyz and
-// every other route 503 UNAVAILABLE in the edge's error shape (/readyz
+// every other route 503 UNAVAILABLE as the edge's problem details (/readyz
 // naming what is still missing), so clients retry instead of failing on a
 // refused connection.
 func StartingHandler(ready *node.Readiness) http.Handler {
@@ -151,7 +151,7 @@ func StartingHandler(ready *node.Readiness) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 			return
 		}
-		body := map[string]string{"code": edge.CodeUnavailable, "message": "starting", "reason": edge.ReasonStarting}
+		detail, reason := "starting", edge.ReasonStarting
 		if r.URL.Path == "/readyz" {
 			ctx, cancel := context.WithTimeout(r.Context(), node.DefaultReadyzTimeout)
 			// Like the edge's own /readyz, the public reply names the
@@ -160,16 +160,15 @@ func StartingHandler(ready *node.Readiness) http.Handler {
 				if c.Err == nil {
 					continue
 				}
-				body["message"] = "starting: " + startingReasons[c.Name]
+				detail = "starting: " + startingReasons[c.Name]
 				if c.Name == "stores" {
-					body["reason"] = edge.ReasonStoreUnavailable
+					reason = edge.ReasonStoreUnavailable
 				}
 				break
 			}
 			cancel()
 		}
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": body})
+		edge.WriteProblem(w, http.StatusServiceUnavailable, edge.CodeUnavailable, reason, detail, 1)
 	})
 }
 

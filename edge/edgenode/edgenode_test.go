@@ -21,12 +21,13 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
+// errorReply is the edge's problem details reply.
 type errorReply struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-		Reason  string `json:"reason"`
-	} `json:"error"`
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
 }
 
 func get(t *testing.T, h http.Handler, path string) (int, errorReply, http.Header) {
@@ -58,15 +59,18 @@ func TestStartingHandlerSaysWhyNotReady(t *testing.T) {
 
 	code, rep, hdr := get(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, edge.CodeUnavailable, rep.Error.Code)
-	require.Equal(t, edge.ReasonStoreUnavailable, rep.Error.Reason)
-	require.Equal(t, "starting: the stores do not answer", rep.Error.Message, "no Redis address or error in a public reply")
+	require.Equal(t, edge.CodeUnavailable, rep.Code)
+	require.Equal(t, edge.ReasonStoreUnavailable, rep.Reason)
+	require.Equal(t, "starting: the stores do not answer", rep.Detail, "no Redis address or error in a public reply")
 	require.NotEmpty(t, hdr.Get("Retry-After"))
+	require.Equal(t, edge.ContentTypeProblem, hdr.Get("Content-Type"))
+	require.Equal(t, edge.ProblemType(edge.CodeUnavailable), rep.Type)
+	require.Equal(t, http.StatusServiceUnavailable, rep.Status)
 
 	code, rep, _ = get(t, h, "/orders/ord-1")
 	require.Equal(t, http.StatusServiceUnavailable, code, "orders are not refused as unknown while starting")
-	require.Equal(t, "starting", rep.Error.Message)
-	require.Equal(t, edge.ReasonStarting, rep.Error.Reason, "every 503 names its reason")
+	require.Equal(t, "starting", rep.Detail)
+	require.Equal(t, edge.ReasonStarting, rep.Reason, "every 503 names its reason")
 }
 
 func TestStartingHandlerWaitsForTheMember(t *testing.T) {
@@ -76,8 +80,8 @@ func TestStartingHandlerWaitsForTheMember(t *testing.T) {
 	t.Cleanup(s.Close)
 	code, rep, _ := get(t, StartingHandler(node.NewReadiness(s)), "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, "starting: the cluster member has not joined", rep.Error.Message)
-	require.Equal(t, edge.ReasonStarting, rep.Error.Reason)
+	require.Equal(t, "starting: the cluster member has not joined", rep.Detail)
+	require.Equal(t, edge.ReasonStarting, rep.Reason)
 }
 
 // unusedOrders satisfies edge.Orders; readiness never calls it.
@@ -140,9 +144,9 @@ func TestEdgeReadyzFollowsTheStores(t *testing.T) {
 
 	require.NoError(t, rs.Stop())
 	rep := waitStatus(http.StatusServiceUnavailable)
-	require.Equal(t, edge.CodeUnavailable, rep.Error.Code)
-	require.Equal(t, edge.ReasonStoreUnavailable, rep.Error.Reason)
-	require.Equal(t, "the stores do not answer", rep.Error.Message)
+	require.Equal(t, edge.CodeUnavailable, rep.Code)
+	require.Equal(t, edge.ReasonStoreUnavailable, rep.Reason)
+	require.Equal(t, "the stores do not answer", rep.Detail)
 
 	rs, err = redisserver.Start(ctx, rcfg)
 	require.NoError(t, err)

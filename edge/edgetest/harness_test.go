@@ -311,14 +311,14 @@ func (h *harness) evidenceOf(a *apiNode, id string) *evidence {
 func requireCode(t *testing.T, body []byte, code string) {
 	t.Helper()
 	var e struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field"`
-		} `json:"error"`
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+		Field  string `json:"field"`
 	}
 	require.NoError(t, json.Unmarshal(body, &e), string(body))
-	require.Equal(t, code, e.Error.Code, string(body))
+	require.Equal(t, code, e.Code, string(body))
+	require.Equal(t, edge.ProblemType(code), e.Type, string(body))
 }
 
 func sameState(t *testing.T, want, got *contracts.OrderState) {

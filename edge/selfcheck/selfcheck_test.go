@@ -202,17 +202,19 @@ func jsonBody(t *testing.T, v any) string {
 	return string(b)
 }
 
+// errorReply is the edge's problem details reply.
 type errorReply struct {
-	Error struct {
-		Code  string `json:"code"`
-		Field string `json:"field"`
-	} `json:"error"`
+	Type  string `json:"type"`
+	Code  string `json:"code"`
+	Field string `json:"field"`
 }
 
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) errorReply {
 	t.Helper()
 	var e errorReply
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e), w.Body.String())
+	require.Equal(t, edge.ContentTypeProblem, w.Header().Get("Content-Type"))
+	require.Equal(t, edge.ProblemType(e.Code), e.Type, w.Body.String())
 	return e
 }
 
@@ -245,7 +247,7 @@ func TestGatesArmAndReleaseResumesTheOrder(t *testing.T) {
 	}
 	w := e.do("POST", selfcheckapi.GatesPath, jsonBody(t, selfcheckapi.GateRequest{IdempotencyKey: "k-x", Mode: "open"}))
 	require.Equal(t, http.StatusBadRequest, w.Code)
-	require.Equal(t, "mode", decodeError(t, w).Error.Field)
+	require.Equal(t, "mode", decodeError(t, w).Field)
 	w = e.do("POST", selfcheckapi.GatesPath, `{"idempotencyKey":"k-x","mode":"stop","extra":true}`)
 	require.Equal(t, http.StatusBadRequest, w.Code, "the hooks' bodies are strict")
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -318,21 +319,20 @@ func classifyAnswer(code int, h http.Header, body []byte, err error) overloadAns
 		a.OrderID = rep.OrderID
 		return a
 	}
-	var env struct {
-		Error struct {
-			Code   string `json:"code"`
-			Reason string `json:"reason"`
-		} `json:"error"`
+	// A body that is not problem details keys the answer by its status
+	// alone.
+	var p client.ErrorBody
+	if eb, perr := client.DecodeError(body); perr == nil {
+		p = *eb
 	}
-	_ = json.Unmarshal(body, &env)
 	key := strconv.Itoa(code)
 	switch {
-	case env.Error.Reason != "":
-		key += " " + env.Error.Reason
-	case env.Error.Code != "":
-		key += " " + env.Error.Code
+	case p.Reason != "":
+		key += " " + p.Reason
+	case p.Code != "":
+		key += " " + p.Code
 	}
-	if code == http.StatusServiceUnavailable && env.Error.Reason == reasonOverloaded {
+	if code == http.StatusServiceUnavailable && p.Reason == reasonOverloaded {
 		ra, perr := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
 		return overloadAnswer{Outcome: outcomeShed, Key: key, RetryAfterOK: perr == nil && ra >= 1 && ra <= 3}
 	}

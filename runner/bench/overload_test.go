@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -51,7 +53,7 @@ func TestClassifyAnswer(t *testing.T) {
 		}
 		return h
 	}
-	shed := `{"error":{"code":"UNAVAILABLE","message":"overloaded","reason":"OVERLOADED"}}`
+	shed := problemBody(503, "UNAVAILABLE", "OVERLOADED", "overloaded")
 	for _, c := range []struct {
 		name string
 		code int
@@ -69,10 +71,12 @@ func TestClassifyAnswer(t *testing.T) {
 		{"shed", 503, hdr("2"), shed, nil, overloadAnswer{Outcome: outcomeShed, Key: "503 OVERLOADED", RetryAfterOK: true}},
 		{"shed, Retry-After too long", 503, hdr("5"), shed, nil, overloadAnswer{Outcome: outcomeShed, Key: "503 OVERLOADED"}},
 		{"shed, no Retry-After", 503, hdr(""), shed, nil, overloadAnswer{Outcome: outcomeShed, Key: "503 OVERLOADED"}},
-		{"no eligible member", 503, hdr("5"), `{"error":{"code":"UNAVAILABLE","reason":"NO_ELIGIBLE_MEMBER"}}`, nil,
+		{"no eligible member", 503, hdr("5"), problemBody(503, "UNAVAILABLE", "NO_ELIGIBLE_MEMBER", "none"), nil,
 			overloadAnswer{Outcome: outcomeRefused, Key: "503 NO_ELIGIBLE_MEMBER"}},
 		{"OVERLOADED on a 429 is not a shed", 429, nil, shed, nil, overloadAnswer{Outcome: outcomeRefused, Key: "429 OVERLOADED"}},
-		{"internal", 500, nil, `{"error":{"code":"INTERNAL","message":"x"}}`, nil, overloadAnswer{Outcome: outcomeRefused, Key: "500 INTERNAL"}},
+		{"internal", 500, nil, problemBody(500, "INTERNAL", "", "x"), nil, overloadAnswer{Outcome: outcomeRefused, Key: "500 INTERNAL"}},
+		{"the old error envelope", 503, hdr("2"), `{"error":{"code":"UNAVAILABLE","reason":"OVERLOADED"}}`, nil,
+			overloadAnswer{Outcome: outcomeRefused, Key: "503"}},
 		{"not JSON", 502, nil, `bad gateway`, nil, overloadAnswer{Outcome: outcomeRefused, Key: "502"}},
 		{"transport", 0, nil, "", errors.New("connection refused"), overloadAnswer{Outcome: outcomeError, Key: "transport error", Err: "connection refused"}},
 	} {
@@ -188,13 +192,15 @@ func (f *fakeOverloadAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n := f.posts.Add(1)
 		switch {
 		case n%3 == 0:
+			w.Header().Set("Content-Type", client.ContentTypeProblem)
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `{"error":{"code":"UNAVAILABLE","message":"overloaded","reason":"OVERLOADED"}}`)
+			fmt.Fprint(w, problemBody(503, "UNAVAILABLE", "OVERLOADED", "overloaded"))
 		case n%7 == 0:
+			w.Header().Set("Content-Type", client.ContentTypeProblem)
 			w.Header().Set("Retry-After", "5")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `{"error":{"code":"UNAVAILABLE","message":"none","reason":"NO_ELIGIBLE_MEMBER"}}`)
+			fmt.Fprint(w, problemBody(503, "UNAVAILABLE", "NO_ELIGIBLE_MEMBER", "none"))
 		default:
 			id := fmt.Sprintf("o-%d", n)
 			f.mu.Lock()
@@ -213,8 +219,9 @@ func (f *fakeOverloadAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st, ok := f.state[id]
 	f.mu.Unlock()
 	if !ok {
+		w.Header().Set("Content-Type", client.ContentTypeProblem)
 		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprint(w, `{"error":{"code":"NOT_FOUND","message":"no"}}`)
+		fmt.Fprint(w, problemBody(404, "NOT_FOUND", "", "no"))
 		return
 	}
 	fmt.Fprintf(w, `{"state":{"orderId":%q,"status":%q,"updatedAtUnixMs":%d}}`, id, st, time.Now().UnixMilli())
@@ -551,4 +558,11 @@ func TestOverloadFlags(t *testing.T) {
 		_, err := parseOptions(bad)
 		require.Error(t, err, "%v", bad)
 	}
+}
+
+// problemBody is the API's problem details reply of code (and reason).
+func problemBody(status int, code, reason, detail string) string {
+	p := client.ErrorBody{Type: client.ProblemTypePrefix + code, Title: code, Status: status, Detail: detail, Code: code, Reason: reason}
+	b, _ := json.Marshal(p)
+	return string(b)
 }

@@ -39,8 +39,9 @@ func (f *fakeOrderAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("waitFor") {
 		f.waitQueries.Add(1)
 		if f.refuseWait {
+			w.Header().Set("Content-Type", client.ContentTypeProblem)
 			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write([]byte(`{"error":{"code":"INVALID_ARGUMENT","field":"waitFor"}}`))
+			_, _ = w.Write([]byte(problemBody(http.StatusBadRequest, "INVALID_ARGUMENT", "", "waitFor: unknown")))
 			return
 		}
 	}

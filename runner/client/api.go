@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 
 // ErrProtocol: a response that the public API contract does not allow (a
 // 2xx body that is not the contract message, an error body that is not
-// the error envelope).
+// the problem details).
 var ErrProtocol = errors.New("client: response breaks the API contract")
 
 // maxBody bounds how much of a response is read; the API's own request
@@ -36,18 +37,29 @@ type API struct {
 	HTTP *http.Client
 }
 
-// ErrorBody is the API's error envelope
-// {"error":{code,message,field,reason}}. Reason is set on every 503 and
+// ContentTypeProblem is the media type of every error reply.
+const ContentTypeProblem = "application/problem+json"
+
+// ProblemTypePrefix starts the type URN of every code's problem details:
+// urn:shoppingmall:problem:<code>.
+const ProblemTypePrefix = "urn:shoppingmall:problem:"
+
+// ErrorBody is the API's error reply, an RFC 9457 problem details object
+// {type,title,status,detail,code,reason?,field?}. Code, Reason and Field
+// are the contract's extension members; Reason is set on every 503 and
 // 504 (OWNER_GONE, STORE_UNAVAILABLE, ...).
 type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	Reason string `json:"reason,omitempty"`
+	Field  string `json:"field,omitempty"`
 }
 
 // Reply is what one call answered: the HTTP status, the headers, the raw
-// body and, for a non-2xx status, the decoded error envelope.
+// body and, for a non-2xx status, the decoded problem details.
 type Reply struct {
 	Status int
 	Header http.Header
@@ -57,10 +69,10 @@ type Reply struct {
 
 func (r Reply) String() string {
 	if r.Error != nil && r.Error.Reason != "" {
-		return fmt.Sprintf("HTTP %d %s (%s): %s", r.Status, r.Error.Code, r.Error.Reason, r.Error.Message)
+		return fmt.Sprintf("HTTP %d %s (%s): %s", r.Status, r.Error.Code, r.Error.Reason, r.Error.Detail)
 	}
 	if r.Error != nil {
-		return fmt.Sprintf("HTTP %d %s: %s", r.Status, r.Error.Code, r.Error.Message)
+		return fmt.Sprintf("HTTP %d %s: %s", r.Status, r.Error.Code, r.Error.Detail)
 	}
 	return fmt.Sprintf("HTTP %d %s", r.Status, strings.TrimSpace(string(r.Body)))
 }
@@ -69,7 +81,7 @@ func (r Reply) String() string {
 func (r Reply) OK() bool { return r.Status >= 200 && r.Status < 300 }
 
 // StartOrder is POST /orders. On a 2xx status the StartOrderRes is
-// returned; otherwise nil and the Reply carries the error envelope. err
+// returned; otherwise nil and the Reply carries the problem details. err
 // is a transport failure or a body that breaks the contract.
 func (a *API) StartOrder(ctx context.Context, req *contracts.StartOrderReq) (*contracts.StartOrderRes, Reply, error) {
 	res := &contracts.StartOrderRes{}
@@ -105,7 +117,7 @@ const (
 // WaitTerminal is one bounded wait for the order's outcome: GET
 // /orders/{orderId}?waitFor=terminal&timeoutMs=<timeout in ms>. On a 200
 // it returns the state and whether it is terminal (X-Wait: reached);
-// otherwise nil and the Reply carries the error envelope (an unknown
+// otherwise nil and the Reply carries the problem details (an unknown
 // order is 404, a timeout above MaxWait 400). The API holds the request
 // until the outcome or the timeout, so the caller sends one request where
 // it would poll; the ctx must outlast timeout.
@@ -149,7 +161,7 @@ func (a *API) Rebuild(ctx context.Context, orderID string) (*contracts.OrderStat
 }
 
 // call sends req (nil for no body) and decodes a 2xx body into res with
-// the contract codec, a non-2xx body into the error envelope.
+// the contract codec, a non-2xx body into the problem details.
 func (a *API) call(ctx context.Context, method, path string, req, res proto.Message) (Reply, error) {
 	var body io.Reader
 	if req != nil {
@@ -166,7 +178,7 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 	if req != nil {
 		hreq.Header.Set("Content-Type", "application/json")
 	}
-	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Accept", "application/json, "+ContentTypeProblem)
 	hc := a.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
@@ -187,7 +199,7 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 		}
 		return rep, nil
 	}
-	eb, err := DecodeError(b)
+	eb, err := DecodeErrorReply(rep.Status, rep.Header, b)
 	if err != nil {
 		return rep, fmt.Errorf("%w: %s %s answered %d: %w", ErrProtocol, method, path, rep.Status, err)
 	}
@@ -195,17 +207,35 @@ func (a *API) call(ctx context.Context, method, path string, req, res proto.Mess
 	return rep, nil
 }
 
-// DecodeError decodes the error envelope; a body that is not one, or has
-// no code, is ErrProtocol.
+// DecodeError decodes a problem details body; a body that is not one (no
+// type or no code) is ErrProtocol.
 func DecodeError(b []byte) (*ErrorBody, error) {
-	var env struct {
-		Error *ErrorBody `json:"error"`
-	}
-	if err := json.Unmarshal(b, &env); err != nil {
+	var p ErrorBody
+	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%w: error body %q: %v", ErrProtocol, b, err)
 	}
-	if env.Error == nil || env.Error.Code == "" {
+	if p.Code == "" {
 		return nil, fmt.Errorf("%w: error body %q has no error code", ErrProtocol, b)
 	}
-	return env.Error, nil
+	if p.Type == "" {
+		return nil, fmt.Errorf("%w: error body %q has no problem type", ErrProtocol, b)
+	}
+	return &p, nil
+}
+
+// DecodeErrorReply decodes a whole error reply: its body with
+// DecodeError, sent as application/problem+json, whose status member is
+// the reply's status.
+func DecodeErrorReply(status int, h http.Header, b []byte) (*ErrorBody, error) {
+	if mt, _, err := mime.ParseMediaType(h.Get("Content-Type")); err != nil || mt != ContentTypeProblem {
+		return nil, fmt.Errorf("%w: error reply of type %q, want %s", ErrProtocol, h.Get("Content-Type"), ContentTypeProblem)
+	}
+	p, err := DecodeError(b)
+	if err != nil {
+		return nil, err
+	}
+	if p.Status != status {
+		return nil, fmt.Errorf("%w: error body %q says status %d, the reply %d", ErrProtocol, b, p.Status, status)
+	}
+	return p, nil
 }

@@ -27,7 +27,11 @@ func fakeAPI(t *testing.T, status int, body string) (*client.API, *[]recorded) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got = append(got, recorded{r.Method, r.URL.EscapedPath(), string(b)})
-		w.Header().Set("Content-Type", "application/json")
+		if status >= 400 {
+			w.Header().Set("Content-Type", client.ContentTypeProblem)
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
 		w.WriteHeader(status)
 		_, _ = w.Write([]byte(body))
 	}))
@@ -63,7 +67,7 @@ func TestContinueAndRebuildSendTheOrderWithAnEmptySourceCommand(t *testing.T) {
 }
 
 func TestErrorEnvelopeIsDecoded(t *testing.T) {
-	api, _ := fakeAPI(t, http.StatusServiceUnavailable, `{"error":{"code":"UNAVAILABLE","message":"owner gone","reason":"OWNER_GONE"}}`)
+	api, _ := fakeAPI(t, http.StatusServiceUnavailable, `{"type":"urn:shoppingmall:problem:UNAVAILABLE","title":"Unavailable","status":503,"detail":"owner gone","code":"UNAVAILABLE","reason":"OWNER_GONE"}`)
 	st, rep, err := api.Continue(context.Background(), "ord-1")
 	require.NoError(t, err, "an error status is an answer, not a transport failure")
 	assert.Nil(t, st)
@@ -72,7 +76,10 @@ func TestErrorEnvelopeIsDecoded(t *testing.T) {
 	require.NotNil(t, rep.Error)
 	assert.Equal(t, "UNAVAILABLE", rep.Error.Code)
 	assert.Equal(t, "OWNER_GONE", rep.Error.Reason)
-	assert.Contains(t, rep.String(), "503 UNAVAILABLE (OWNER_GONE)")
+	assert.Equal(t, client.ProblemTypePrefix+"UNAVAILABLE", rep.Error.Type)
+	assert.Equal(t, 503, rep.Error.Status)
+	assert.Equal(t, "owner gone", rep.Error.Detail)
+	assert.Contains(t, rep.String(), "503 UNAVAILABLE (OWNER_GONE): owner gone")
 }
 
 func TestBodiesOutsideTheContractAreProtocolErrors(t *testing.T) {
@@ -80,11 +87,14 @@ func TestBodiesOutsideTheContractAreProtocolErrors(t *testing.T) {
 		status int
 		body   string
 	}{
-		"unknown field":        {200, `{"state":{"orderId":"o","status":"Confirmed","updatedAtUnixMs":1,"ownerNode":"workflow-a"}}`},
-		"status missing":       {200, `{"state":{"orderId":"o","updatedAtUnixMs":1}}`},
-		"error without code":   {404, `{"error":{"message":"x"}}`},
-		"error not json":       {500, `<html>`},
-		"trailing after state": {200, `{"state":{"orderId":"o","status":"Confirmed","updatedAtUnixMs":1}} {}`},
+		"unknown field":           {200, `{"state":{"orderId":"o","status":"Confirmed","updatedAtUnixMs":1,"ownerNode":"workflow-a"}}`},
+		"status missing":          {200, `{"state":{"orderId":"o","updatedAtUnixMs":1}}`},
+		"error without code":      {404, `{"type":"urn:shoppingmall:problem:NOT_FOUND","title":"Not found","status":404,"detail":"x"}`},
+		"error without type":      {404, `{"title":"Not found","status":404,"detail":"x","code":"NOT_FOUND"}`},
+		"error of another status": {404, `{"type":"urn:shoppingmall:problem:NOT_FOUND","title":"Not found","status":400,"detail":"x","code":"NOT_FOUND"}`},
+		"old error envelope":      {404, `{"error":{"code":"NOT_FOUND","message":"x"}}`},
+		"error not json":          {500, `<html>`},
+		"trailing after state":    {200, `{"state":{"orderId":"o","status":"Confirmed","updatedAtUnixMs":1}} {}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			api, _ := fakeAPI(t, tc.status, tc.body)

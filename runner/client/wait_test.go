@@ -20,7 +20,11 @@ func waitAPI(t *testing.T, status int, wait, body string) (*client.API, *[]strin
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Method+" "+r.URL.RequestURI())
-		w.Header().Set("Content-Type", "application/json")
+		if status >= 400 {
+			w.Header().Set("Content-Type", client.ContentTypeProblem)
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
 		if wait != "" {
 			w.Header().Set(client.HeaderWait, wait)
 		}
@@ -50,7 +54,7 @@ func TestWaitTerminalTimeoutIsTheCurrentState(t *testing.T) {
 }
 
 func TestWaitTerminalErrorIsAnAnswer(t *testing.T) {
-	api, _ := waitAPI(t, http.StatusNotFound, "", `{"error":{"code":"NOT_FOUND","message":"order not found"}}`)
+	api, _ := waitAPI(t, http.StatusNotFound, "", `{"type":"urn:shoppingmall:problem:NOT_FOUND","title":"Not found","status":404,"detail":"order not found","code":"NOT_FOUND"}`)
 	st, reached, rep, err := api.WaitTerminal(context.Background(), "o", time.Second)
 	require.NoError(t, err)
 	require.Nil(t, st)

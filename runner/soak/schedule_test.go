@@ -99,10 +99,10 @@ func TestBurstIsBounded(t *testing.T) {
 		case <-release:
 		case <-r.Context().Done():
 		}
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", client.ContentTypeProblem)
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"error":{"code":"UNAVAILABLE","reason":"OVERLOADED","message":"busy"}}`))
+		_, _ = w.Write([]byte(`{"type":"urn:shoppingmall:problem:UNAVAILABLE","title":"Unavailable","status":503,"detail":"busy","code":"UNAVAILABLE","reason":"OVERLOADED"}`))
 	}))
 	defer srv.Close()
 	log := newClientLog()

@@ -364,7 +364,7 @@ func (c *adminClient) fetch(cmd, method, path string, v any, stdout, stderr io.W
 	}
 	if status != http.StatusOK {
 		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
-		fmt.Fprintln(stderr, "commerce-api admin "+cmd+":", status, http.StatusText(status))
+		fmt.Fprintln(stderr, "commerce-api admin "+cmd+":", replyError(status, b))
 		return nil, false
 	}
 	if err := json.Unmarshal(b, v); err != nil {
@@ -401,10 +401,39 @@ func adminOrderOp(op string, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
 	if status/100 != 2 {
-		fmt.Fprintln(stderr, "commerce-api admin:", status, http.StatusText(status))
+		fmt.Fprintln(stderr, "commerce-api admin:", replyError(status, b))
 		return 1
 	}
 	return 0
+}
+
+// problem is the API's error reply (RFC 9457 problem details, with the
+// code, reason and field as extension members).
+type problem struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+	Field  string `json:"field"`
+}
+
+// replyError says what an error reply was: its status and, when its body
+// is problem details, the code, reason, field and detail.
+func replyError(status int, b []byte) string {
+	s := fmt.Sprint(status, " ", http.StatusText(status))
+	var p problem
+	if err := json.Unmarshal(b, &p); err != nil || p.Code == "" || p.Type == "" {
+		return s
+	}
+	s += ": " + p.Code
+	if p.Reason != "" {
+		s += " " + p.Reason
+	}
+	if p.Field != "" {
+		s += " (" + p.Field + ")"
+	}
+	return s + ": " + p.Detail
 }
 
 // stuckReport is the reply of the stuck-order routes (edge.StuckReport),
@@ -463,7 +492,11 @@ func adminStuck(args []string, stdout, stderr io.Writer) int {
 	if *rebuild {
 		status, b, err := c.do(http.MethodPost, "/admin/read-model/active-index/rebuild", "")
 		if err != nil || status != http.StatusOK {
-			fmt.Fprintln(stderr, "commerce-api admin stuck: rebuild index:", status, strings.TrimSpace(string(b)), err)
+			if err != nil {
+				fmt.Fprintln(stderr, "commerce-api admin stuck: rebuild index:", err)
+			} else {
+				fmt.Fprintln(stderr, "commerce-api admin stuck: rebuild index:", replyError(status, b))
+			}
 			return 1
 		}
 		fmt.Fprintln(stdout, "active-order index rebuilt:", strings.TrimSpace(string(b)))

@@ -27,8 +27,9 @@ func TestAdminStockCLI(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
 		if r.URL.Path != "/admin/stock/sku-a" {
+			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"error":{"code":"NOT_FOUND","message":"not found"}}`))
+			_, _ = w.Write([]byte(`{"type":"urn:shoppingmall:problem:NOT_FOUND","title":"Not found","status":404,"detail":"not found","code":"NOT_FOUND"}`))
 			return
 		}
 		_, _ = w.Write(body)

@@ -38,8 +38,9 @@ func TestAdminTimelineCLI(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 		if r.URL.Path != "/admin/orders/ord-1/timeline" {
+			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"error":{"code":"NOT_FOUND","message":"order not found"}}`))
+			_, _ = w.Write([]byte(`{"type":"urn:shoppingmall:problem:NOT_FOUND","title":"Not found","status":404,"detail":"order not found","code":"NOT_FOUND"}`))
 			return
 		}
 		_, _ = w.Write(body)
@@ -68,6 +69,7 @@ func TestAdminTimelineCLI(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 1, admin([]string{"timeline", "-api", srv.URL, "-order", "ord-2"}, &out, &errOut), "an unknown order")
 	require.Contains(t, out.String(), "NOT_FOUND")
+	require.Contains(t, errOut.String(), "404 Not Found: NOT_FOUND: order not found", "the problem details, read")
 	require.Equal(t, 2, admin([]string{"timeline", "-api", srv.URL}, &out, &errOut), "-order is required")
 	require.Equal(t, []string{
 		"GET /admin/orders/ord-1/timeline Bearer tok",

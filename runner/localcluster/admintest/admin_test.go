@@ -119,13 +119,11 @@ type reply struct {
 }
 
 func (r reply) code() string {
-	var b struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
+	b, err := client.DecodeError(r.body)
+	if err != nil {
+		return ""
 	}
-	_ = json.Unmarshal(r.body, &b)
-	return b.Error.Code
+	return b.Code
 }
 
 // call sends one request; authorization "" sends no header.

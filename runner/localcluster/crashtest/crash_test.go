@@ -39,11 +39,14 @@ type httpRes struct {
 	retryAfter string
 }
 
-// errorCode returns the error envelope's code and reason.
+// errorCode returns the problem details' code and reason (none when the
+// body is not of the code's problem type).
 func errorCode(r httpRes) (code, reason string) {
-	e, _ := r.body["error"].(map[string]any)
-	code, _ = e["code"].(string)
-	reason, _ = e["reason"].(string)
+	code, _ = r.body["code"].(string)
+	reason, _ = r.body["reason"].(string)
+	if typ, _ := r.body["type"].(string); typ != edge.ProblemType(code) {
+		return "", ""
+	}
 	return code, reason
 }
 
