@@ -65,20 +65,7 @@ func MarshalJSON(m proto.Message) ([]byte, error) {
 //
 // On error m is reset, so a caller never acts on a half-decoded message.
 func UnmarshalJSON(b []byte, m proto.Message) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil target message", ErrInvalidJSON)
-	}
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, m); err != nil {
-		proto.Reset(m)
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	r := m.ProtoReflect()
-	if err := checkEnums(r); err != nil {
-		err = located(err, r)
-		proto.Reset(m)
-		return err
-	}
-	return nil
+	return unmarshal(protojson.UnmarshalOptions{}, b, m)
 }
 
 // UnmarshalStoredJSON decodes b into m as UnmarshalJSON does, except that
@@ -90,10 +77,16 @@ func UnmarshalJSON(b []byte, m proto.Message) error {
 // optional field another build added. What clients send is decoded
 // strictly (UnmarshalJSON).
 func UnmarshalStoredJSON(b []byte, m proto.Message) error {
+	return unmarshal(protojson.UnmarshalOptions{DiscardUnknown: true}, b, m)
+}
+
+// unmarshal is both decoders: opts decides only what an unknown field or
+// enum name costs; the enum check and the reset on error are the same.
+func unmarshal(opts protojson.UnmarshalOptions, b []byte, m proto.Message) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil target message", ErrInvalidJSON)
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, m); err != nil {
+	if err := opts.Unmarshal(b, m); err != nil {
 		proto.Reset(m)
 		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	}
