@@ -2,6 +2,13 @@
 # `make check` the quick gate before a commit (docs/testing.md).
 SHELL := /bin/bash
 GO ?= go
+# Every go command below, and every `go build` a test or runner starts
+# (they inherit the environment), compiles with the checkout's folder
+# trimmed from its paths: without it the folder is part of each package's
+# build-cache key, so a fresh clone recompiles everything the first clone
+# already compiled. The user's own GOFLAGS (the environment's or
+# `go env -w`'s) are kept.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS 2>/dev/null)) -trimpath)
 # Packages that start several protoactor members in one process run without
 # -race: protoactor's remote.Start writes grpc's global logger at every
 # member start (a race inside the library, not ours).
@@ -27,7 +34,7 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test check fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test check test-one fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
 test: redis fmt-check vet lint k8s-compile k8s-test alerts-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test compose-test multi-member store-evidence
 
@@ -82,6 +89,31 @@ alerts-test:
 
 unit:
 	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+
+# One package, or some of its tests, with the flags `make test` gives that
+# package, for the loop of one change (docs/testing.md):
+#   make test-one PKG=./eventstore RUN=TestRedisContract
+#   make test-one PKG=./runner/localcluster/pausetest
+# -race everywhere but the multi-member packages and scripts/deploy (as
+# their targets run them), -tags k8s for the k8s membership provider; the
+# Redis tools the package's tests start (sentinels for actors/node's
+# failover tests, iptables for the partition packages) are installed
+# first, as their targets do. -v; TESTFLAGS may add e.g. -count 5.
+PKG ?=
+RUN ?=
+TESTFLAGS ?=
+test-one: redis
+	@pkg='$(PKG)'; if [ -z "$$pkg" ]; then echo 'usage: make test-one PKG=./some/package [RUN=regexp] [TESTFLAGS=...]' >&2; exit 2; fi; \
+	case "$${pkg#./}" in \
+	  cluster/clustertest*|edge/edgetest*|scripts/deploy*) flags='' ;; \
+	  cluster/k8smembers*) flags='-tags k8s' ;; \
+	  *) flags='-race' ;; \
+	esac; \
+	case "$${pkg#./}" in \
+	  actors/node*|runner/localcluster/redisclustertest*) bash scripts/install-redis.sh sentinel >/dev/null || exit 1 ;; \
+	  runner/localcluster/partition*) bash scripts/install-iptables.sh >/dev/null || exit 1 ;; \
+	esac; \
+	set -x; $(GO) test $$flags -count=1 -timeout 10m -v $(if $(RUN),-run '$(RUN)') $(TESTFLAGS) "$$pkg"
 
 # Real-process proofs of durability across a store failover, which `unit`
 # leaves to this target: Sentinel promoting a replica after the primary's
