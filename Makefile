@@ -34,9 +34,48 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test check test-one fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
 
-test: redis fmt-check vet lint k8s-compile k8s-test alerts-test unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test compose-test multi-member store-evidence
+# make test runs its targets in TEST_JOBS parallel jobs (default 3; 1
+# runs them one after another). The targets that keep the cores busy
+# (TEST_CPU: the linter, the -race unit stage, the overload and spread
+# proofs, the image builds) run one after another, never beside each
+# other; the ones that mostly wait on real processes, leases and
+# failovers (TEST_WAITING, longest first) fill the other jobs. Every test
+# has its own ports, Redis servers, run folder and cgroups, so they share
+# nothing but the cores. The tools the targets install (apt takes one
+# install at a time) and the process binaries are made first, once.
+# Each target's output is printed whole when it ends. Where the time
+# goes: docs/testing.md ("Where the time goes").
+TEST_JOBS ?= 3
+TEST_CPU := fmt-check vet lint k8s-compile alerts-test unit overload-test scale-test deploy-test compose-test
+TEST_WAITING := failover-test multi-member stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test k8s-test store-evidence
+
+test: test-tools test-bin
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -Otarget TEST_LANES=1 $(TEST_CPU) $(TEST_WAITING)
+
+# Within make test's run, TEST_CPU as a chain: each waits for the one
+# before it (order-only, so `make unit` alone still runs unit alone).
+ifdef TEST_LANES
+vet: | fmt-check
+lint: | vet
+k8s-compile: | lint
+alerts-test: | k8s-compile
+unit: | alerts-test
+overload-test: | unit
+scale-test: | overload-test
+deploy-test: | scale-test
+compose-test: | deploy-test
+endif
+
+# What make test's targets install when missing, installed one at a time
+# before they run side by side: redis-server and redis-sentinel, iptables
+# (without it the partition proofs fail, as partition-test does alone),
+# promtool. Docker, which only compose-test needs, it installs itself.
+test-tools:
+	@bash scripts/install-redis.sh sentinel
+	@bash scripts/install-iptables.sh >/dev/null || echo "test-tools: iptables could not be installed" >&2
+	@bash scripts/install-prometheus.sh >/dev/null
 
 # The quick gate before a commit: formatting, vet, the linter and the unit
 # stage of `make test` (go test -race of the packages its own targets leave
@@ -87,7 +126,20 @@ alerts-test:
 	promtool check rules $(ALERTS_DIR)/alerts.yaml
 	promtool test rules $(ALERTS_DIR)/alerts_test.yaml
 
-unit:
+# build-bins,DIR builds the two process binaries into DIR (`build` for
+# cluster-up's .run/bin, `test-bin` for the tests).
+build-bins = mkdir -p $(1) && $(GO) build -o $(1)/ ./edge/cmd/commerce-api ./actors/cmd/order-workflow
+
+# commerce-api and order-workflow, built once per make run for every test
+# that starts them as processes: runner/localcluster/proctest takes them
+# from SHOPPINGMALL_TEST_BIN_DIR instead of linking a pair per test binary.
+# go build relinks only when a source changed.
+TEST_BIN_DIR := $(RUN_DIR)/test-bin
+export SHOPPINGMALL_TEST_BIN_DIR := $(TEST_BIN_DIR)
+test-bin:
+	@$(call build-bins,$(TEST_BIN_DIR))
+
+unit: test-bin
 	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # One package, or some of its tests, with the flags `make test` gives that
@@ -102,7 +154,7 @@ unit:
 PKG ?=
 RUN ?=
 TESTFLAGS ?=
-test-one: redis
+test-one: redis test-bin
 	@pkg='$(PKG)'; if [ -z "$$pkg" ]; then echo 'usage: make test-one PKG=./some/package [RUN=regexp] [TESTFLAGS=...]' >&2; exit 2; fi; \
 	case "$${pkg#./}" in \
 	  cluster/clustertest*|edge/edgetest*|scripts/deploy*) flags='' ;; \
@@ -127,7 +179,7 @@ test-one: redis
 # judges the run. Prints the figures (the whole output when it fails).
 CLUSTER_FAILOVER_TEST := TestAMasterKilledUnderLoadLosesNothing
 FAILOVER_TESTS := TestStoresFollowASentinelFailover|TestALaggingReplicaLosesNothingAcknowledged|TestWritesWaitForTheReplica|TestClusterWritesWaitForTheirMastersReplica
-failover-test:
+failover-test: test-bin
 	@bash scripts/install-redis.sh sentinel >/dev/null
 	@bash scripts/install-iptables.sh >/dev/null || echo "failover-test: no iptables: the soak's partition fault is skipped" >&2
 	@out=$$($(GO) test -race -count=1 -timeout 6m -v -run '^($(FAILOVER_TESTS))$$' ./actors/node/ 2>&1); rc=$$?; \
@@ -144,7 +196,7 @@ failover-test:
 # restarted from its AOF under load, a workflow member frozen during cold
 # starts. Run alone, not beside the unit packages, since their timings
 # assume the two cores are theirs; still under -race.
-fault-test:
+fault-test: test-bin
 	$(GO) test -race -count=1 -timeout 8m ./runner/localcluster/faulttest/
 
 # Real-process proof of admission control (runner/localcluster/overloadtest): an
@@ -153,7 +205,7 @@ fault-test:
 # INTERNAL or NO_ELIGIBLE_MEMBER), no self-fence or restart, every acknowledged
 # order terminal within 60 s with no continue; prints the figures (the whole
 # output when it fails).
-overload-test:
+overload-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/overloadtest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -161,20 +213,20 @@ overload-test:
 # Real-process proof of the locked admin surface (runner/localcluster/admintest):
 # 401 without or with a wrong token, 404 on the public port, 200 with it;
 # the stuck-order report lists a held order and -resume finishes it.
-admin-test:
+admin-test: test-bin
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
 
 # Real-process proof of the metrics (runner/localcluster/metricstest): one
 # order moves its owner's /metrics by exactly its deltas, the other node's
 # by none.
-metrics-test:
+metrics-test: test-bin
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/metricstest/
 
 # Real-process proof of self-fencing (runner/localcluster/pausetest): a workflow
 # owning orders is SIGSTOPped 3.5 s, is recorded gone, fences itself, exits
 # 3 and is restarted by the supervisor; prints the pause-to-capacity figure
 # (the whole output when it fails).
-pause-test:
+pause-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/pausetest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -185,7 +237,7 @@ pause-test:
 # and resume, none restarts, every acknowledged or retried order is
 # terminal; a workflow SIGSTOPped for longer than the lease fences on the
 # gap. Prints the figures (the whole output when it fails).
-stall-test:
+stall-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 6m -v ./runner/localcluster/stalltest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -196,7 +248,7 @@ stall-test:
 # recorded gone, its orders are served through api-b and answer
 # OWNER_UNREACHABLE through api-a, and through both once healed. Prints the
 # figures (the whole output when it fails).
-partition-test:
+partition-test: test-bin
 	@bash scripts/install-iptables.sh >/dev/null
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/partition/ ./runner/localcluster/partitiontest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
@@ -208,7 +260,7 @@ partition-test:
 # owner taken over with force cannot write after SIGCONT; -takeover-after
 # takes a killed owner's order over after the first OWNER_GONE. Prints the
 # figures (the whole output when it fails).
-takeover-test:
+takeover-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/takeovertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -217,7 +269,7 @@ takeover-test:
 # six workflow and three API processes, 1,000 orders through the APIs,
 # every workflow member owns some and none more than twice its fair share;
 # prints the orders per member (the whole output when it fails).
-scale-test:
+scale-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/scaletest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -231,7 +283,7 @@ scale-test:
 # way or half-way: the owner's own writes meet MOVED and ASK, every held
 # order ends right, gapless, each effect once. Prints the figures (the
 # whole output when it fails).
-redis-cluster-test:
+redis-cluster-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 3m -v -skip '^$(CLUSTER_FAILOVER_TEST)$$' ./runner/localcluster/redisclustertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
@@ -268,9 +320,7 @@ proto:
 		actors/contracts/shoppingmall.proto actors/contracts/operations.proto cluster/placement/placement.proto
 
 build:
-	mkdir -p $(RUN_DIR)/bin
-	$(GO) build -o $(RUN_DIR)/bin/commerce-api ./edge/cmd/commerce-api
-	$(GO) build -o $(RUN_DIR)/bin/order-workflow ./actors/cmd/order-workflow
+	$(call build-bins,$(RUN_DIR)/bin)
 
 # Local cluster in the background under $(RUN_DIR) (state in localcluster.json).
 # WORKFLOWS and APIS set how many order-workflow and commerce-api processes

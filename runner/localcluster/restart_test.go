@@ -13,10 +13,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,46 +23,10 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
 )
 
-var (
-	binDir   string
-	buildErr error
-	buildOne sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// binaries builds commerce-api and order-workflow once per test binary,
-// only for the tests that run real processes.
-func binaries(t *testing.T) (api, workflow string) {
-	t.Helper()
-	buildOne.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "cluster-bin")
-		if buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = filepath.Join("..", "..")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // seedDemo writes the demo catalogue after the cluster started, as
 // clusterctl does, retrying while Redis still loads its data.
@@ -100,7 +62,7 @@ func applySeed(ctx context.Context, url string) error {
 }
 
 func clusterConfig(t *testing.T, runDir string) localcluster.Config {
-	api, wf := binaries(t)
+	api, wf := proctest.Binaries(t)
 	return localcluster.Config{
 		RunDir: runDir, APIBin: api, WorkflowBin: wf,
 		RedisPersist: true,

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,17 +19,10 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
 )
 
-func build(t *testing.T, dir, pkg, name string) string {
-	t.Helper()
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = filepath.Join("..", "..", "..")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build %s: %s", pkg, b)
-	return out
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 type httpRes struct {
 	status     int
@@ -90,9 +81,7 @@ func status(r httpRes) string {
 }
 
 func TestOwnerKilledIsUnavailableWithoutFailover(t *testing.T) {
-	bin := t.TempDir()
-	apiBin := build(t, bin, "./edge/cmd/commerce-api", "commerce-api")
-	wfBin := build(t, bin, "./actors/cmd/order-workflow", "order-workflow")
+	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := localcluster.Start(ctx, localcluster.Config{

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -23,17 +21,10 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
 )
 
-func build(t *testing.T, dir, pkg, name string) string {
-	t.Helper()
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = filepath.Join("..", "..", "..")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build %s: %s", pkg, b)
-	return out
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // The order workflow's families as docs/observability.md lists them; a reading
 // holds each of their series (a histogram by its _count).
@@ -134,9 +125,7 @@ func orderStatus(t *testing.T, url string) string {
 // started +1, terminal{confirmed} +1, one cold activation, one grain more
 // hosted and one sample per step it ran; the other shows nothing.
 func TestOneOrderMovesTheOwnersMetricsByExactlyItsDeltas(t *testing.T) {
-	bin := t.TempDir()
-	apiBin := build(t, bin, "./edge/cmd/commerce-api", "commerce-api")
-	wfBin := build(t, bin, "./actors/cmd/order-workflow", "order-workflow")
+	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := localcluster.Start(ctx, localcluster.Config{

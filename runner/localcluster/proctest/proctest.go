@@ -1,7 +1,9 @@
 // Package proctest is the shared support of the real-process test
-// packages (runner/localcluster/faulttest, overloadtest, pausetest, takeovertest, admintest):
-// it builds the two process binaries once per test binary and reads a
-// process's scheduler state. It links testing, so only _test files may
+// packages (runner/localcluster and its faulttest, overloadtest,
+// pausetest, takeovertest, admintest, crashtest, metricstest, …): it
+// hands them the two process binaries, built once per run under make and
+// once per test binary without it, and reads a process's scheduler
+// state. It links testing, so only _test files may
 // import it; it must not import edge, actors/... or cluster/...
 package proctest
 
@@ -24,7 +26,13 @@ var (
 	buildOne sync.Once
 )
 
-// Main runs the tests and removes the built binaries; call it from
+// BinDirEnv names the environment variable holding a folder with
+// commerce-api and order-workflow built from this checkout. make's
+// test-bin target builds them there and exports it, so that every test
+// binary of a run shares one build instead of linking its own pair.
+const BinDirEnv = "SHOPPINGMALL_TEST_BIN_DIR"
+
+// Main runs the tests and removes the binaries it built; call it from
 // TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
@@ -34,10 +42,19 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Binaries builds commerce-api and order-workflow once per test binary
-// and returns their paths.
+// Binaries returns the paths of commerce-api and order-workflow: those in
+// BinDirEnv's folder when it is set, or else built once per test binary
+// into a temporary folder (removed by Main).
 func Binaries(t testing.TB) (api, workflow string) {
 	t.Helper()
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		api, workflow = filepath.Join(dir, "commerce-api"), filepath.Join(dir, "order-workflow")
+		for _, p := range []string{api, workflow} {
+			_, err := os.Stat(p)
+			require.NoError(t, err, "%s=%s names no built binary; run make test-bin or unset it", BinDirEnv, dir)
+		}
+		return api, workflow
+	}
 	buildOne.Do(func() {
 		root, err := moduleRoot()
 		if err != nil {
