@@ -194,8 +194,11 @@ failover-test: test-bin
 
 # Real-process fault proofs (runner/localcluster/faulttest): Redis SIGKILLed and
 # restarted from its AOF under load, a workflow member frozen during cold
-# starts. Run alone, not beside the unit packages, since their timings
-# assume the two cores are theirs; still under -race.
+# starts. Under -race. Its own target rather than part of unit, but no
+# longer alone: make test runs it beside the CPU-bound chain and another
+# waiting target, and it passed there in every measured run
+# (docs/testing.md, "Where the time goes"); its assertions are on
+# outcomes (nothing lost, every order terminal), not on durations.
 fault-test: test-bin
 	$(GO) test -race -count=1 -timeout 8m ./runner/localcluster/faulttest/
 

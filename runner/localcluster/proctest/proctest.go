@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +107,39 @@ func ProcState(pid int) string {
 		return ""
 	}
 	return s[i+2 : i+3]
+}
+
+// Load says how busy the machine is, for the failure message of an
+// assertion on a duration: the 1-minute load average beside the cores,
+// and the share of the last 10 s in which some runnable task waited for
+// a core (/proc/pressure/cpu, where the kernel has it). A bound broken
+// on a starved machine then says so, instead of reading as a regression.
+func Load() string {
+	load := "?"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			load = f[0]
+		}
+	}
+	s := fmt.Sprintf("machine: load %s on %d cores", load, runtime.NumCPU())
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+			if v, ok := strings.CutPrefix(f, "avg10="); ok {
+				s += ", tasks waited for a core " + v + "% of the last 10 s"
+			}
+		}
+	}
+	return s
+}
+
+// RequireFaster fails t unless took is below bound, and then names the
+// machine's load (Load): a duration bound is what a loaded machine
+// breaks first, and the message tells that apart from a slow path.
+func RequireFaster(t testing.TB, took, bound time.Duration, format string, args ...any) {
+	t.Helper()
+	if took < bound {
+		return
+	}
+	require.Failf(t, fmt.Sprintf("took %s, bound %s", took.Round(time.Millisecond), bound),
+		fmt.Sprintf(format, args...)+"; "+Load())
 }

@@ -120,8 +120,16 @@ func TestAMasterKilledUnderLoadLosesNothing(t *testing.T) {
 		return err == nil && role[0] == "master"
 	}, 30*time.Second, 50*time.Millisecond, "the replica takes the killed master's slots")
 	promoted := time.Since(killed)
-	// Writes to its slots wait for a replica it does not have yet.
-	time.Sleep(2 * time.Second)
+	// Writes to its slots wait for a replica it does not have yet: the
+	// clients see them in doubt before the old master comes back.
+	inDoubt := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.errors["503 STORE_UNAVAILABLE"] // the reason of docs/api.md
+	}
+	doubted := inDoubt()
+	require.Eventually(t, func() bool { return inDoubt() > doubted }, 30*time.Second, 20*time.Millisecond,
+		"writes to the promoted master's slots are in doubt while it has no replica")
 	require.NoError(t, rc.RestartNode(ctx, victim))
 	require.Eventually(t, func() bool { return replica.InSync(ctx) != nil && rc.Nodes()[victim].InSync(ctx) == nil }, 30*time.Second, 50*time.Millisecond,
 		"the old master replicates the new one")
