@@ -138,6 +138,8 @@ TEST_BIN_DIR := $(RUN_DIR)/test-bin
 export SHOPPINGMALL_TEST_BIN_DIR := $(TEST_BIN_DIR)
 test-bin:
 	@$(call build-bins,$(TEST_BIN_DIR))
+# The soaks (failover-test's and make soak) run the same pair.
+SOAK_BINS = -api-bin $(TEST_BIN_DIR)/commerce-api -workflow-bin $(TEST_BIN_DIR)/order-workflow
 
 unit: test-bin
 	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
@@ -188,7 +190,7 @@ failover-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v -run '^$(CLUSTER_FAILOVER_TEST)$$' ./runner/localcluster/redisclustertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
-	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
+	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak $(SOAK_BINS) -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|redis-failover|violations|^  [a-z_]+ +[0-9]+$$'
 
@@ -397,9 +399,9 @@ bench-peers: redis
 # set -duration (default 2m) and -seed (default: from the clock, printed).
 # The partition fault needs iptables (installed when missing, as for
 # partition-test) and root; without them it is skipped and says why.
-soak: redis
+soak: redis test-bin
 	@bash scripts/install-iptables.sh >/dev/null || echo "soak: no iptables: the partition fault is skipped" >&2
-	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(REDIS_HA_FLAG) $(SOAK_FLAGS)
+	$(GO) run ./runner/soak -run-dir $(RUN_DIR)/soak $(SOAK_BINS) $(REDIS_HA_FLAG) $(SOAK_FLAGS)
 
 # scripts/deploy/compose.yaml end to end, on a dockerd of its own:
 # installs Debian's docker.io and docker-compose when missing (root),
