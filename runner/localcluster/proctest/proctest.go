@@ -109,19 +109,19 @@ func ProcState(pid int) string {
 	return s[i+2 : i+3]
 }
 
-// Load says how busy the machine is, for the failure message of an
+// load says how busy the machine is, for the failure message of an
 // assertion on a duration: the 1-minute load average beside the cores,
 // and the share of the last 10 s in which some runnable task waited for
 // a core (/proc/pressure/cpu, where the kernel has it). A bound broken
 // on a starved machine then says so, instead of reading as a regression.
-func Load() string {
-	load := "?"
+func load() string {
+	avg := "?"
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
-			load = f[0]
+			avg = f[0]
 		}
 	}
-	s := fmt.Sprintf("machine: load %s on %d cores", load, runtime.NumCPU())
+	s := fmt.Sprintf("machine: load %s on %d cores", avg, runtime.NumCPU())
 	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
 		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
 			if v, ok := strings.CutPrefix(f, "avg10="); ok {
@@ -133,7 +133,7 @@ func Load() string {
 }
 
 // RequireFaster fails t unless took is below bound, and then names the
-// machine's load (Load): a duration bound is what a loaded machine
+// machine's load (load): a duration bound is what a loaded machine
 // breaks first, and the message tells that apart from a slow path.
 func RequireFaster(t testing.TB, took, bound time.Duration, format string, args ...any) {
 	t.Helper()
@@ -141,5 +141,5 @@ func RequireFaster(t testing.TB, took, bound time.Duration, format string, args 
 		return
 	}
 	require.Failf(t, fmt.Sprintf("took %s, bound %s", took.Round(time.Millisecond), bound),
-		fmt.Sprintf(format, args...)+"; "+Load())
+		fmt.Sprintf(format, args...)+"; "+load())
 }
