@@ -218,7 +218,14 @@ type stuckReport struct {
 
 func (e *env) report(olderThan string) stuckReport {
 	e.t.Helper()
-	got := e.call("GET", e.admin[localcluster.APIB]+"/admin/orders/stuck?olderThan="+olderThan, e.bearer(), "")
+	return e.reportVia(localcluster.APIB, olderThan)
+}
+
+// reportVia is the stuck report as one API sees it: each API learns a
+// member is gone from its own view of the membership, a moment apart.
+func (e *env) reportVia(api, olderThan string) stuckReport {
+	e.t.Helper()
+	got := e.call("GET", e.admin[api]+"/admin/orders/stuck?olderThan="+olderThan, e.bearer(), "")
 	require.Equal(e.t, http.StatusOK, got.status, "%s", got.body)
 	var r stuckReport
 	require.NoError(e.t, json.Unmarshal(got.body, &r), "%s", got.body)
@@ -328,8 +335,14 @@ func TestStuckOrderReportAndResume(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r = e.report("0s")
 		i, ok := r.find(gone)
-		return ok && r.Orders[i].Owner.State == "gone" && r.Orders[i].Action == "takeover"
-	}, 20*time.Second, 100*time.Millisecond, "the killed owner's order is reported gone / takeover")
+		if !ok || r.Orders[i].Owner.State != "gone" || r.Orders[i].Action != "takeover" {
+			return false
+		}
+		// The CLI below asks api-a: wait until it too sees the owner gone.
+		a := e.reportVia(localcluster.APIA, "0s")
+		j, ok := a.find(gone)
+		return ok && a.Orders[j].Owner.State == "gone"
+	}, 20*time.Second, 100*time.Millisecond, "the killed owner's order is reported gone / takeover by both APIs")
 	code, text = e.cli("stuck", "-api", e.admin[localcluster.APIA], "-older-than", "0s", "-resume")
 	require.Equal(t, 1, code, "an order left as it was is no success: %s", text)
 	require.Contains(t, text, "owner gone; takeover not requested")
