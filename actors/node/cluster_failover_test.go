@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
@@ -67,7 +69,7 @@ func TestClusterWritesWaitForTheirMastersReplica(t *testing.T) {
 	defer cancel()
 	c := startReplicatedCluster(ctx, t)
 	st, err := OpenStores(ctx, RedisURLs{Default: c.URL()}, StoreOptions{
-		Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
+		Replication: redisurl.Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
 		// Per-store cluster clients, as the processes run them.
 		StoreHook: func(string) redis.Hook { return nopHook{} },
 	})

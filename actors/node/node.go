@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
@@ -39,25 +38,14 @@ import (
 // RedisURLs names each store's Redis. Empty ones default to Default, so
 // one Redis serves everything unless the stores are split.
 //
-// A URL is either one server, in the forms of go-redis' ParseURL
-// (redis://host:port/db, rediss://..., unix:///path?db=N), or a Redis
-// Cluster given by its seeds:
-//
-//	redis+cluster://[user:password@]host:port[?addr=host:port&addr=...]
-//
-// (rediss+cluster over TLS): every seed after the first is an addr
-// parameter, and the other query parameters are go-redis'
-// ParseClusterURL options. A cluster URL gets go-redis' cluster client,
-// which routes each command to its slot's master and follows MOVED and
-// ASK redirects; every store keeps each script's keys in one slot.
-//
-// Or a primary with replicas watched by Redis Sentinel, given by the
-// sentinels (ParseSentinelURL):
-//
-//	redis+sentinel://[user:password@]host:port[,host:port...][/db]?master_name=NAME[&sentinel_password=...]
-//
-// It gets go-redis' failover client: one server at a time, the one the
-// sentinels name primary, so every store treats it as a single server.
+// A URL is in one of cluster/redisurl's forms: one server (redis://,
+// rediss://, unix://), a Redis Cluster given by its seeds
+// (redis+cluster://), whose client routes each command to its slot's
+// master and follows MOVED and ASK redirects (every store keeps each
+// script's keys in one slot), or a primary with replicas watched by
+// Redis Sentinel (redis+sentinel://), whose failover client talks to one
+// server at a time, the one the sentinels name primary, so every store
+// treats it as a single server.
 type RedisURLs struct {
 	Default    string
 	Events     string
@@ -78,7 +66,9 @@ type Stores struct {
 	Commerce   *commerce.Redis
 	Location   location.Store
 	Relocation relocation.Store
-	Fixtures   *fixture.Store
+	// Fixtures answers the runner's interrupt points; nil unless
+	// StoreOptions.Fixtures asked for it (never in production).
+	Fixtures *fixture.Store
 	// ProjectedAppend records an event and its projection in one round
 	// trip; nil when the event store and the read model live on
 	// different Redis deployments.
@@ -96,7 +86,8 @@ type Stores struct {
 	// StartAppend, so a new order's start may carry its grain's Ready
 	// commit (grain.Config.ReadyInStart).
 	ReadyInStart bool
-	// Probe is the Location Store on a client of its own (NewProbeClient)
+	// Probe is the Location Store on a client of its own (a
+	// redisurl.Options.Probe client)
 	// for the self-fence probe, which load on the shared pool must not
 	// starve.
 	Probe   location.Store
@@ -139,7 +130,11 @@ type StoreOptions struct {
 	StockLedgerMax int64
 	// Replication makes every store's writes wait for replicas (WAIT);
 	// the zero value waits for none.
-	Replication Replication
+	Replication redisurl.Replication
+	// Fixtures builds the fixture store (Stores.Fixtures) for the
+	// runner's interrupt points: a workflow's -fixtures, an API's
+	// -self-check. Production wiring leaves it off and has none.
+	Fixtures bool
 }
 
 // NewStores builds one client per distinct URL without contacting Redis.
@@ -159,7 +154,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		if c, ok := byURL[u]; ok {
 			return c, nil
 		}
-		c, err := NewRedisClient(u, opt.PoolSize)
+		c, err := redisurl.NewClient(u, redisurl.Options{PoolSize: opt.PoolSize})
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +162,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 			c.AddHook(opt.Hook)
 		}
 		byURL[u] = c
-		s.clients = append(s.clients, storeClient{name: redactURL(u), client: c})
+		s.clients = append(s.clients, storeClient{name: redisurl.Redact(u), client: c})
 		return c, nil
 	}
 	var errs []error
@@ -187,19 +182,25 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	}
 	// After every store's client exists: a clone made later would inherit
 	// a hook bound to the client it was cloned from.
-	if err := addWaitHooks(opt.Replication, []redis.UniversalClient{ev, rm, cs, loc, rel}); err != nil {
+	if err := redisurl.WaitForReplicas(opt.Replication, ev, rm, cs, loc, rel); err != nil {
 		s.Close()
 		return nil, err
 	}
 	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
 	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm})
 	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax})
-	fixtures, err4 := fixture.NewRedis(fixture.Config{Client: cs})
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	if err := errors.Join(err1, err2, err3); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.Events, s.ReadModel, s.Commerce, s.Fixtures = events, projections, commerceStore, fixtures
+	s.Events, s.ReadModel, s.Commerce = events, projections, commerceStore
+	if opt.Fixtures {
+		var err error
+		if s.Fixtures, err = fixture.NewRedis(fixture.Config{Client: cs}); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	// On one Redis a step's event and its projection are one script
 	// (readmodel.ProjectedAppend); apart, the workflow writes them one
 	// after the other and the read model converges (see there).
@@ -218,7 +219,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Location, s.Relocation = locations, relocations
-	pc, err := NewProbeClient(cmp.Or(urls.Location, urls.Default))
+	pc, err := redisurl.NewClient(cmp.Or(urls.Location, urls.Default), redisurl.Options{Probe: true})
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -357,7 +358,7 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 		// primary empties; a client of its own would keep connections to
 		// the old primary, so it shares the pool, with its read timeout
 		// for writes too.
-		if o := sc.Options(); o.ReadTimeout == o.WriteTimeout || o.Addr == failoverClientAddr {
+		if o := sc.Options(); o.ReadTimeout == o.WriteTimeout || redisurl.IsFailoverClient(sc) {
 			c = sc.WithTimeout(o.ReadTimeout)
 		} else {
 			own := *o
@@ -376,75 +377,6 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 	}
 	c.AddHook(h)
 	return c
-}
-
-// failoverClientAddr is the Addr go-redis gives a failover client's
-// options.
-const failoverClientAddr = "FailoverClient"
-
-// ClusterScheme is the URL scheme of a Redis Cluster (see RedisURLs);
-// rediss+cluster is its TLS form.
-const ClusterScheme = "redis+cluster"
-
-// IsClusterURL reports whether u names a Redis Cluster.
-func IsClusterURL(u string) bool {
-	return strings.HasPrefix(u, ClusterScheme+"://") || strings.HasPrefix(u, "rediss+cluster://")
-}
-
-// NewRedisClient returns a client for a Redis URL (see RedisURLs): a
-// *redis.ClusterClient for a cluster URL, a go-redis failover client (a
-// *redis.Client that follows the sentinels' primary) for a sentinel URL,
-// a *redis.Client otherwise,
-// with poolSize connections per server unless it is 0, bounded as
-// redisopts.go says. It does not contact Redis; only a malformed URL
-// fails.
-func NewRedisClient(u string, poolSize int) (redis.UniversalClient, error) {
-	if IsSentinelURL(u) {
-		return newSentinelClient(u, poolSize)
-	}
-	if IsClusterURL(u) {
-		scheme, rest, _ := strings.Cut(u, "://")
-		o, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
-		if err != nil {
-			return nil, fmt.Errorf("redis cluster url %q: %w", redactURL(u), err)
-		}
-		if poolSize > 0 {
-			o.PoolSize = poolSize
-		}
-		o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
-		boundClusterOptions(o)
-		return redis.NewClusterClient(o), nil
-	}
-	o, err := redis.ParseURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("redis url %q: %w", redactURL(u), err)
-	}
-	if poolSize > 0 {
-		o.PoolSize = poolSize
-	}
-	o.Protocol = cmp.Or(o.Protocol, defaultProtocol)
-	boundOptions(o)
-	return redis.NewClient(o), nil
-}
-
-// defaultProtocol is RESP2 unless a URL asks for another (?protocol=3).
-// Under RESP3 go-redis reads the socket for pending push notifications
-// before every command, a syscall per round trip; the stores use no push
-// notifications (no client-side caching; Pub/Sub has a connection of its
-// own either way), and every reply they read has the same shape in both.
-const defaultProtocol = 2
-
-// redactURL drops a password from a Redis URL: store names end up in logs
-// and in probe replies.
-func redactURL(u string) string {
-	if IsSentinelURL(u) {
-		return redactSentinelURL(u)
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
 }
 
 // Envelopes adapts the Relocation Store's opaque first-activation
@@ -476,6 +408,10 @@ func (e Envelopes) LoadFirst(ctx context.Context, orderID string) (*contracts.St
 	return req, nil
 }
 
+// ErrFixturesMissing: a member was asked to answer the runner's
+// interrupt points from stores built without the fixture store.
+var ErrFixturesMissing = errors.New("node: no fixture store")
+
 // WorkflowConfig configures an OrderWorkflow member.
 type WorkflowConfig struct {
 	// Cluster is the membership part; Kinds and Location are filled here.
@@ -484,7 +420,8 @@ type WorkflowConfig struct {
 	// IdleTimeout passivates idle grains; 0 disables.
 	IdleTimeout time.Duration
 	// Fixtures mounts the grain's interceptor of the runner's interrupt
-	// points, answered by Stores.Fixtures (never in production).
+	// points, answered by Stores.Fixtures, which the stores must have
+	// been built with (StoreOptions.Fixtures; never in production).
 	Fixtures bool
 	// Evidence receives raw evidence lines.
 	Evidence io.Writer
@@ -554,6 +491,9 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		TracerProvider: cfg.TracerProvider,
 	}
 	if cfg.Fixtures {
+		if cfg.Stores.Fixtures == nil {
+			return nil, fmt.Errorf("%w: fixtures asked for, but the stores were built without the fixture store (StoreOptions.Fixtures)", ErrFixturesMissing)
+		}
 		// The grain's interceptor answers the runner's interrupt points
 		// from the fixture store; without -fixtures no interceptor exists.
 		gcfg.Interrupts = cfg.Stores.Fixtures

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -60,39 +58,4 @@ func TestStoresOnARedisCluster(t *testing.T) {
 	n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: StoreLocation, "command": "evalsha"})
 	require.NoError(t, err)
 	require.Equal(t, 30.0, n, "the Location Store's scripts, counted under its label")
-}
-
-// The processes' URL parser and the runners' (runner/redisserver) read
-// the same cluster URL into the same options.
-func TestClusterURLParsesAsTheRunnersDo(t *testing.T) {
-	for _, u := range []string{
-		"redis+cluster://127.0.0.1:7000",
-		"redis+cluster://u:p@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002&pool_size=3&dial_timeout=2s",
-	} {
-		c, err := NewRedisClient(u, 0)
-		require.NoError(t, err)
-		cc, ok := c.(*redis.ClusterClient)
-		require.True(t, ok, "%s gives %T", u, c)
-		wantOpt, err := redisserver.ParseClusterURL(u)
-		require.NoError(t, err)
-		wc := redis.NewClusterClient(wantOpt)
-		want, got := wc.Options(), cc.Options()
-		require.NoError(t, wc.Close())
-		require.Equal(t, want.Addrs, got.Addrs, u)
-		require.Equal(t, want.Username, got.Username, u)
-		require.Equal(t, want.Password, got.Password, u)
-		require.Equal(t, want.PoolSize, got.PoolSize, u)
-		if strings.Contains(u, "dial_timeout=") {
-			require.Equal(t, want.DialTimeout, got.DialTimeout, u)
-		} else {
-			require.Equal(t, clientDialTimeout, got.DialTimeout, "%s: the processes bound their dials", u)
-		}
-		require.NoError(t, c.Close())
-	}
-	_, err := NewRedisClient("redis+cluster://127.0.0.1:7000?nonsense=1", 0)
-	require.Error(t, err)
-	c, err := NewRedisClient("redis://127.0.0.1:7000/0", 0)
-	require.NoError(t, err)
-	require.IsType(t, &redis.Client{}, c)
-	require.NoError(t, c.Close())
 }

@@ -10,16 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 )
-
-func TestReplicationSettings(t *testing.T) {
-	for _, bad := range []Replication{{Replicas: -1}, {Replicas: 1, Timeout: -time.Second}, {Replicas: 1, Timeout: clientIOTimeout}} {
-		require.ErrorIs(t, bad.Validate(), ErrBadReplication, "%+v", bad)
-	}
-	require.NoError(t, Replication{}.Validate())
-}
 
 // TestWritesWaitForTheReplica: with one replica required, every store's
 // writes (scripts, plain commands, pipelines) are acknowledged only once
@@ -35,7 +30,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	defer rc.Close()
 
 	st, err := OpenStores(ctx, RedisURLs{Default: primary.URL()}, StoreOptions{
-		Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
+		Replication: redisurl.Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
 		// The per-store clients, as the processes run them.
 		StoreHook: func(string) redis.Hook { return nopHook{} },
 	})

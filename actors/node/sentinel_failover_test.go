@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
@@ -132,7 +134,7 @@ func TestALaggingReplicaLosesNothingAcknowledged(t *testing.T) {
 	defer sc.Close()
 
 	st, err := OpenStores(ctx, RedisURLs{Default: h.sentinelURL()},
-		StoreOptions{Replication: Replication{Replicas: 1, Timeout: 300 * time.Millisecond}})
+		StoreOptions{Replication: redisurl.Replication{Replicas: 1, Timeout: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	defer st.Close()
 	idem := st.Commerce.Idempotency()

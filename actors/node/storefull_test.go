@@ -27,7 +27,7 @@ func TestEveryStoreReportsAFullRedisAsStoreFull(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
+	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{Fixtures: true})
 	require.NoError(t, err)
 	defer st.Close()
 

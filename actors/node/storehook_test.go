@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
@@ -82,13 +83,13 @@ func TestStoreClientsSpeakRESP2UnlessTheURLSaysOtherwise(t *testing.T) {
 		url  string
 		want int
 	}{{srv.URL(), 2}, {withQuery(srv.URL(), "protocol=3"), 3}} {
-		c, err := NewRedisClient(tc.url, 0)
+		c, err := redisurl.NewClient(tc.url, redisurl.Options{})
 		require.NoError(t, err)
 		require.Equal(t, tc.want, c.(*redis.Client).Options().Protocol, tc.url)
 		require.NoError(t, c.Ping(context.Background()).Err(), tc.url)
 		require.NoError(t, c.Close())
 	}
-	cc, err := NewRedisClient("redis+cluster://127.0.0.1:7000", 0)
+	cc, err := redisurl.NewClient("redis+cluster://127.0.0.1:7000", redisurl.Options{})
 	require.NoError(t, err)
 	require.Equal(t, 2, cc.(*redis.ClusterClient).Options().Protocol)
 	require.NoError(t, cc.Close())

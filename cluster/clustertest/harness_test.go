@@ -53,7 +53,7 @@ func newHarness(t testing.TB) *harness {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
+	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{Fixtures: true})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
 	h := &harness{t: t, redis: srv, agent: test.NewInMemAgent(), stores: stores, logs: map[string]*workflowtest.Evidence{}, slogs: map[string]*workflowtest.Evidence{}}

@@ -86,7 +86,7 @@ func newHarness(t *testing.T) *harness {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
+	stores, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{Fixtures: true})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
 	require.NoError(t, stores.Commerce.ApplySeed(ctx, commerce.DemoSeed()))

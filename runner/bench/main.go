@@ -55,8 +55,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 type options struct {
@@ -346,7 +346,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			logf("stop: %v", serr)
 		}
 	}()
-	rdb, err := redisserver.NewClientPool(c.RedisURL(), o.concurrency+8)
+	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8})
 	if err != nil {
 		return nil, err
 	}

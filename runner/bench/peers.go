@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -505,20 +506,17 @@ func measureRestate(ctx context.Context, o options, dir string) (*report, *effec
 // startRestateLoad starts the Restate peer, seeds its Redis and runs one
 // probe order through it (the ingress learns a new deployment a moment
 // after the admin API answers).
-func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack, *load, *redis.Client, string, error) {
+func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack, *load, redis.UniversalClient, string, error) {
 	st, err := startRestate(ctx, o, dir)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	ropt, err := redis.ParseURL(st.redis.URL())
+	rdb, err := redisurl.NewClient(st.redis.URL(), redisurl.Options{PoolSize: o.concurrency + 8})
 	if err != nil {
 		st.stop()
 		return nil, nil, nil, "", err
 	}
-	ropt.PoolSize = o.concurrency + 8
-	ropt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(ropt)
-	fail := func(err error) (*restateStack, *load, *redis.Client, string, error) {
+	fail := func(err error) (*restateStack, *load, redis.UniversalClient, string, error) {
 		rdb.Close()
 		st.stop()
 		return nil, nil, nil, "", err
@@ -553,7 +551,7 @@ func startRestateLoad(ctx context.Context, o options, dir string) (*restateStack
 
 // restateSnapshot reads what buildReport needs of a Restate run: CPU
 // from procfs by process, and Redis' INFO commandstats.
-func restateSnapshot(ctx context.Context, rdb *redis.Client, st *restateStack) (snap, error) {
+func restateSnapshot(ctx context.Context, rdb redis.UniversalClient, st *restateStack) (snap, error) {
 	s := snap{At: time.Now(), Metrics: map[string]scraped{}, CPU: map[string]float64{}, ChildCPU: map[string]float64{}}
 	s.Machine, _ = machineTimes()
 	for name, pid := range st.pids() {
@@ -616,7 +614,7 @@ func (e *effectsCheck) summary() string {
 // Authorize with the amount captured; on the payment-failure path, one
 // declined Authorize and one Release; on the inventory-failure path, a
 // rejected reservation and no payment at all.
-func checkEffects(ctx context.Context, rdb *redis.Client, results []orderResult) effectsCheck {
+func checkEffects(ctx context.Context, rdb redis.UniversalClient, results []orderResult) effectsCheck {
 	var e effectsCheck
 	store, err := commerce.NewRedis(commerce.Config{Client: rdb})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 )
 
 const (
@@ -28,13 +30,6 @@ const (
 	// the nodes share one machine, but long enough that a busy test host
 	// does not make them suspect each other.
 	clusterNodeTimeoutMs = 5000
-	// ClusterScheme is the URL scheme of a Redis Cluster: ParseURL (and
-	// the processes' -redis flags) take
-	// redis+cluster://[user:password@]host:port[?addr=host:port&addr=...]
-	// with every seed after the first as an addr parameter, and the
-	// query options of go-redis' ParseClusterURL; rediss+cluster is the
-	// same over TLS.
-	ClusterScheme = "redis+cluster"
 )
 
 // ErrCluster: the cluster could not be formed or reshaped.
@@ -445,8 +440,8 @@ func (c *Cluster) Seeds() []string {
 	return seeds
 }
 
-// URL names the cluster in the form ParseURL takes: every master as a
-// seed (see ClusterScheme).
+// URL names the cluster as a redis+cluster URL (cluster/redisurl) with
+// every master as a seed.
 func (c *Cluster) URL() string { return ClusterURL(c.Seeds()) }
 
 // ClusterURL is the redis+cluster URL of the seeds (host:port each).
@@ -454,7 +449,7 @@ func ClusterURL(seeds []string) string {
 	if len(seeds) == 0 {
 		return ""
 	}
-	u := ClusterScheme + "://" + seeds[0]
+	u := redisurl.ClusterScheme + "://" + seeds[0]
 	for i, s := range seeds[1:] {
 		sep := "&"
 		if i == 0 {

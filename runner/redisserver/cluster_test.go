@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
@@ -32,7 +33,7 @@ func TestStartClusterSpreadsKeysAndCountsCrossSlot(t *testing.T) {
 	if got := len(c.Nodes()); got != redisserver.DefaultMasters {
 		t.Fatalf("%d masters", got)
 	}
-	rc, err := redisserver.NewClient(c.URL())
+	rc, err := redisurl.NewClient(c.URL(), redisurl.Options{})
 	must(t, err, "NewClient")
 	defer rc.Close()
 	if _, ok := rc.(*redis.ClusterClient); !ok {
@@ -147,30 +148,16 @@ func TestClusterStopEndsEveryMaster(t *testing.T) {
 	}
 }
 
-func TestNewClientPicksTheClientByScheme(t *testing.T) {
-	for u, cluster := range map[string]bool{
-		"redis://127.0.0.1:6390/0":                                           false,
-		"unix:///tmp/x.sock?db=0":                                            false,
-		"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001":                 true,
-		"redis+cluster://u:p@127.0.0.1:7000?addr=127.0.0.1:7001&pool_size=3": true,
-	} {
-		rc, err := redisserver.NewClient(u)
-		must(t, err, u)
-		_, isCluster := rc.(*redis.ClusterClient)
-		if isCluster != cluster {
-			t.Errorf("NewClient(%s) = %T", u, rc)
-		}
-		if cc, ok := rc.(*redis.ClusterClient); ok {
-			if got := cc.Options().Addrs; len(got) != 2 || got[1] != "127.0.0.1:7001" {
-				t.Errorf("NewClient(%s) seeds %v", u, got)
-			}
-		}
-		_ = rc.Close()
+// ClusterURL names every seed in the form the processes parse.
+func TestClusterURLNamesEverySeed(t *testing.T) {
+	seeds := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+	u := redisserver.ClusterURL(seeds)
+	if u != "redis+cluster://127.0.0.1:1?addr=127.0.0.1:2&addr=127.0.0.1:3" {
+		t.Errorf("ClusterURL = %s", u)
 	}
-	if _, err := redisserver.NewClient("redis+cluster://127.0.0.1:7000?bogus=1"); err == nil {
-		t.Error("an unknown option was accepted")
-	}
-	if got := redisserver.ClusterURL([]string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}); got != "redis+cluster://127.0.0.1:1?addr=127.0.0.1:2&addr=127.0.0.1:3" {
-		t.Errorf("ClusterURL = %s", got)
+	p, err := redisurl.Parse(u)
+	must(t, err, "Parse")
+	if p.Kind != redisurl.Cluster || len(p.Cluster.Addrs) != 3 || p.Cluster.Addrs[2] != seeds[2] {
+		t.Errorf("Parse(%s) = %v %+v", u, p.Kind, p.Cluster)
 	}
 }

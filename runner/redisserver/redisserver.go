@@ -5,7 +5,8 @@
 //
 // It owns only the child process it starts and the temporary directory it
 // creates; it never touches a system-wide Redis and never stops a process
-// by name. It must not import any package of this module.
+// by name. It must not import any package of this module but the leaf
+// cluster/redisurl, whose URL forms it writes.
 package redisserver
 
 import (

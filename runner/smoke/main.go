@@ -48,9 +48,9 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 const (
@@ -257,7 +257,7 @@ func (r *runner) prepareSeed() {
 }
 
 func (r *runner) applySeed(ctx context.Context, url string) error {
-	rc, err := redisserver.NewClient(url)
+	rc, err := redisurl.NewClient(url, redisurl.Options{})
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/soak/check"
 )
 
@@ -150,7 +150,7 @@ func run(ctx context.Context, o options) (bool, error) {
 			logf("stop: %v", err)
 		}
 	}()
-	rdb, err := redisserver.NewClient(c.RedisURL())
+	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{})
 	if err != nil {
 		return false, err
 	}

@@ -114,6 +114,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	o.Fixtures = o.fixtures
 	proc, err := o.Open()
 	if err != nil {
 		return err

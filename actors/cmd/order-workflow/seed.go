@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
-	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 )
 
 const seedUsage = `usage: order-workflow seed (-demo | -file seed.json) [-redis URL] [-redis-commerce URL] [-timeout 2m]
@@ -82,7 +82,7 @@ func runSeed(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	url := cmp.Or(o.redisCommerce, o.redis)
-	rc, err := node.NewRedisClient(url, 0)
+	rc, err := redisurl.NewClient(url, redisurl.Options{})
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
@@ -49,10 +50,14 @@ type Common struct {
 	// lose acknowledged writes, and turns the process unready when one
 	// appears later (node.WaitConfig.RequireDurable, node.WatchDurable).
 	RequireDurableStore bool
-	// RedisWaitReplicas and RedisWaitTimeout are node.Replication: how
+	// RedisWaitReplicas and RedisWaitTimeout are redisurl.Replication: how
 	// many replicas must hold a write before it is acknowledged.
 	RedisWaitReplicas int
 	RedisWaitTimeout  time.Duration
+	// Fixtures builds the fixture store (node.StoreOptions.Fixtures). No
+	// shared flag sets it: each main sets it from its own runner-only
+	// flag (a workflow's -fixtures, an API's -self-check) before Open.
+	Fixtures bool
 	// service is the process kind (the flag set's name): the traces'
 	// default service.name.
 	service string
@@ -175,8 +180,8 @@ func (c *Common) Cluster(log *slog.Logger) cluster.Config {
 // -redis-wait-replicas and -redis-wait-timeout. It is configured, never
 // detected: a replica that happens to be down at start-up must not turn
 // the guarantee off.
-func (c *Common) Replication() node.Replication {
-	return node.Replication{Replicas: c.RedisWaitReplicas, Timeout: c.RedisWaitTimeout}
+func (c *Common) Replication() redisurl.Replication {
+	return redisurl.Replication{Replicas: c.RedisWaitReplicas, Timeout: c.RedisWaitTimeout}
 }
 
 // EnvDefaults fills every flag of fs not given on the command line from
@@ -231,7 +236,7 @@ func (c *Common) Open() (*Process, error) {
 		return nil, err
 	}
 	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax,
-		Replication: c.Replication()})
+		Replication: c.Replication(), Fixtures: c.Fixtures})
 	if err != nil {
 		return nil, err
 	}

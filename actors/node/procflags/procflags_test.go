@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 )
 
 func TestCommandLineWinsOverEnvironment(t *testing.T) {
@@ -67,6 +68,23 @@ func TestOpenDoesNotWaitForRedis(t *testing.T) {
 	require.ErrorIs(t, err, node.ErrStoresUnavailable)
 }
 
+// Production wiring has no fixture store: only a main that sets
+// Fixtures from its runner-only flag (-fixtures, -self-check) gets one.
+func TestOpenBuildsTheFixtureStoreOnlyWhenAsked(t *testing.T) {
+	defer slog.SetDefault(slog.Default())
+	for _, fixtures := range []bool{false, true} {
+		var c Common
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		c.Register(fs, "workflow-a", 6333)
+		require.NoError(t, c.Parse(fs, []string{"-redis", "redis://127.0.0.1:1/0", "-log-level", "error", "-metrics-http", "off"}))
+		c.Fixtures = fixtures
+		p, err := c.Open()
+		require.NoError(t, err)
+		require.Equal(t, fixtures, p.Stores.Fixtures != nil, "fixtures asked: %v", fixtures)
+		p.Close()
+	}
+}
+
 func TestClusterTLSFlagsReachTheClusterConfig(t *testing.T) {
 	var c Common
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -94,7 +112,7 @@ func TestRedisWaitFlags(t *testing.T) {
 	fs.SetOutput(io.Discard)
 	c.Register(fs, "workflow-a", 6333)
 	require.NoError(t, c.Parse(fs, nil))
-	require.Equal(t, node.Replication{Replicas: 0, Timeout: time.Second}, c.Replication(), "no WAIT by default")
+	require.Equal(t, redisurl.Replication{Replicas: 0, Timeout: time.Second}, c.Replication(), "no WAIT by default")
 
 	c = Common{}
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
@@ -102,11 +120,11 @@ func TestRedisWaitFlags(t *testing.T) {
 	c.Register(fs, "api-a", 6331)
 	t.Setenv("SHOPPINGMALL_REDIS_WAIT_REPLICAS", "1")
 	require.NoError(t, c.Parse(fs, []string{"-redis-wait-timeout", "250ms"}))
-	require.Equal(t, node.Replication{Replicas: 1, Timeout: 250 * time.Millisecond}, c.Replication())
+	require.Equal(t, redisurl.Replication{Replicas: 1, Timeout: 250 * time.Millisecond}, c.Replication())
 
 	c = Common{}
 	fs = flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.Register(fs, "api-a", 6331)
-	require.ErrorIs(t, c.Parse(fs, []string{"-redis-wait-replicas", "-1"}), node.ErrBadReplication)
+	require.ErrorIs(t, c.Parse(fs, []string{"-redis-wait-replicas", "-1"}), redisurl.ErrBadReplication)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
@@ -213,7 +214,7 @@ func startHeldEnv(t *testing.T) *heldEnv {
 	c := startCluster(t, true, 0)
 	rc := c.RedisCluster()
 	require.NotNil(t, rc)
-	cc, err := redisserver.NewClient(c.RedisURL())
+	cc, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
 	e := &heldEnv{t: t, c: c, rc: rc, cc: cc}

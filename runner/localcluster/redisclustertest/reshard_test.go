@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
@@ -52,7 +53,7 @@ func startCluster(t *testing.T, fixtures bool, replicas int) *localcluster.Clust
 		StopGrace:            10 * time.Second,
 		Logf:                 t.Logf,
 		BeforeNodes: func(ctx context.Context, url string) error {
-			rdb, err := redisserver.NewClient(url)
+			rdb, err := redisurl.NewClient(url, redisurl.Options{})
 			if err != nil {
 				return err
 			}

@@ -25,10 +25,10 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 )
 
 func main() {
@@ -46,13 +46,10 @@ func run(listen, redisURL string, pool int) error {
 	if redisURL == "" {
 		return fmt.Errorf("-redis-url is required")
 	}
-	opt, err := redis.ParseURL(redisURL)
+	rdb, err := redisurl.NewClient(redisURL, redisurl.Options{PoolSize: pool})
 	if err != nil {
 		return fmt.Errorf("-redis-url: %w", err)
 	}
-	opt.PoolSize = pool
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
 	defer func() { _ = rdb.Close() }()
 	store, err := commerce.NewRedis(commerce.Config{Client: rdb})
 	if err != nil {

@@ -54,8 +54,8 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
-	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 const usage = `usage: clusterctl up|down|seed|status [flags]
@@ -370,7 +370,7 @@ func serve(args []string) error {
 // must not end the supervisor. ApplySeed sets absolute values, so a
 // repeat is harmless.
 func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(string, ...any)) error {
-	rc, err := redisserver.NewClient(url)
+	rc, err := redisurl.NewClient(url, redisurl.Options{})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package node
+package redisurl
 
 import (
 	"cmp"
@@ -11,11 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Replication is how many replicas of each store's Redis must hold a
-// write before the store's call returns: every write command (and every
-// pipeline or transaction holding one) is followed by WAIT Replicas
-// Timeout on the same connection (replication.go's hook). The zero value
-// sends no WAIT.
+// Replication is how many replicas of a Redis must hold a write before
+// the call that sent it returns: every write command (and every pipeline
+// holding one) is followed by WAIT Replicas Timeout on the same
+// connection (WaitForReplicas). The zero value sends no WAIT.
 //
 // It is configured, never detected from the topology: a replica that is
 // down when a process starts must make writes fail as in doubt, not turn
@@ -24,7 +23,7 @@ type Replication struct {
 	// Replicas is WAIT's numreplicas; 0 sends no WAIT.
 	Replicas int
 	// Timeout bounds one WAIT; a WAIT that ends with fewer replicas is a
-	// write in doubt (errkind.ErrReplicationShortfall). Default 1 s.
+	// write in doubt (ErrReplicationShortfall). Default 1 s.
 	Timeout time.Duration
 }
 
@@ -32,17 +31,17 @@ type Replication struct {
 const DefaultReplicationTimeout = time.Second
 
 // ErrBadReplication: a Replication that cannot be honoured.
-var ErrBadReplication = errors.New("node: bad replication setting")
+var ErrBadReplication = errors.New("redisurl: bad replication setting")
 
 // Validate reports a negative replica count or timeout.
 func (r Replication) Validate() error {
 	if r.Replicas < 0 {
 		return fmt.Errorf("%w: %d wait replicas", ErrBadReplication, r.Replicas)
 	}
-	if r.Timeout < 0 || r.Timeout >= clientIOTimeout {
+	if r.Timeout < 0 || r.Timeout >= ioTimeout {
 		// A WAIT that outlasts the connection's read timeout would read
 		// as a dead server, not as a shortfall.
-		return fmt.Errorf("%w: wait timeout %s, want under the clients' %s read timeout", ErrBadReplication, r.Timeout, clientIOTimeout)
+		return fmt.Errorf("%w: wait timeout %s, want under the clients' %s read timeout", ErrBadReplication, r.Timeout, ioTimeout)
 	}
 	return nil
 }
@@ -59,7 +58,7 @@ func (r Replication) withDefaults() Replication {
 // outcome is in doubt, like a timeout's: a failover now could lose it. It
 // is no Redis reply, so every store reads it as its Unavailable (503
 // STORE_UNAVAILABLE), and the owner's step retries, idempotently.
-var ErrReplicationShortfall = errors.New("node: write not confirmed by enough replicas (WAIT)")
+var ErrReplicationShortfall = errors.New("redisurl: write not confirmed by enough replicas (WAIT)")
 
 // waitHook follows every write with WAIT on the same connection. go-redis
 // gives a command no connection of its own to come back to, and WAIT
@@ -161,15 +160,18 @@ var readOnly = map[string]bool{
 
 func writes(cmd redis.Cmder) bool { return !readOnly[cmd.Name()] }
 
-// addWaitHooks makes every client in clients WAIT for rep's replicas after
-// each write, once per client. On a Redis Cluster the hook sits on each
+// WaitForReplicas makes every client in clients WAIT for rep's replicas
+// after each write, once per client; the zero Replication adds nothing.
+// Call it once every clone of a client (WithTimeout) exists: a clone
+// made later inherits a hook bound to the client it was cloned from, and
+// the hook must be each client's innermost. On a Redis Cluster the hook sits on each
 // node's client (go-redis' OnNewNode, before the first command creates
 // one): the cluster client sends a command, or a pipeline's share of one
 // node, through that node's client, so WAIT goes on the connection that
 // wrote, to the key's master, and counts that master's replicas. A MOVED
 // or ASK reply is the write's own error; the cluster client follows it to
 // the right node, whose client waits there.
-func addWaitHooks(rep Replication, clients []redis.UniversalClient) error {
+func WaitForReplicas(rep Replication, clients ...redis.UniversalClient) error {
 	if rep.Replicas == 0 {
 		return nil
 	}
