@@ -56,7 +56,7 @@ func (a AdminRouter) Context(r *http.Request) (context.Context, context.CancelFu
 
 // Evidence writes one raw evidence line (docs/contract.md, "Evidence lines")
 // to the edge's evidence writer, whole.
-func (a AdminRouter) Evidence(line string) { a.s.evidence.line(line) }
+func (a AdminRouter) Evidence(line string) { a.s.evidence.Line(line) }
 
 // DecodeJSON reads the body (at most MaxBody) strictly into v: unknown
 // fields and trailing data are refused. On failure it has answered the

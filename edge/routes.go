@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
 // RouteObserverConfig configures a RouteObserver.
@@ -40,7 +42,7 @@ type RouteObserverConfig struct {
 // It sends no request of its own.
 type RouteObserver struct {
 	cfg      RouteObserverConfig
-	evidence *lineWriter
+	evidence *telemetry.Evidence
 	log      *slog.Logger
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -65,7 +67,7 @@ func NewRouteObserver(cfg RouteObserverConfig) *RouteObserver {
 		cfg.ResolveTimeout = time.Minute
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &RouteObserver{cfg: cfg, evidence: newLineWriter(cfg.Evidence), log: cfg.Logger,
+	return &RouteObserver{cfg: cfg, evidence: telemetry.NewEvidence(cfg.Evidence, cfg.Logger), log: cfg.Logger,
 		ctx: ctx, cancel: cancel, printed: map[string]bool{}, pending: map[string]bool{}, workers: map[string]bool{}}
 }
 
@@ -112,7 +114,7 @@ func (o *RouteObserver) left(memberID string) {
 		o.log.Warn("a workflow member left without a published name", slog.String("member", memberID), slog.Any("error", err))
 		return
 	}
-	o.evidence.line("shoppingmall-topology left node=" + o.cfg.NodeID + " target=" + name)
+	o.evidence.Line("shoppingmall-topology left node=" + o.cfg.NodeID + " target=" + name)
 }
 
 // resolve waits, with backoff, for the member's published node name and
@@ -127,7 +129,7 @@ func (o *RouteObserver) resolve(memberID string) {
 		delete(o.pending, memberID)
 		o.mu.Unlock()
 	}()
-	backoff := 10 * time.Millisecond
+	wait := retry.Backoff(10*time.Millisecond, 5*time.Second)
 	warnAt := time.Now().Add(o.cfg.ResolveTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
@@ -141,7 +143,7 @@ func (o *RouteObserver) resolve(memberID string) {
 			o.log.Warn("no node name published for a workflow member yet; still waiting", slog.String("member", memberID), slog.Any("error", err))
 			warnAt = time.Time{}
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait.NextBackOff())
 		select {
 		case <-o.ctx.Done():
 			t.Stop()
@@ -154,7 +156,6 @@ func (o *RouteObserver) resolve(memberID string) {
 		if !live {
 			return
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
@@ -164,7 +165,7 @@ func (o *RouteObserver) announce(name string) {
 	o.printed[name] = true
 	o.mu.Unlock()
 	if first {
-		o.evidence.line("shoppingmall-ready kind=object-route node=" + o.cfg.NodeID + " target=" + name)
+		o.evidence.Line("shoppingmall-ready kind=object-route node=" + o.cfg.NodeID + " target=" + name)
 	}
 }
 

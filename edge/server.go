@@ -2,16 +2,12 @@ package edge
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -35,11 +32,11 @@ const DefaultRequestTimeout = 10 * time.Second
 type Server struct {
 	cfg       Config
 	log       *slog.Logger
-	evidence  *lineWriter
+	evidence  *telemetry.Evidence
 	metrics   *httpMetrics
 	engine    *gin.Engine // public routes
 	admin     *gin.Engine // admin routes; nil when the admin surface is off
-	tokenSum  [sha256.Size]byte
+	token     telemetry.Bearer
 	http      *http.Server
 	adminHTTP *http.Server
 	listening atomic.Bool
@@ -73,14 +70,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	ad := newAdmission(cfg.Admission)
-	s := &Server{cfg: cfg, log: cfg.Logger, evidence: newLineWriter(cfg.Evidence), metrics: newHTTPMetrics(cfg.Metrics, ad), admission: ad}
+	s := &Server{cfg: cfg, log: cfg.Logger, evidence: telemetry.NewEvidence(cfg.Evidence, cfg.Logger), metrics: newHTTPMetrics(cfg.Metrics, ad), admission: ad}
 	s.tracker, _ = cfg.Terminal.(readmodel.StartTracker)
 	s.engine = s.newEngine(s.admit)
 	s.routes()
 	s.http = s.newHTTPServer(s.engine)
 	s.http.RegisterOnShutdown(s.waits.end)
 	if cfg.AdminToken != "" {
-		s.tokenSum = sha256.Sum256([]byte(cfg.AdminToken))
+		s.token = telemetry.NewBearer(cfg.AdminToken)
 		s.admin = s.newEngine()
 		s.adminRoutes()
 		s.adminHTTP = s.newHTTPServer(s.admin)
@@ -226,7 +223,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	// The listener is bound: the kernel accepts connections from here on
 	// and they queue until Serve takes them.
 	s.listening.Store(true)
-	s.evidence.line("shoppingmall-ready kind=http node=" + s.cfg.NodeID)
+	s.evidence.Line("shoppingmall-ready kind=http node=" + s.cfg.NodeID)
 	s.log.Info("http edge listening", slog.String("address", ln.Addr().String()))
 	return s.http.Serve(ln)
 }
@@ -351,13 +348,10 @@ func (s *Server) writeError(w http.ResponseWriter, status int, e apiError) {
 
 // writeJSON writes the hooks' own (non-contract) bodies.
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	if err := telemetry.WriteJSON(w, status, v); err != nil {
 		s.log.Error("encoding a reply failed", slog.Any("error", err))
 		writeProblem(w, http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"})
-		return
 	}
-	s.writeBody(w, status, b)
 }
 
 // writeMessage writes a contract message with the contract codec.
@@ -376,25 +370,5 @@ func (s *Server) writeBody(w http.ResponseWriter, status int, b []byte) {
 
 // writeBody writes every reply body of the edge, of its media type.
 func writeBody(w http.ResponseWriter, status int, contentType string, b []byte) {
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-// lineWriter writes whole evidence lines, one Write per line, so lines
-// from concurrent requests never interleave.
-type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{w: w} }
-
-func (l *lineWriter) line(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = io.WriteString(l.w, s+"\n")
+	telemetry.WriteBody(w, status, contentType, b)
 }

@@ -57,7 +57,8 @@
 // script, seeding included, so initial stock + the sum of movements =
 // available stock at every instant (StockLedger).
 //
-// It must not import actors/workflow, actors/grain, cluster or edge.
+// It must not import actors/workflow, actors/grain, cluster (but the leaf
+// cluster/retry, the backoff of ApplySeedRetrying) or edge.
 package commerce
 
 import (

@@ -9,10 +9,12 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 )
 
 // Seed is the data a run puts into the CommerceStateStore before any order
@@ -145,6 +147,42 @@ func (s Seed) Validate() error {
 	}
 	return fmt.Errorf("%w: seed: %w", ErrInvalidArgument, errors.Join(errs...))
 }
+
+// ApplySeedRetrying is ApplySeed retried with backoff (cluster/retry)
+// until it succeeds, the seed is invalid (ErrInvalidArgument), or ctx
+// ends: a Redis that is starting, restarting on an existing data set
+// (LOADING) or failing over must not fail a seed that a moment later
+// would land. Each attempt is bounded by seedAttemptTimeout; logf, if
+// set, hears each failed one. ApplySeed sets absolute values, so a
+// repeat converges.
+func (r *Redis) ApplySeedRetrying(ctx context.Context, s Seed, logf func(format string, args ...any)) error {
+	wait := retry.Backoff(100*time.Millisecond, 5*time.Second)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, seedAttemptTimeout)
+		err := r.ApplySeed(actx, s)
+		cancel()
+		if err == nil || errors.Is(err, ErrInvalidArgument) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("seed: %w (last attempt: %w)", ctx.Err(), err)
+		}
+		pause := wait.NextBackOff()
+		if logf != nil {
+			logf("seed attempt %d failed (%v); retrying in %s", attempt, err, pause.Round(time.Millisecond))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("seed: %w (last attempt: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// seedAttemptTimeout bounds one ApplySeed of ApplySeedRetrying.
+const seedAttemptTimeout = 10 * time.Second
 
 // ApplySeed validates the seed and writes it, replacing carts, stock and
 // methods of the same ids. Every SKU's stock change is a seed movement of

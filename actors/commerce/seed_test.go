@@ -1,14 +1,20 @@
 package commerce_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
 const validSeed = `{
@@ -160,4 +166,52 @@ func TestDemoSeed_AppliesAndDrivesAllThreePaths(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.GetAccepted())
 	require.Contains(t, res.GetReason(), "insufficient stock for "+commerce.DemoSKUSoldOut)
+}
+
+// A seed started while its Redis is down lands once Redis is back, after
+// failed attempts it reports; an invalid seed fails at once; a Redis that
+// never comes back ends the seed with the caller's context, naming the
+// last attempt's failure.
+func TestApplySeedRetryingRidesOutARedisThatIsDown(t *testing.T) {
+	r := redistest.StartRestartable(t)
+	rc, err := redisurl.NewClient(r.Server().URL(), redisurl.Options{})
+	require.NoError(t, err)
+	defer rc.Close()
+	store, err := commerce.NewRedis(commerce.Config{Client: rc})
+	require.NoError(t, err)
+	require.ErrorIs(t, store.ApplySeedRetrying(context.Background(), commerce.Seed{Stock: map[string]int64{"a": -1}}, nil),
+		commerce.ErrInvalidArgument, "an invalid seed is not retried")
+
+	r.Down()
+	var mu sync.Mutex
+	var failed []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed = append(failed, fmt.Sprintf(format, args...))
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done <- store.ApplySeedRetrying(ctx, commerce.DemoSeed(), logf)
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failed) >= 2
+	}, 10*time.Second, 10*time.Millisecond, "no failed attempt reported while Redis is down")
+	r.Up()
+	require.NoError(t, <-done)
+	n, err := rc.Get(context.Background(), commerce.DefaultKeyPrefix+"stock:{"+commerce.DemoSKUShirt+"}").Int64()
+	require.NoError(t, err, "the seed landed")
+	require.Positive(t, n)
+	t.Logf("failed attempts while down: %q", failed)
+
+	r.Down()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = store.ApplySeedRetrying(ctx, commerce.DemoSeed(), nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "last attempt")
 }

@@ -18,7 +18,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -121,7 +120,7 @@ func withDefaults(cfg Config) Config {
 // placement.WithActivation.
 func props(cfg Config) *actor.Props {
 	cfg = withDefaults(cfg)
-	ev := &lineWriter{w: cfg.Evidence}
+	ev := telemetry.NewEvidence(cfg.Evidence, cfg.Logger)
 	m := newMetrics(cfg.Metrics)
 	var opts []actor.PropsOption
 	if cfg.Interrupts != nil {
@@ -130,18 +129,6 @@ func props(cfg Config) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &orderGrain{cfg: cfg, evidence: ev, metrics: m}
 	}, opts...)
-}
-
-// lineWriter writes whole evidence lines, one Write each.
-type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lineWriter) line(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = io.WriteString(l.w, s+"\n")
 }
 
 // step is the self-message that drives the background continuation, one
@@ -159,7 +146,7 @@ type reopen struct{}
 
 type orderGrain struct {
 	cfg      Config
-	evidence *lineWriter
+	evidence *telemetry.Evidence
 	metrics  *metrics
 	act      *placement.Activation
 	order    *workflow.Order
@@ -343,7 +330,7 @@ func (g *orderGrain) onStarted(ctx actor.Context) {
 	act.Opened(ctx.Self())
 	g.armIdle(ctx)
 	if act.Reason == placement.ActivationReason_ACTIVATION_REASON_RELOCATION && !restarted {
-		g.evidence.line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", act.Identity, act.Generation))
+		g.evidence.Line(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", act.Identity, act.Generation))
 	}
 	// A cold activation of an unfinished order, a relocation target and a
 	// restarted grain all resume the order by themselves, once the
@@ -630,6 +617,11 @@ func (g *orderGrain) afterNoProgress(ctx actor.Context, err error) {
 // retryLater sends msg to the grain after the next backoff: full jitter
 // over an exponential bound from RetryMin to RetryMax. One retry is
 // pending at a time; a newer one replaces it.
+//
+// Not cluster/retry's backoff: the bound is behaviour the grain owns
+// (Config.RetryMin and RetryMax, and at least RetryMin/2 between two
+// attempts, so a failing step never spins), its attempt count is the
+// grain's own state across turns, and a timer message replaces a loop.
 func (g *orderGrain) retryLater(ctx actor.Context, msg any) {
 	d := g.cfg.RetryMin << min(g.attempts, 20)
 	if d > g.cfg.RetryMax || d <= 0 {

@@ -453,9 +453,8 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Evidence == nil {
-		cfg.Evidence = io.Discard
-	}
+	// One writer, one lock, for the workflow's lines and the grains'.
+	cfg.Evidence = telemetry.NewEvidence(cfg.Evidence, cfg.Logger)
 	now := func() int64 { return time.Now().UnixMilli() }
 	wcfg := workflow.Config{
 		Kind:        grain.KindName,

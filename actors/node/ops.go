@@ -2,16 +2,11 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -208,36 +203,27 @@ func (o *Ops) readyz(w http.ResponseWriter, r *http.Request) {
 	writeOpsJSON(w, status, rep)
 }
 
-// requireBearer lets a request through to next only with
-// `Authorization: Bearer <token>`; an empty token lets every request
-// through. Both sides are hashed before the constant-time comparison, so
-// neither the token nor its length shows in the timing.
+// requireBearer lets a request through to next only with the bearer
+// token (telemetry.Bearer); an empty token lets every request through.
 func requireBearer(token string, next http.Handler, log *slog.Logger) http.Handler {
-	if token == "" {
+	bearer := telemetry.NewBearer(token)
+	if !bearer.Guards() {
 		return next
 	}
-	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if ok && subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+		ok, presented := bearer.Check(r)
+		if ok {
 			next.ServeHTTP(w, r)
 			return
 		}
 		// Who knocked goes to the log, never what they sent.
 		log.Warn("ops request refused: missing or wrong bearer token", slog.String("method", r.Method),
-			slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr), slog.Bool("bearer", ok))
+			slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr), slog.Bool("bearer", presented))
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shoppingmall-ops"`)
 		writeOpsJSON(w, http.StatusUnauthorized, opsReply{Status: "unauthenticated"})
 	})
 }
 
-func writeOpsJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v) // strings only: always encodes
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+// writeOpsJSON writes an ops reply; its bodies are strings only, so they
+// always encode.
+func writeOpsJSON(w http.ResponseWriter, status int, v any) { _ = telemetry.WriteJSON(w, status, v) }

@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 )
 
 // WaitConfig configures WaitStores. The zero value is usable.
 type WaitConfig struct {
-	// Initial is the pause after the first failed check; default 100 ms.
-	// Each further pause doubles, up to Max (default 5 s): a Redis that
+	// Initial bounds the pause after the first failed check; default
+	// 100 ms. Each further bound doubles, up to Max (default 5 s), and
+	// each pause is drawn below its bound (cluster/retry): a Redis that
 	// restarts or loads its data for a second is seen within a fraction of
-	// one, and a long outage costs one PING every Max.
+	// one, a long outage costs about one PING every Max, and the members
+	// of a fleet that lost one Redis do not ping it in step.
 	Initial, Max time.Duration
 	// CheckTimeout bounds one round of PINGs; default 2 s.
 	CheckTimeout time.Duration
@@ -46,7 +50,7 @@ func (c WaitConfig) withDefaults() WaitConfig {
 }
 
 // WaitStores pings the stores until every one answers, pausing with capped
-// exponential backoff between rounds, and logs each failed round. There is
+// exponential backoff (cluster/retry) between rounds, and logs each failed round. There is
 // no attempt limit: a process started before its Redis (or while Redis
 // loads its data set) must come up once Redis does, not give up and leave
 // the restart to a supervisor. Only ctx ends the wait; the error then
@@ -55,7 +59,7 @@ func (c WaitConfig) withDefaults() WaitConfig {
 func WaitStores(ctx context.Context, s *Stores, cfg WaitConfig) error {
 	cfg = cfg.withDefaults()
 	start := time.Now()
-	pause := cfg.Initial
+	wait := retry.Backoff(cfg.Initial, cfg.Max)
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 		err := s.Ping(pctx)
@@ -73,6 +77,7 @@ func WaitStores(ctx context.Context, s *Stores, cfg WaitConfig) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("waiting for the stores: %w (last check: %w)", ctx.Err(), err)
 		}
+		pause := wait.NextBackOff()
 		cfg.Logger.Warn("stores do not answer yet; waiting", slog.Int("attempt", attempt),
 			slog.Duration("retryIn", pause), slog.Duration("waited", time.Since(start).Round(time.Millisecond)), slog.Any("error", err))
 		t := time.NewTimer(pause)
@@ -82,6 +87,5 @@ func WaitStores(ctx context.Context, s *Stores, cfg WaitConfig) error {
 			return fmt.Errorf("waiting for the stores: %w (last check: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
-		pause = min(2*pause, cfg.Max)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
@@ -135,10 +134,9 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// evMu keeps evidence lines whole when grains of many orders write
-	// to the same log at once.
-	evMu     sync.Mutex
-	evidence io.Writer
+	// evidence keeps lines whole when grains of many orders write to the
+	// same log at once.
+	evidence *telemetry.Evidence
 }
 
 // New validates cfg and returns a Service.
@@ -171,23 +169,15 @@ func New(cfg Config) (*Service, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: workflow config lacks %v", ErrInvalidArgument, missing)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, evidence: cfg.Evidence, metrics: newMetrics(cfg.Metrics)}
+	s := &Service{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Metrics)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.evidence == nil {
-		s.evidence = io.Discard
-	}
+	s.evidence = telemetry.NewEvidence(cfg.Evidence, s.log)
 	return s, nil
 }
 
 // SpotID is the order's global Spot ID as evidence names it.
 func (s *Service) SpotID(orderID string) string { return s.cfg.Kind + "/" + orderID }
 
-func (s *Service) writeEvidence(line string) {
-	s.evMu.Lock()
-	defer s.evMu.Unlock()
-	if _, err := s.evidence.Write([]byte(line + "\n")); err != nil {
-		s.log.Warn("evidence write failed", "line", line, "error", err)
-	}
-}
+func (s *Service) writeEvidence(line string) { s.evidence.Line(line) }

@@ -21,8 +21,9 @@
 // until the restarted process relabels the pod. The lookup's endpoint
 // termination fails calls to it meanwhile; nothing fails over by itself.
 //
-// It is a leaf adapter: it imports protoactor's cluster package and the
-// Kubernetes client, and no package of this module; it must not import
+// It is a leaf adapter: it imports protoactor's cluster package, the
+// Kubernetes client and no package of this module but the leaf
+// cluster/retry (its backoff); it must not import
 // the Location Store, placement, stores or anything of orders or HTTP.
 // Every file is behind the k8s build tag, as is its only user
 // (cluster/provider_k8s.go).

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -24,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 )
 
 // DefaultLabelPrefix is the label key prefix (a DNS subdomain) when
@@ -64,7 +65,8 @@ type Config struct {
 	// that the member re-lists at least that often; 0 means 5 min.
 	WatchTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before retrying a failed
-	// registration, list or watch (doubling per failure, with jitter);
+	// registration, list or watch (cluster/retry: doubling per failure,
+	// with full jitter);
 	// 0 means 200 ms and 10 s. A watch that ended normally is re-listed
 	// after MinBackoff.
 	MinBackoff time.Duration
@@ -250,7 +252,7 @@ func (p *Provider) Shutdown(bool) error {
 
 func (p *Provider) loop(ctx context.Context) {
 	defer close(p.done)
-	b := backoff{min: p.cfg.MinBackoff, max: p.cfg.MaxBackoff}
+	b := retry.Backoff(p.cfg.MinBackoff, p.cfg.MaxBackoff)
 	if p.member {
 		for {
 			err := p.register(ctx)
@@ -261,7 +263,7 @@ func (p *Provider) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			wait := b.next()
+			wait := b.NextBackOff()
 			p.log.Warn("k8s membership: labelling the pod failed; retrying", slog.String("pod", p.cfg.PodName),
 				slog.Duration("backoff", wait), slog.Any("error", err))
 			if !sleep(ctx, wait) {
@@ -269,7 +271,7 @@ func (p *Provider) loop(ctx context.Context) {
 			}
 		}
 	}
-	b.reset()
+	b.Reset()
 	for {
 		err := p.listAndWatch(ctx)
 		if ctx.Err() != nil {
@@ -277,10 +279,10 @@ func (p *Provider) loop(ctx context.Context) {
 		}
 		wait := p.cfg.MinBackoff
 		if err != nil {
-			wait = b.next()
+			wait = b.NextBackOff()
 			p.log.Warn("k8s membership: pod list or watch failed; re-listing", slog.Duration("backoff", wait), slog.Any("error", err))
 		} else {
-			b.reset()
+			b.Reset()
 		}
 		if !sleep(ctx, wait) {
 			return
@@ -442,23 +444,6 @@ func (p *Provider) memberOf(pod *v1.Pod) *pcluster.Member {
 	slices.Sort(kinds)
 	return &pcluster.Member{Id: id, Host: pod.Status.PodIP, Port: int32(port), Kinds: kinds}
 }
-
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-// next doubles the wait up to max, with ±20 % jitter so that the members
-// do not re-list in step after the API server comes back.
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return time.Duration(float64(b.cur) * (0.8 + 0.4*rand.Float64()))
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

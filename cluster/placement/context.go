@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 )
 
 // ContextProducer returns a cluster.ContextProducer for
@@ -67,7 +68,9 @@ func (c *Context) RequestContext(ctx context.Context, identity, kind string, mes
 }
 
 func (c *Context) request(ctx context.Context, identity, kind string, message any, resends *int) (any, error) {
-	backoff := time.Millisecond
+	// A resend waits for the new owner to settle: short waits, since a
+	// caller is waiting on the answer.
+	wait := retry.Backoff(time.Millisecond, 64*time.Millisecond)
 	repaired := false
 	for attempt := 0; ; attempt++ {
 		*resends = attempt
@@ -119,15 +122,12 @@ func (c *Context) request(ctx context.Context, identity, kind string, message an
 				continue
 			}
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("%w: %s/%s did not settle on an owner", location.ErrTimeout, kind, identity)
 		case <-t.C:
-		}
-		if backoff < 50*time.Millisecond {
-			backoff *= 2
 		}
 	}
 }

@@ -476,6 +476,10 @@ func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 	// Whatever ends this, nobody waits for a verdict any longer.
 	defer lm.judge(false)
 	address := lm.addr
+	// Not cluster/retry's jittered backoff: how soon a failed write of a
+	// gone record is tried again is part of how soon a lost member's
+	// orders become Unavailable rather than unanswered, a timing this
+	// loop owns (100 ms doubling to 5 s, then goneRecheck while fresh).
 	backoff := 100 * time.Millisecond
 	told, fresh := false, 0
 	for attempt := 1; ; attempt++ {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 )
 
@@ -306,7 +307,7 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 // targets and operators all read it, and a store outage at start-up must
 // not leave it missing for the life of the process.
 func (l *Lookup) publishName(memberID string) {
-	backoff := 100 * time.Millisecond
+	wait := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := l.store.PutMemberName(ctx, memberID, l.cfg.NodeName)
@@ -318,14 +319,16 @@ func (l *Lookup) publishName(memberID string) {
 			close(l.named)
 			return
 		}
+		backoff := wait.NextBackOff()
 		l.log.Warn("publishing member name failed; retrying", slog.String("node", l.cfg.NodeName),
 			slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
+		t := time.NewTimer(backoff)
 		select {
 		case <-l.stop:
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
@@ -570,7 +573,7 @@ func (l *Lookup) resolveSending(ctx context.Context, kind, id string, message an
 }
 
 func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, error) {
-	backoff := 2 * time.Millisecond
+	wait := retry.Backoff(2*time.Millisecond, 64*time.Millisecond)
 	for {
 		token := uuid.NewString()
 		acquired, gen, rec, err := l.store.BeginCreate(ctx, kind, id, token, l.cfg.CreateLockTTL)
@@ -602,15 +605,12 @@ func (l *Lookup) resolve(ctx context.Context, kind, id string) (*actor.PID, erro
 			return nil, fmt.Errorf("%w: %s is moving from member %s, which has left or is recorded gone", ErrUnavailable, id, rec.Owner)
 		}
 		// Creating or Moving: wait for Ready.
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("%w: waiting for %s to become Ready", location.ErrTimeout, id)
 		case <-t.C:
-		}
-		if backoff < 50*time.Millisecond {
-			backoff *= 2
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 )
 
 // MoveStage names the steps of a planned relocation, for the operation
@@ -120,20 +121,19 @@ func (l *Lookup) commitMove(ctx context.Context, p MovePlan, target location.Rec
 func settle(ctx context.Context, write func(context.Context) error, final func(error) bool) error {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveRollbackBound)
 	defer cancel()
-	backoff := 50 * time.Millisecond
+	wait := retry.Backoff(50*time.Millisecond, time.Second)
 	for {
 		err := write(c)
 		if err == nil || (final != nil && final(err)) {
 			return err
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait.NextBackOff())
 		select {
 		case <-c.Done():
 			t.Stop()
 			return err
 		case <-t.C:
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

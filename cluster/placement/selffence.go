@@ -169,6 +169,10 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 // through cfg on the way. Every step of the loop is noted in w (nil for
 // none), so that Suspended sees a gap before the loop runs again.
 func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Context) (location.GoneMember, bool, error), log *slog.Logger, w *watchState) error {
+	// A fixed interval, not cluster/retry's backoff, even after failed
+	// probes: the lease is measured in these steps, and a member that
+	// backed off would stop noticing, within the lease, that it must
+	// fence itself.
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	now := cfg.now

@@ -8,7 +8,10 @@
 // (Propagator), the slog handler that puts a span's ids on log lines, and
 // the go-redis hook that makes a span per round trip (redistrace.go); for
 // libraries that report through OpenTelemetry metrics, a meter provider
-// served with the registry (otelmetrics.go).
+// served with the registry (otelmetrics.go). It owns the writer of the
+// spec's evidence lines that every part of a process shares
+// (evidence.go), and what the private listeners that serve all this
+// share: the bearer token check and the JSON reply (listener.go).
 //
 // A process builds one Registry and hands it, through Config structs, to
 // every part that measures something; each part creates its metrics with

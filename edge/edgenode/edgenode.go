@@ -9,7 +9,6 @@ package edgenode
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -67,8 +66,8 @@ type Config struct {
 	// gone is taken over once the owner's gone record is this old. Zero
 	// keeps Unavailable until an operator acts.
 	TakeoverAfter time.Duration
-	// Evidence receives raw evidence lines; it must accept concurrent
-	// writes (one Write per line), as os.Stdout does.
+	// Evidence receives raw evidence lines, one Write per line; nil
+	// discards them.
 	Evidence io.Writer
 	// Logger is wrapped with edge.LogHandler, so that every line logged
 	// with a request's context, by the edge or what it calls, carries the
@@ -148,7 +147,7 @@ func (t topology) CheckStores(ctx context.Context) error {
 func StartingHandler(ready *node.Readiness) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			_ = telemetry.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"}) // strings: always encodes
 			return
 		}
 		detail, reason := "starting", edge.ReasonStarting
@@ -177,14 +176,6 @@ var startingReasons = map[string]string{
 	"member": "the cluster member has not joined",
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v) // maps of strings: always encodes
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 // Start joins the cluster and builds the HTTP edge; call Server.Serve to
 // answer requests.
 func Start(ctx context.Context, cfg Config) (*API, error) {
@@ -195,9 +186,8 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Logger = slog.New(edge.LogHandler(cfg.Logger.Handler()))
-	if cfg.Evidence == nil {
-		cfg.Evidence = io.Discard
-	}
+	// One writer, one lock, for the route observer's lines and the edge's.
+	cfg.Evidence = telemetry.NewEvidence(cfg.Evidence, cfg.Logger)
 	st := cfg.Stores
 	routes := edge.NewRouteObserver(edge.RouteObserverConfig{
 		NodeID: cfg.Cluster.NodeName, Names: st.Location, Evidence: cfg.Evidence, Logger: cfg.Logger,

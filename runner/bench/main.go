@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -267,7 +268,7 @@ func run(ctx context.Context, o options) (err error) {
 		cmp := compare(base, rep)
 		printComparison(os.Stdout, cmp)
 		path := filepath.Join(dir, "bench-compare.json")
-		if err := writeJSON(path, cmp); err != nil {
+		if err := jsonfile.Write(path, cmp); err != nil {
 			return err
 		}
 		logf("comparison: %s (baseline results in %s)", path, filepath.Join(base.RunDir, "bench-results.json"))
@@ -302,7 +303,7 @@ func reversedPass(ctx context.Context, o options, dir string, cur, bt target, fi
 	both := bothOrders(firstCmp, compare(base, rep))
 	printBothOrders(os.Stdout, both)
 	path := filepath.Join(dir, "bench-compare-both.json")
-	if err := writeJSON(path, both); err != nil {
+	if err := jsonfile.Write(path, both); err != nil {
 		return err
 	}
 	logf("both orders: %s", path)
@@ -482,7 +483,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	rep.Notes = append(rep.Notes, notes...)
 	printReport(os.Stdout, rep)
 	jsonPath := filepath.Join(t.Dir, "bench-results.json")
-	if err := writeJSON(jsonPath, rep); err != nil {
+	if err := jsonfile.Write(jsonPath, rep); err != nil {
 		return nil, err
 	}
 	pngPath := filepath.Join(t.Dir, "bench-results.png")

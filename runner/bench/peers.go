@@ -18,6 +18,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -285,7 +286,7 @@ func runPeers(ctx context.Context, o options, dir string) error {
 	res := buildPeers(o, rows)
 	printPeers(os.Stdout, res)
 	path := filepath.Join(dir, "bench-peers.json")
-	if err := writeJSON(path, res); err != nil {
+	if err := jsonfile.Write(path, res); err != nil {
 		return err
 	}
 	logf("peer comparison: %s", path)
@@ -497,7 +498,7 @@ func measureRestate(ctx context.Context, o options, dir string) (*report, *effec
 	}
 	eff := checkEffects(ctx, rdb, all)
 	logf("restate peer: effects: %s", eff.text())
-	if err := writeJSON(filepath.Join(dir, "bench-results.json"), rep); err != nil {
+	if err := jsonfile.Write(filepath.Join(dir, "bench-results.json"), rep); err != nil {
 		return nil, nil, err
 	}
 	return rep, &eff, nil

@@ -9,7 +9,7 @@
 // rebuild-projection. It never calls
 // /self-check/* or /admin/*, never reads a store, and never learns where an
 // order lives. It must not import edge, cluster, eventstore, readmodel,
-// actors/commerce, actors/workflow, actors/grain or runner/...: its only
-// project import is actors/contracts, whose typed codec it uses for every
-// body.
+// actors/commerce, actors/workflow, actors/grain or runner/... but the
+// leaf runner/jsonfile (its results file): its one other project import
+// is actors/contracts, whose typed codec it uses for every body.
 package client

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
@@ -254,27 +253,6 @@ func (f Fixtures) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrInvalidFixtures, errors.Join(errs...))
-}
-
-// WriteJSON writes v as indented JSON to path, atomically.
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*.json")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // LoadResults reads what a scenario wrote to ResultsPath.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 )
 
 func example(t *testing.T) []byte {
@@ -78,7 +79,7 @@ func TestFixturesRoundTrip(t *testing.T) {
 	fx.Prepared.Closed, err = client.Expected{OrderID: "ord-x"}.WithState(st)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "fixtures.json")
-	require.NoError(t, client.WriteJSON(path, fx))
+	require.NoError(t, jsonfile.Write(path, fx))
 	back, err := client.LoadFixtures(path)
 	require.NoError(t, err)
 	assert.Equal(t, fx.APIs, back.APIs)
@@ -91,7 +92,7 @@ func TestFixturesRoundTrip(t *testing.T) {
 
 	res := client.Results{Orders: map[string]string{client.CaseSuccess: "ord-s"}, Concurrent: []string{"a", "b"}}
 	rpath := filepath.Join(t.TempDir(), "results.json")
-	require.NoError(t, client.WriteJSON(rpath, res))
+	require.NoError(t, jsonfile.Write(rpath, res))
 	rback, err := client.LoadResults(rpath)
 	require.NoError(t, err)
 	assert.Equal(t, res, rback)

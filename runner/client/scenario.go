@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 )
 
 // ErrAssertion is wrapped by every failed assertion of the scenario.
@@ -91,7 +92,7 @@ func (s *Scenario) Run(ctx context.Context) (Results, error) {
 		}
 	}
 	if s.fx.ResultsPath != "" {
-		if err := WriteJSON(s.fx.ResultsPath, s.res); err != nil {
+		if err := jsonfile.Write(s.fx.ResultsPath, s.res); err != nil {
 			return s.res, s.fail("write results", "%v", err)
 		}
 	}

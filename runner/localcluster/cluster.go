@@ -27,7 +27,8 @@
 //
 // It owns processes and log files, nothing of the order domain: it must
 // not import edge, actors/..., the framework package cluster, or any
-// store; its only project import is runner/redisserver.
+// store; its project imports are runner/redisserver and the leaf
+// runner/jsonfile (the state file).
 package localcluster
 
 import (
@@ -41,6 +42,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
@@ -201,9 +204,9 @@ type node struct {
 	// anything is signalled: the caller holds the node from then on.
 	managed   bool
 	startedAt time.Time
-	// backoff is the delay before the next supervisor restart.
-	backoff  time.Duration
-	restarts []SupervisorRestart
+	// restartPace paces the supervisor's restarts (Config.RestartBackoff).
+	restartPace *backoff.ExponentialBackOff
+	restarts    []SupervisorRestart
 }
 
 // Cluster is a running local cluster. Its methods are safe for concurrent

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster/proctest"
 )
@@ -38,27 +39,16 @@ func seedDemo(t *testing.T, url string) {
 }
 
 func applySeed(ctx context.Context, url string) error {
-	opt, err := redis.ParseURL(url)
+	rc, err := redisurl.NewClient(url, redisurl.Options{})
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opt)
 	defer rc.Close()
 	store, err := commerce.NewRedis(commerce.Config{Client: rc})
 	if err != nil {
 		return err
 	}
-	for {
-		err := store.ApplySeed(ctx, commerce.DemoSeed())
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return store.ApplySeedRetrying(ctx, commerce.DemoSeed(), nil)
 }
 
 func clusterConfig(t *testing.T, runDir string) localcluster.Config {

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 )
 
 // ErrNoState: no state file, so no cluster was started from this run dir
@@ -92,24 +93,8 @@ func SelfProcess(name string) ProcessState {
 // WriteState writes the state file atomically (a reader sees the old file
 // or the whole new one).
 func WriteState(path string, s State) error {
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return fmt.Errorf("cluster: encode state: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".cluster-*.json")
-	if err != nil {
-		return fmt.Errorf("cluster: write state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cluster: write state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cluster: write state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("cluster: write state: %w", err)
+	if err := jsonfile.Write(path, s); err != nil {
+		return fmt.Errorf("cluster: state: %w", err)
 	}
 	return nil
 }

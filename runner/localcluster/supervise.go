@@ -3,6 +3,8 @@ package localcluster
 import (
 	"fmt"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // RestartPolicy is what the cluster does when a managed node's process
@@ -52,8 +54,12 @@ func (c *Cluster) supervise(n *node, p *process) {
 		c.mu.Unlock()
 		return
 	}
-	if exitedAt.Sub(n.startedAt) >= restartStable {
-		n.backoff = 0
+	if n.restartPace == nil || exitedAt.Sub(n.startedAt) >= restartStable {
+		// The library's backoff without jitter (a zero
+		// RandomizationFactor): a crash loop's delay is a floor, as
+		// Kubernetes' CrashLoopBackOff is, and a handful of local
+		// processes has no herd for jitter to spread.
+		n.restartPace = &backoff.ExponentialBackOff{InitialInterval: c.cfg.RestartBackoff, Multiplier: 2, MaxInterval: restartBackoffMax}
 	}
 	c.mu.Unlock()
 	exit := "exited"
@@ -62,11 +68,7 @@ func (c *Cluster) supervise(n *node, p *process) {
 	}
 	for {
 		c.mu.Lock()
-		delay := n.backoff
-		if delay <= 0 {
-			delay = c.cfg.RestartBackoff
-		}
-		n.backoff = min(delay*2, restartBackoffMax)
+		delay := n.restartPace.NextBackOff()
 		c.mu.Unlock()
 		c.cfg.Logf("%s pid=%d ended on its own (%s); the supervisor starts it again in %s", n.name, p.pid(), exit, delay)
 		t := time.NewTimer(delay)

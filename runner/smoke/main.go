@@ -50,6 +50,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 )
 
@@ -266,8 +267,8 @@ func (r *runner) applySeed(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	if err := cs.ApplySeed(ctx, r.seed); err != nil {
-		return fmt.Errorf("seed: %w", err)
+	if err := cs.ApplySeedRetrying(ctx, r.seed, r.logf); err != nil {
+		return err
 	}
 	r.logf("seeded carts %s (ample stock), %s (stock 1 of 3), methods %s (approves), %s (declines)",
 		r.catalog.SuccessCartID, r.catalog.InsufficientStockCartID, r.catalog.ApprovingMethodID, r.catalog.DecliningMethodID)
@@ -280,7 +281,7 @@ func (r *runner) applySeed(ctx context.Context, url string) error {
 func (r *runner) runClient(ctx context.Context) error {
 	path := filepath.Join(r.dir, "fixtures.json")
 	r.fx.ResultsPath = filepath.Join(r.dir, "client-results.json")
-	if err := client.WriteJSON(path, r.fx); err != nil {
+	if err := jsonfile.Write(path, r.fx); err != nil {
 		return err
 	}
 	logPath := filepath.Join(r.dir, "client.log")

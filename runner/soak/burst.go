@@ -7,10 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
@@ -143,11 +144,15 @@ loop:
 	}
 	note("answers %s", strings.Join(classes, " "))
 	if len(t.latencies) > 0 {
-		slices.Sort(t.latencies)
-		q := func(p float64) time.Duration {
-			return t.latencies[int(p*float64(len(t.latencies)-1))].Round(time.Millisecond)
+		// Microseconds, 1 µs to an hour, 3 significant digits.
+		h := hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+		for _, d := range t.latencies {
+			_ = h.RecordValue(min(max(d.Microseconds(), 1), h.HighestTrackableValue()))
 		}
-		note("latency p50 %s p99 %s max %s", q(0.5), q(0.99), q(1))
+		q := func(p float64) time.Duration {
+			return (time.Duration(h.ValueAtQuantile(p)) * time.Microsecond).Round(time.Millisecond)
+		}
+		note("latency p50 %s p99 %s max %s", q(50), q(99), q(100))
 	}
 	ft.Effective = t.dropped > 0 || failed > 0
 	if len(t.retry) > 0 {

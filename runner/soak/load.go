@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/retry"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 )
 
@@ -274,7 +275,7 @@ func isTerminal(s string) bool {
 // a 4xx) or the retry deadline passes, alternating APIs after a failure.
 // It returns the acknowledged order id, if any.
 func (ld *load) startUntilFinal(ctx context.Context, api int, req *contracts.StartOrderReq) string {
-	backoff := 100 * time.Millisecond
+	wait := retry.Backoff(100*time.Millisecond, 2*time.Second)
 	for attempt := 1; ; attempt++ {
 		e := ld.startAttempt(ctx, ld.apis[api], ld.names[api], req, attempt, 15*time.Second)
 		if e.Final {
@@ -286,8 +287,7 @@ func (ld *load) startUntilFinal(ctx context.Context, api int, req *contracts.Sta
 			ld.log.mu.Unlock()
 			return ""
 		}
-		time.Sleep(backoff)
-		backoff = min(backoff*2, 2*time.Second)
+		time.Sleep(wait.NextBackOff())
 		api = (api + 1) % len(ld.apis)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 	"github.com/shoppingmall-go/shoppingmall/runner/soak/check"
 )
@@ -291,7 +292,7 @@ func run(ctx context.Context, o options) (bool, error) {
 		}
 	}
 	res.OK = rep.OK() && len(pending) == 0 && len(res.Problems) == 0
-	if err := writeJSON(filepath.Join(dir, "soak-results.json"), res); err != nil {
+	if err := jsonfile.Write(filepath.Join(dir, "soak-results.json"), res); err != nil {
 		return false, err
 	}
 	printSummary(res, rep)
@@ -452,14 +453,6 @@ func printOffenders(rep check.Report, h *check.History) {
 			fmt.Println("  (no stream)")
 		}
 	}
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }
 
 // build compiles both mains into binDir with the go tool found in PATH.

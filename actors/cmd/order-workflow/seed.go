@@ -93,35 +93,9 @@ func runSeed(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	if err := applySeed(ctx, store, s, func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }); err != nil {
+	if err := store.ApplySeedRetrying(ctx, s, func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "seeded %d carts, %d SKUs, %d payment methods from %s\n", len(s.Carts), len(s.Stock), len(s.Methods), from)
 	return nil
-}
-
-// applySeed writes the seed, retrying with capped backoff until it
-// succeeds, the seed is invalid, or ctx ends: in a container Redis may
-// not answer yet, or answer LOADING while it reads its append-only file.
-// ApplySeed sets absolute values, so a repeat converges.
-func applySeed(ctx context.Context, store *commerce.Redis, s commerce.Seed, logf func(string, ...any)) error {
-	pause := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := store.ApplySeed(actx, s)
-		cancel()
-		if err == nil || errors.Is(err, commerce.ErrInvalidArgument) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("seed: %w (last attempt: %w)", ctx.Err(), err)
-		}
-		logf("seed attempt %d failed (%v); retrying in %s", attempt, err, pause)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("seed: %w (last attempt: %w)", ctx.Err(), err)
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
 }

@@ -62,11 +62,25 @@ func (r *Restartable) Server() *redisserver.Server {
 // see their connections drop and reconnect to the same address.
 func (r *Restartable) Restart() {
 	r.t.Helper()
+	r.Down()
+	r.Up()
+}
+
+// Down stops the server by its PID (SIGTERM: it persists on the way out)
+// and leaves it down: clients of its address are refused until Up.
+func (r *Restartable) Down() {
+	r.t.Helper()
 	old := r.Server()
 	if err := old.Stop(); err != nil {
 		r.t.Fatalf("redistest: stop redis-server pid=%d: %v", old.PID(), err)
 	}
 	r.t.Logf("redis-server pid=%d stopped", old.PID())
+}
+
+// Up starts a new server on the directory and socket of the one Down
+// stopped, with its data.
+func (r *Restartable) Up() {
+	r.t.Helper()
 	r.start()
 }
 

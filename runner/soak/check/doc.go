@@ -5,7 +5,8 @@
 // invariants of issue 12. It reads no store and starts nothing, so a saved
 // history re-checks offline to the same report.
 //
-// It imports only the standard library, the domain (actors/order) and
-// actors/workflow for decoding stored events; it must not import the
+// It imports only the standard library, the domain (actors/order),
+// actors/workflow for decoding stored events and the leaf runner/jsonfile;
+// it must not import the
 // cluster, the edge, the event store or any Redis client.
 package check

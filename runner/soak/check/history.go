@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+
+	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 )
 
 // History is everything a soak run observed, in a form the checker can read
@@ -219,11 +221,7 @@ func LoadHistory(path string) (*History, error) {
 
 // Save writes the history as indented JSON.
 func (h *History) Save(path string) error {
-	b, err := json.MarshalIndent(h, "", "  ")
-	if err != nil {
-		return fmt.Errorf("save history: %w", err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := jsonfile.Write(path, h); err != nil {
 		return fmt.Errorf("save history: %w", err)
 	}
 	return nil

@@ -364,11 +364,10 @@ func serve(args []string) error {
 	return nil
 }
 
-// applySeed writes the seed, retrying with capped backoff until it
-// succeeds or ctx ends: a Redis restarted on an existing run dir answers
+// applySeed writes the seed to url's Redis (commerce's
+// ApplySeedRetrying): a Redis restarted on an existing run dir answers
 // LOADING while it reads its append-only file, and one failed attempt
-// must not end the supervisor. ApplySeed sets absolute values, so a
-// repeat is harmless.
+// must not end the supervisor.
 func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(string, ...any)) error {
 	rc, err := redisurl.NewClient(url, redisurl.Options{})
 	if err != nil {
@@ -379,25 +378,7 @@ func applySeed(ctx context.Context, url string, s commerce.Seed, logf func(strin
 	if err != nil {
 		return err
 	}
-	pause := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := store.ApplySeed(actx, s)
-		cancel()
-		if err == nil || errors.Is(err, commerce.ErrInvalidArgument) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
-		}
-		logf("seed attempt %d failed (%v); retrying in %s", attempt, err, pause)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
+	return store.ApplySeedRetrying(ctx, s, logf)
 }
 
 func down(args []string) error {
