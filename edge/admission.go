@@ -9,7 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // Admission control (issue 26, point 1). Each public order route belongs

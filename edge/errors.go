@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // Error codes of the public contract. They never change meaning.

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/edge/apiclient"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/runner/client"
 )
 

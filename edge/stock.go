@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // The stock report (GET /admin/stock/{sku}): a SKU's available stock and

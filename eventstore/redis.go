@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // Stream entry field names.

@@ -84,3 +84,25 @@ func TestDocumentedPackageGraphMatchesTheCode(t *testing.T) {
 	require.Equal(t, want, strings.TrimSpace(block),
 		"the package graph in %s is out of date; put this between its markers:\n```text\n%s\n```", graphDoc, want)
 }
+
+// Nothing under cluster/ or eventstore imports actors/: they sit below
+// it, and the error kinds they give their sentinels live in
+// eventstore/errkind, not beside the contracts. Like the depguard rule
+// (cluster-below-actors, eventstore), but on the graph as go list reads
+// it, test files left out.
+func TestNoArrowRunsBackUpIntoActors(t *testing.T) {
+	var up []string
+	for _, line := range strings.Split(packageGraph(t), "\n") {
+		pkg, deps, _ := strings.Cut(line, "→")
+		pkg = strings.TrimSpace(pkg)
+		if !strings.HasPrefix(pkg, "cluster") && !strings.HasPrefix(pkg, "eventstore") {
+			continue
+		}
+		for _, d := range strings.Split(deps, ",") {
+			if d = strings.TrimSpace(d); strings.HasPrefix(d, "actors/") {
+				up = append(up, pkg+" → "+d)
+			}
+		}
+	}
+	require.Empty(t, up, "arrows running back up into actors/")
+}

@@ -10,13 +10,13 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 

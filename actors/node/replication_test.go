@@ -13,7 +13,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // TestWritesWaitForTheReplica: with one replica required, every store's

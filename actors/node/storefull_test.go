@@ -9,11 +9,11 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // A stored body is read tolerantly within a schema the reader knows, and

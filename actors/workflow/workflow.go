@@ -22,9 +22,9 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 

@@ -3,7 +3,7 @@ package placement
 import (
 	"errors"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // The placement's own failures. A failure of the Location Store itself

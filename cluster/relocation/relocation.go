@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/shoppingmall-go/shoppingmall/actors/contracts/errkind"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 var (

@@ -10,6 +10,15 @@
 // keeps working, and a sentinel without a kind is Internal to everyone
 // outside its package.
 //
+// It lives under eventstore, the lowest top-level folder that needs it,
+// rather than beside the contracts: the stores (eventstore, readmodel,
+// cluster/location, cluster/relocation) and placement give their
+// sentinels kinds, and a vocabulary above them would make every one of
+// them import upward. Mapping each store's plain sentinels to kinds where
+// they meet (the grain, the edge, the workflow's retry rule) was the
+// other way; it would have spread one table over three places that must
+// agree, while a kind given where the sentinel is declared cannot drift.
+//
 // It imports only the standard library and must import nothing of the
 // project, so that every layer but the pure domain (actors/order) may use
 // it.
