@@ -14,6 +14,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -192,6 +193,12 @@ type Config struct {
 	// /orders/{id}?waitFor=terminal (wait.go); without it such a GET is
 	// refused 400 (field waitFor).
 	Terminal TerminalWatcher
+	// Barrier, optional, is set when the stores' writes wait for
+	// replicas: a start answered from its started mapping, which writes
+	// nothing, passes it first, so the 200 never acknowledges an order
+	// whose start a failover can still lose (eventstore.Barrier). Nil
+	// adds nothing.
+	Barrier eventstore.Barrier
 	// Streams, optional, lets continue and rebuild-projection answer an
 	// order without an event stream 404 from one cheap check, without a
 	// grain call (and so without a cold activation); without it they ask

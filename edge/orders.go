@@ -68,6 +68,14 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	noteOrder(r.Context(), m.OrderID)
 	if m.Status == commerce.MappingStarted {
 		st, _, err := s.cfg.ReadModel.Get(ctx, m.OrderID)
+		if err == nil && s.cfg.Barrier != nil {
+			// The mapping and projection may be an earlier attempt's
+			// whose writes fell short of the replicas.
+			if berr := s.cfg.Barrier.Barrier(ctx, m.OrderID); berr != nil {
+				s.fail(w, r, fmt.Errorf("start order %s: %w", m.OrderID, berr))
+				return
+			}
+		}
 		switch {
 		case err == nil:
 			s.writeMessage(w, r, http.StatusOK, &contracts.StartOrderRes{OrderId: m.OrderID, State: st})

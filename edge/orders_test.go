@@ -15,6 +15,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
 func TestStartOrderNewOrderIs201WithCartAndDeterministicCommand(t *testing.T) {
@@ -257,6 +258,38 @@ func TestStartOrderReplayOfStartedKeyIs200FromReadModel(t *testing.T) {
 	require.Equal(t, "ord-s", res.OrderId)
 	require.Equal(t, contracts.OrderStatus_Confirmed, res.GetState().GetStatus(), "a replay answers the current read model")
 	require.Zero(t, e.orders.calls(), "a started key with a projection needs no grain call")
+}
+
+// fakeBarrier answers the replication barrier with err, counting calls.
+type fakeBarrier struct {
+	err   error
+	calls []string
+}
+
+func (b *fakeBarrier) Barrier(_ context.Context, orderID string) error {
+	b.calls = append(b.calls, orderID)
+	return b.err
+}
+
+// A replay from the started mapping writes nothing, so with replicated
+// stores it passes the replication barrier before its 200: a shortfall
+// answers 503 STORE_UNAVAILABLE, as the write in doubt behind it did.
+func TestStartOrderReplayPassesTheReplicationBarrier(t *testing.T) {
+	barrier := &fakeBarrier{err: fmt.Errorf("%w: write not confirmed by enough replicas", eventstore.ErrUnavailable)}
+	e := newEnv(t, func(c *Config) { c.Barrier = barrier })
+	e.idem.set("key-s", commerce.Mapping{OrderID: "ord-s", Status: commerce.MappingStarted,
+		Fingerprint: commerce.Fingerprint(cartOK, "a", "p")})
+	e.rm.put(&contracts.OrderState{OrderId: "ord-s", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 9})
+	w := e.do("POST", "/orders", startBody(cartOK, "a", "p", "key-s"))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+	require.Equal(t, ReasonStoreUnavailable, decodeError(t, w).Reason)
+	require.Equal(t, []string{"ord-s"}, barrier.calls)
+
+	barrier.err = nil
+	w = e.do("POST", "/orders", startBody(cartOK, "a", "p", "key-s"))
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Len(t, barrier.calls, 2)
+	require.Zero(t, e.orders.calls(), "the replay still needs no grain call")
 }
 
 func TestStartOrderStartedKeyWithoutProjectionResumesThroughGrain(t *testing.T) {

@@ -135,6 +135,22 @@ type Store interface {
 	RaiseFence(ctx context.Context, orderID string, minGeneration int64) (Fence, error)
 }
 
+// Barrier makes sure an order's stream is on a replicated deployment's
+// replicas before a caller acknowledges it without having written it:
+// a start answered from its recorded event or its mapping, a continue or
+// rebuild with nothing to write. A write in doubt (its WAIT fell short)
+// followed by such an answer would otherwise acknowledge state that a
+// failover can still lose, since WAIT waits only for its own
+// connection's writes and a connection that wrote nothing returns at
+// once. Redis implements it; the wiring hands it out only when writes
+// wait for replicas, so without replication nothing is added.
+type Barrier interface {
+	// Barrier returns nil once every write the order's primary took
+	// before it is on the configured replicas, or an error: ErrUnavailable
+	// (a shortfall is one, like a write's), ErrInvalidOrderID.
+	Barrier(ctx context.Context, orderID string) error
+}
+
 // StreamChecker is the cheap existence check of a stream, kept apart from
 // Store so that a caller that needs only it (the HTTP edge, which answers
 // a command on an unknown order without activating its grain) is handed

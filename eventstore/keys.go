@@ -20,6 +20,7 @@ var ErrInvalidOrderID = errkind.New(errkind.InvalidArgument, "eventstore: invali
 //	<prefix>{<orderId>}:stream  the events, one entry per version
 //	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token
 //	<prefix>{<orderId>}:cmds    hash sourceCommandId -> first version
+//	<prefix>{<orderId>}:barrier string, the replication barrier's write (Barrier)
 type keys struct{ prefix string }
 
 // newKeys refuses a prefix with braces: the order id must be the keys'
@@ -34,7 +35,7 @@ func newKeys(prefix string) (keys, error) {
 	return keys{prefix: prefix}, nil
 }
 
-type orderKeys struct{ stream, fence, cmds string }
+type orderKeys struct{ stream, fence, cmds, barrier string }
 
 func (k keys) order(orderID string) (orderKeys, error) {
 	if orderID == "" {
@@ -44,5 +45,5 @@ func (k keys) order(orderID string) (orderKeys, error) {
 		return orderKeys{}, fmt.Errorf("%w: %q contains '{' or '}'", ErrInvalidOrderID, orderID)
 	}
 	base := k.prefix + "{" + orderID + "}:"
-	return orderKeys{stream: base + "stream", fence: base + "fence", cmds: base + "cmds"}, nil
+	return orderKeys{stream: base + "stream", fence: base + "fence", cmds: base + "cmds", barrier: base + "barrier"}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -342,6 +343,27 @@ func (r *Redis) StreamExists(ctx context.Context, orderID string) (bool, error) 
 		return false, translate("check stream of "+orderID, err)
 	}
 	return n > 0, nil
+}
+
+// barrierTTL keeps a barrier key no longer than any retry that could
+// need it; the key holds nothing anyone reads.
+const barrierTTL = time.Minute
+
+// Barrier implements Barrier: one SET of the order's barrier key, in the
+// order's slot. On its own it proves nothing; on a client that waits for
+// replicas (cluster/redisurl.WaitForReplicas) the SET is followed by WAIT
+// on its connection, and since a primary replicates in order, the
+// replicas that hold this write hold every earlier write of that primary,
+// the order's stream included.
+func (r *Redis) Barrier(ctx context.Context, orderID string) error {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return err
+	}
+	if err := r.client.Set(ctx, k.barrier, "1", barrierTTL).Err(); err != nil {
+		return translate("replication barrier of "+orderID, err)
+	}
+	return nil
 }
 
 // decodeEntry turns one stream entry at 1-based position pos into an

@@ -82,6 +82,11 @@ type Stores struct {
 	// creation lock in the same script (location.Redis.CreationFor);
 	// nil otherwise.
 	CreationLocks *location.Redis
+	// Barrier is the event store when every store's writes wait for
+	// replicas (StoreOptions.Replication), nil otherwise: the workflow
+	// and the edge pass it before acknowledging state they did not write
+	// (eventstore.Barrier).
+	Barrier eventstore.Barrier
 	// ReadyInStart: the Location Store shares the one Redis server of
 	// StartAppend, so a new order's start may carry its grain's Ready
 	// commit (grain.Config.ReadyInStart).
@@ -194,6 +199,9 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Events, s.ReadModel, s.Commerce = events, projections, commerceStore
+	if opt.Replication.Replicas > 0 {
+		s.Barrier = events
+	}
 	if opt.Fixtures {
 		var err error
 		if s.Fixtures, err = fixture.NewRedis(fixture.Config{Client: cs}); err != nil {
@@ -473,6 +481,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
 	}
 	wcfg.StartAppend = cfg.Stores.StartAppend
+	wcfg.Barrier = cfg.Stores.Barrier
 	svc, err := workflow.New(wcfg)
 	if err != nil {
 		return nil, err

@@ -143,6 +143,12 @@ func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.Start
 	if o.unmarkedKey == req.IdempotencyKey {
 		o.unmarkedKey = ""
 	}
+	// The projection and the mapping may have been current already, so
+	// nothing above need have written: the start this answer acknowledges
+	// may be an earlier attempt's, in doubt.
+	if err := s.barrier(ctx, o); err != nil {
+		return nil, err
+	}
 	return view(o.state), nil
 }
 

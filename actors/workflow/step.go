@@ -355,14 +355,27 @@ func (s *Service) Continue(ctx context.Context, o *Order) (*contracts.OrderState
 		case err != nil:
 			return nil, fmt.Errorf("read projection of order %s: %w", o.id, err)
 		case version == o.state.Version:
-			return view(o.state), nil
+			return s.acknowledge(ctx, o)
 		}
 		if err := s.follow(ctx, o); err != nil {
 			return nil, err
 		}
-		return view(o.state), nil
+		return s.acknowledge(ctx, o)
 	}
-	if _, err := s.Step(ctx, o); err != nil {
+	progressed, err := s.Step(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if !progressed {
+		return s.acknowledge(ctx, o)
+	}
+	return view(o.state), nil
+}
+
+// acknowledge is the view of o for an answer that may have written
+// nothing, past the replication barrier.
+func (s *Service) acknowledge(ctx context.Context, o *Order) (*contracts.OrderState, error) {
+	if err := s.barrier(ctx, o); err != nil {
 		return nil, err
 	}
 	return view(o.state), nil
@@ -389,7 +402,8 @@ func (s *Service) Rebuild(ctx context.Context, o *Order) (*contracts.OrderState,
 	if err := s.follow(ctx, o); err != nil {
 		return nil, err
 	}
-	return view(st), nil
+	// follow writes nothing when the projection is current already.
+	return s.acknowledge(ctx, o)
 }
 
 // follow makes the projection the owner's fold, which it has just read

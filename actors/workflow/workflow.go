@@ -113,6 +113,11 @@ type Config struct {
 	// StartAppend is optional: with it a new order's start is one round
 	// trip instead of three.
 	StartAppend StartAppender
+	// Barrier is set when the stores' writes wait for replicas: an answer
+	// that acknowledges an order's state without writing it (a repeated
+	// start, a continue or rebuild with nothing to write) first passes it
+	// (eventstore.Barrier). Nil adds nothing.
+	Barrier eventstore.Barrier
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
 	// Evidence receives the raw evidence lines (docs/contract.md,
@@ -179,5 +184,19 @@ func New(cfg Config) (*Service, error) {
 
 // SpotID is the order's global Spot ID as evidence names it.
 func (s *Service) SpotID(orderID string) string { return s.cfg.Kind + "/" + orderID }
+
+// barrier passes the replication barrier (Config.Barrier) for an answer
+// about to acknowledge o's state without having written it: a write of
+// an earlier attempt may have fallen short of the replicas, and this
+// answer must not acknowledge what a failover can still lose.
+func (s *Service) barrier(ctx context.Context, o *Order) error {
+	if s.cfg.Barrier == nil {
+		return nil
+	}
+	if err := s.cfg.Barrier.Barrier(ctx, o.id); err != nil {
+		return fmt.Errorf("replication barrier of order %s: %w", o.id, err)
+	}
+	return nil
+}
 
 func (s *Service) writeEvidence(line string) { s.evidence.Line(line) }

@@ -254,6 +254,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		TracerProvider: cfg.TracerProvider,
 	}
 	ecfg.Streams = streams(st)
+	ecfg.Barrier = st.Barrier
 	var feed *readmodel.TerminalFeed
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
 		feed = rm.NewTerminalFeed()
