@@ -21,8 +21,8 @@ REDIS_CLUSTER ?=
 REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster $(if $(REDIS_CLUSTER_REPLICAS),-redis-cluster-replicas $(REDIS_CLUSTER_REPLICAS)))
 # Redis as production runs it, for `make cluster-up` (and REDIS_HA for
 # `make soak`): REDIS_CLUSTER_REPLICAS=1 gives each master of
-# REDIS_CLUSTER=1's cluster a replica; REDIS_HA=sentinel runs a primary, a
-# replica and three sentinels instead of one redis-server. Either way
+# REDIS_CLUSTER=1's cluster a replica; REDIS_HA=sentinel runs a primary, two
+# replicas and three sentinels instead of one redis-server. Either way
 # cluster-node-timeout / down-after-milliseconds are 2 s and every
 # process runs with -redis-wait-replicas 1.
 REDIS_CLUSTER_REPLICAS ?=
@@ -176,9 +176,12 @@ test-one: redis test-bin
 # whose master is then SIGKILLed (actors/node); the local cluster on a
 # Redis Cluster with a replica per master, one master SIGKILLed under
 # order load (runner/localcluster/redisclustertest); then the soak on the
-# Sentinel topology (1 primary, 1 replica, 3 sentinels, WAIT 1), whose
-# schedule kills the primary under order load and whose invariant checker
-# judges the run. Prints the figures (the whole output when it fails).
+# Sentinel topology (1 primary, 2 replicas, 3 sentinels, WAIT 1) twice:
+# with the primary's SIGKILL alone and -strict (the run fails unless a
+# replica was promoted, every API acknowledged new orders afterwards and
+# every acknowledged order finished without an operator), then with the
+# whole fault schedule; the invariant checker judges both. Prints the
+# figures (the whole output when it fails).
 CLUSTER_FAILOVER_TEST := TestAMasterKilledUnderLoadLosesNothing
 FAILOVER_TESTS := TestStoresFollowASentinelFailover|TestALaggingReplicaLosesNothingAcknowledged|TestWritesWaitForTheReplica|TestClusterWritesWaitForTheirMastersReplica
 failover-test: test-bin
@@ -190,6 +193,9 @@ failover-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v -run '^$(CLUSTER_FAILOVER_TEST)$$' ./runner/localcluster/redisclustertest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-only $(SOAK_BINS) -redis-ha sentinel -only redis-failover -strict -duration 20s -seed 11 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|failover|violations|^  [a-z_]+ +[0-9]+$$'
 	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak $(SOAK_BINS) -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|redis-failover|violations|^  [a-z_]+ +[0-9]+$$'

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +30,9 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	rc := replica.Client()
 	defer rc.Close()
 
+	var shortfalls atomic.Int64
 	st, err := OpenStores(ctx, RedisURLs{Default: primary.URL()}, StoreOptions{
-		Replication: redisurl.Replication{Replicas: 1, Timeout: 300 * time.Millisecond},
+		Replication: redisurl.Replication{Replicas: 1, Timeout: 300 * time.Millisecond, Shortfalls: func() { shortfalls.Add(1) }},
 		// The per-store clients, as the processes run them.
 		StoreHook: func(string) redis.Hook { return nopHook{} },
 	})
@@ -39,6 +41,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	idem := st.Commerce.Idempotency()
 	reserve := reserver(ctx, st)
 	require.NoError(t, reserve("k-1"), "a script")
+	require.Zero(t, shortfalls.Load())
 	require.NoError(t, st.Commerce.ApplySeed(ctx, commerce.DemoSeed()), "a pipeline of writes")
 	m, err := rc.HGetAll(ctx, "sm:cs:idem:{k-1}").Result()
 	require.NoError(t, err)
@@ -55,6 +58,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	err = reserve("k-2")
 	took := time.Since(began)
 	require.ErrorContains(t, err, "0 of 1 replicas", "the shortfall, named")
+	require.EqualValues(t, 1, shortfalls.Load(), "the shortfall, counted (the replicas-short alert's metric)")
 	require.ErrorIs(t, err, commerce.ErrUnavailable, "in doubt, as a timeout")
 	require.Equal(t, errkind.StoreUnavailable, errkind.Of(err))
 	require.Less(t, took, 2*time.Second, "bounded by the WAIT timeout")

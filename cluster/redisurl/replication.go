@@ -25,6 +25,10 @@ type Replication struct {
 	// Timeout bounds one WAIT; a WAIT that ends with fewer replicas is a
 	// write in doubt (ErrReplicationShortfall). Default 1 s.
 	Timeout time.Duration
+	// Shortfalls, if set, is called once per write that fewer than
+	// Replicas confirmed within Timeout: the operator's signal that the
+	// deployment has fewer live replicas than the writes wait for.
+	Shortfalls func()
 }
 
 // DefaultReplicationTimeout is Replication.Timeout's default.
@@ -136,6 +140,9 @@ func (h *waitHook) confirmed(wait *redis.IntCmd) error {
 		return fmt.Errorf("%w: %v", ErrReplicationShortfall, err)
 	}
 	if n < int64(h.rep.Replicas) {
+		if h.rep.Shortfalls != nil {
+			h.rep.Shortfalls()
+		}
 		return fmt.Errorf("%w: %d of %d replicas within %s", ErrReplicationShortfall, n, h.rep.Replicas, h.rep.Timeout)
 	}
 	return nil

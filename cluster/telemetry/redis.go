@@ -31,6 +31,11 @@ const (
 	// MetricRedisRoundTripDuration is the client-side latency of one
 	// round trip: a single command, or a whole pipeline.
 	MetricRedisRoundTripDuration = Namespace + "_redis_round_trip_duration_seconds"
+	// MetricRedisReplicaShortfalls counts writes refused because fewer
+	// replicas than -redis-wait-replicas confirmed them in time (WAIT):
+	// each answered 503 STORE_UNAVAILABLE, in doubt. A steady rate means
+	// the deployment has fewer live replicas than the writes wait for.
+	MetricRedisReplicaShortfalls = Namespace + "_redis_replica_shortfalls_total"
 )
 
 // LabelStore names the store a Redis metric's client serves.
@@ -46,6 +51,7 @@ type redisMetrics struct {
 	pipelines  *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+	shortfalls prometheus.Counter
 }
 
 func newRedisMetrics(f promauto.Factory) *redisMetrics {
@@ -65,7 +71,18 @@ func newRedisMetrics(f promauto.Factory) *redisMetrics {
 		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRedisRoundTripDuration,
 			Help: "Client-side latency of one Redis round trip of the store's client (a single command or a whole pipeline).", Buckets: redisBuckets},
 			[]string{LabelStore}),
+		shortfalls: f.NewCounter(prometheus.CounterOpts{Name: MetricRedisReplicaShortfalls,
+			Help: "Writes refused (503 STORE_UNAVAILABLE, in doubt) because fewer replicas than -redis-wait-replicas confirmed them within the wait timeout."}),
 	}
+}
+
+// ReplicaShortfalls is the count of MetricRedisReplicaShortfalls, for
+// redisurl.Replication.Shortfalls; nil on a nil Registry.
+func (r *Registry) ReplicaShortfalls() func() {
+	if r == nil {
+		return nil
+	}
+	return r.redis.shortfalls.Inc
 }
 
 // RedisHook returns a go-redis hook that records the round trips of one

@@ -118,7 +118,7 @@ type Config struct {
 	// dies is replaced in seconds; the nodes then run with
 	// -redis-wait-replicas 1. Zero keeps today's masters-only cluster.
 	RedisClusterReplicas int
-	// RedisHA "sentinel" (RedisHASentinel) runs a primary, a replica and
+	// RedisHA "sentinel" (RedisHASentinel) runs a primary, two replicas and
 	// three sentinels instead of one redis-server: every node gets a
 	// redis+sentinel URL and -redis-wait-replicas 1, and KillRedis kills
 	// whichever server is the primary then, so that the sentinels fail
@@ -430,8 +430,9 @@ func (c *Cluster) args(n *node) []string {
 		"-seeds", c.seeds,
 	}
 	if c.replicated() {
-		// Acknowledged means replicated: each write waits for its
-		// primary's one replica.
+		// Acknowledged means replicated: each write waits for one of its
+		// primary's replicas (two under Sentinel, one per master in a
+		// Redis Cluster).
 		common = append(common, "-redis-wait-replicas", "1")
 	}
 	if n.role == RoleAPI {

@@ -19,7 +19,7 @@ func TestReservePortsIsOneDistinctSet(t *testing.T) {
 	}{
 		{Config{RedisCluster: true}, 2 * redisserver.DefaultMasters},
 		{Config{RedisCluster: true, RedisClusterReplicas: 1}, 4 * redisserver.DefaultMasters},
-		{Config{RedisHA: RedisHASentinel}, 1 + 3},
+		{Config{RedisHA: RedisHASentinel}, 2 + 3},
 	} {
 		for range 20 {
 			nodes, redis, err := reservePorts(2, 2, tc.cfg)

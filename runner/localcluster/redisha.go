@@ -14,8 +14,8 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
-// RedisHASentinel is Config.RedisHA for a primary, a replica and three
-// sentinels watching them as SentinelMasterName.
+// RedisHASentinel is Config.RedisHA for a primary, two replicas and
+// three sentinels watching them as SentinelMasterName.
 const RedisHASentinel = "sentinel"
 
 // SentinelMasterName is the name the local sentinels give the primary.
@@ -30,34 +30,38 @@ const (
 	sentinelFailover  = 6 * time.Second
 	sentinelQuorum    = 2
 	sentinels         = 3
-	// haExtraPorts: the replica and the sentinels, beside the primary's
+	// haData is the data servers: a primary and two replicas, so that
+	// under -redis-wait-replicas 1 one failure still leaves a replica to
+	// WAIT for (R replicas and WAIT N survive R - N failures).
+	haData = 3
+	// haExtraPorts: the replicas and the sentinels, beside the primary's
 	// port.
-	haExtraPorts = 1 + sentinels
+	haExtraPorts = haData - 1 + sentinels
 )
 
-// redisHA is the Sentinel topology: two data servers, either of which
+// redisHA is the Sentinel topology: haData data servers, any of which
 // may be the primary, and the sentinels. down is the data server
-// KillRedis killed (-1 when both run).
+// KillRedis killed (-1 when all run).
 type redisHA struct {
 	mu        sync.Mutex
-	data      [2]*redisserver.Server
-	cfgs      [2]redisserver.Config
+	data      [haData]*redisserver.Server
+	cfgs      [haData]redisserver.Config
 	sentinels []*redisserver.Server
 	down      int
 }
 
 // startRedisHA starts the primary on the cluster's Redis port, its
-// replica and the sentinels on the ports reserved for them, and waits
-// until the sentinels see the replica.
+// replicas and the sentinels on the ports reserved for them, and waits
+// until the sentinels see the replicas.
 func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 	h := &redisHA{down: -1}
 	c.ha = h
-	for i := range 2 {
+	for i := range haData {
 		cfg := c.redisConfig()
 		cfg.Dir = filepath.Join(c.cfg.RunDir, "redis-"+strconv.Itoa(i+1))
 		cfg.LogFile = filepath.Join(c.cfg.RunDir, "redis-"+strconv.Itoa(i+1)+".log")
-		if i == 1 {
-			cfg.Port = ports[0]
+		if i > 0 {
+			cfg.Port = ports[i-1]
 			cfg.ReplicaOf = "127.0.0.1:" + strconv.Itoa(c.port)
 		}
 		h.cfgs[i] = cfg
@@ -67,15 +71,17 @@ func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 		}
 		h.data[i] = s
 	}
-	if err := waitFor(ctx, "the replica in sync", func() error {
-		if err := h.data[1].InSync(ctx); err != nil {
-			return err
+	if err := waitFor(ctx, "the replicas in sync", func() error {
+		for _, r := range h.data[1:] {
+			if err := r.InSync(ctx); err != nil {
+				return err
+			}
 		}
-		return h.data[0].Acknowledged(ctx, 1)
+		return h.data[0].Acknowledged(ctx, haData-1)
 	}); err != nil {
 		return err
 	}
-	for i, p := range ports[1:] {
+	for i, p := range ports[haData-1:] {
 		s, err := redisserver.Start(ctx, redisserver.Config{
 			Bin: c.cfg.RedisBin, Dir: filepath.Join(c.cfg.RunDir, "sentinel-"+strconv.Itoa(i+1)), Port: p,
 			LogFile: filepath.Join(c.cfg.RunDir, "sentinel-"+strconv.Itoa(i+1)+".log"),
@@ -90,9 +96,9 @@ func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 		h.sentinels = append(h.sentinels, s)
 	}
 	for _, s := range h.sentinels {
-		err := waitFor(ctx, "sentinel "+s.Addr()+" to see the replica and the other sentinels", func() error {
+		err := waitFor(ctx, "sentinel "+s.Addr()+" to see the replicas and the other sentinels", func() error {
 			r, o, err := s.SentinelSees(ctx, SentinelMasterName)
-			if err == nil && (r != 1 || o != sentinels-1) {
+			if err == nil && (r != haData-1 || o != sentinels-1) {
 				err = fmt.Errorf("%d replicas, %d other sentinels", r, o)
 			}
 			return err
@@ -101,7 +107,7 @@ func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 			return err
 		}
 	}
-	c.cfg.Logf("redis primary pid=%d replica pid=%d sentinels pids=%v url=%s", h.data[0].PID(), h.data[1].PID(), h.pids(h.sentinels), c.RedisURL())
+	c.cfg.Logf("redis primary pid=%d replicas pids=%v sentinels pids=%v url=%s", h.data[0].PID(), h.pids(h.data[1:]), h.pids(h.sentinels), c.RedisURL())
 	return nil
 }
 
@@ -146,7 +152,7 @@ func (h *redisHA) primary(ctx context.Context) (int, error) {
 }
 
 // killPrimary SIGKILLs the data server the sentinels name the primary
-// and waits until it is reaped; the sentinels then promote the other.
+// and waits until it is reaped; the sentinels then promote a replica.
 func (h *redisHA) killPrimary(ctx context.Context, logf func(string, ...any)) error {
 	h.mu.Lock()
 	down := h.down
@@ -175,8 +181,7 @@ func (h *redisHA) killPrimary(ctx context.Context, logf func(string, ...any)) er
 }
 
 // WaitPromoted waits, bounded by ctx, until the sentinels name as the
-// primary the data server that was not killed, and says how long that
-// took from the kill's return. It is an error outside the Sentinel
+// primary a data server that was not killed, and returns its index. It is an error outside the Sentinel
 // topology or with no server killed.
 func (c *Cluster) WaitPromoted(ctx context.Context) (int, error) {
 	h := c.ha
@@ -190,7 +195,7 @@ func (c *Cluster) WaitPromoted(ctx context.Context) (int, error) {
 		return -1, fmt.Errorf("%w: no primary was killed", ErrConfig)
 	}
 	var p int
-	err := waitFor(ctx, "the sentinels to promote the replica", func() error {
+	err := waitFor(ctx, "the sentinels to promote a replica", func() error {
 		var err error
 		if p, err = h.primary(ctx); err == nil && p == down {
 			err = errors.New("the killed server is still named the primary")
@@ -239,7 +244,7 @@ func (h *redisHA) primaryPID(ctx context.Context) int {
 }
 
 // stop stops the sentinels first (so that none fails over a server being
-// stopped), then both data servers, each by its PID.
+// stopped), then the data servers, each by its PID.
 func (h *redisHA) stop() error {
 	var errs []error
 	for _, s := range h.sentinels {

@@ -149,6 +149,24 @@ func (l *clientLog) storeUnavailableBetween(from, to time.Time) int {
 	return n
 }
 
+// firstCreatedAfter is, by API, when its first start sent at or after t
+// was answered 201.
+func (l *clientLog) firstCreatedAfter(t time.Time) map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := t.UnixMilli()
+	out := map[string]time.Time{}
+	for _, e := range l.events {
+		if e.Op != "start" || e.HTTPStatus != 201 || e.SentAtUnixMs < from {
+			continue
+		}
+		if at, ok := out[e.API]; !ok || e.AtUnixMs < at.UnixMilli() {
+			out[e.API] = time.UnixMilli(e.AtUnixMs)
+		}
+	}
+	return out
+}
+
 func (l *clientLog) ackedOrders() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

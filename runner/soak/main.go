@@ -26,6 +26,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +48,13 @@ type options struct {
 	// three sentinels, with every write waiting for the replica; the
 	// schedule's redis kill is then a failover (faultRedisFailover).
 	redisHA string
+	// only, when set, keeps the first fault of each of these kinds and
+	// drops every other: a proof of one fault alone (redis-failover).
+	only []string
+	// strict fails the run when a scheduled fault was not injected or
+	// did not take effect, or when an acknowledged order needed the
+	// operator to finish: no operator pass runs in the quiet period.
+	strict bool
 }
 
 func main() {
@@ -59,12 +68,25 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 8, "concurrent load workers")
 	flag.DurationVar(&o.settle, "settle", 90*time.Second, "quiet-period budget for every acknowledged order to turn terminal")
 	flag.BoolVar(&o.faults, "faults", true, "inject the fault schedule")
-	flag.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": run on a primary, a replica and three sentinels (writes wait for the replica); the redis kill becomes a failover`)
+	var only string
+	flag.StringVar(&only, "only", "", "comma-separated fault kinds: keep the first fault of each, drop every other (e.g. redis-failover)")
+	flag.BoolVar(&o.strict, "strict", false, "fail unless every scheduled fault was injected and took effect and every acknowledged order finished without an operator (no operator pass)")
+	flag.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": run on a primary, two replicas and three sentinels (writes wait for one replica); the redis kill becomes a failover`)
 	flag.Parse()
 	if seed < 0 {
 		seed = time.Now().UnixNano() & 0x7fffffff
 	}
 	o.seed = uint64(seed)
+	for _, k := range strings.Split(only, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if !slices.Contains(append(append([]string{}, faultKinds...), faultRedisFailover), k) {
+			fmt.Fprintf(os.Stderr, "soak: -only %q: no such fault kind (want one of %s, %s)\n", k, strings.Join(faultKinds, ", "), faultRedisFailover)
+			os.Exit(2)
+		}
+		o.only = append(o.only, k)
+	}
 	if o.redisHA != "" && o.redisHA != localcluster.RedisHASentinel {
 		fmt.Fprintf(os.Stderr, "soak: -redis-ha %q: want %q or none\n", o.redisHA, localcluster.RedisHASentinel)
 		os.Exit(2)

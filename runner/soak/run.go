@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,8 +84,13 @@ type Results struct {
 	// Restarts: each node's supervisor restarts, by how the old
 	// incarnation ended (a self-fence, a rejoin, a drain, a kill).
 	Restarts map[string][]string `json:"restarts,omitempty"`
+	// Failovers: for each Sentinel failover, when the first new order was
+	// acknowledged after the primary's SIGKILL.
+	Failovers []string `json:"failovers,omitempty"`
 	// Problems are fault outcomes the system must not show (a partition
-	// that evicted a live member); any fails the soak.
+	// that evicted a live member, and with -strict a fault that did not
+	// take effect or an order that needed the operator); any fails the
+	// soak.
 	Problems []string `json:"problems,omitempty"`
 	OK       bool     `json:"ok"`
 }
@@ -101,12 +107,20 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 	sched := schedule(o.seed, o.duration)
+	if len(o.only) > 0 {
+		// Drawn over a run long enough to hold every kind, then kept
+		// alone and brought forward (onlyFirstOf).
+		sched = schedule(o.seed, max(o.duration, coverEveryKind))
+	}
 	if o.redisHA != "" {
 		for i := range sched {
 			if sched[i].Kind == faultRedisKill {
 				sched[i].Kind, sched[i].Target = faultRedisFailover, "redis primary"
 			}
 		}
+	}
+	if len(o.only) > 0 {
+		sched = onlyFirstOf(sched, o.only)
 	}
 	logf("seed %d (rerun: SOAK_FLAGS='-duration %s -seed %d'); %d faults scheduled:", o.seed, o.duration, o.seed, len(sched))
 	if !o.faults {
@@ -206,7 +220,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	var pending []string
 	allTerminalAt := time.Time{}
 	for round := 0; ; round++ {
-		if round%5 == 0 {
+		if round%5 == 0 && !o.strict {
 			operator = append(operator, operatorPass(ctx, fl)...)
 		}
 		if round == 0 {
@@ -285,6 +299,12 @@ func run(ctx context.Context, o options) (bool, error) {
 		res.LastFaultToAll = allTerminalAt.Sub(lastFault).Round(time.Millisecond).String()
 	}
 	res.Problems = partitionProblems(faults)
+	var followed []string
+	res.Failovers, followed = failoverFigures(faults, clog, localcluster.APINodes)
+	if o.strict {
+		res.Problems = append(res.Problems, followed...)
+		res.Problems = append(res.Problems, strictProblems(o.only, sched, faults, len(pending))...)
+	}
 	res.Restarts = map[string][]string{}
 	for _, n := range append(append([]string{}, localcluster.APINodes...), c.Workflows()...) {
 		for _, r := range c.Restarts(n) {
@@ -395,6 +415,9 @@ func printSummary(r Results, rep check.Report) {
 	fmt.Printf("  %-34s %d\n", "orders in the store", r.Orders)
 	fmt.Printf("  %-34s %d\n", "keys without a final answer", len(r.Unanswered))
 	fmt.Printf("  %-34s %s\n", "last fault → all terminal", r.LastFaultToAll)
+	for _, f := range r.Failovers {
+		fmt.Printf("  %-34s %s\n", "failover", f)
+	}
 	fmt.Printf("  %-22s %9s %9s\n", "fault", "injected", "effective")
 	for _, k := range faultKinds {
 		if k == faultRedisKill && r.RedisHA != "" {
@@ -467,4 +490,75 @@ func build(ctx context.Context, binDir string) (api, wf string, err error) {
 		}
 	}
 	return api, wf, nil
+}
+
+// onlyFirstOf keeps the first fault of each kind in kinds, numbered
+// anew and spaced as a schedule's are (the first after scheduleLead, one
+// every scheduleGap), and drops every other.
+func onlyFirstOf(sched []Fault, kinds []string) []Fault {
+	var out []Fault
+	seen := map[string]bool{}
+	for _, f := range sched {
+		if slices.Contains(kinds, f.Kind) && !seen[f.Kind] {
+			seen[f.Kind] = true
+			f.N = len(out) + 1
+			f.At = scheduleLead + time.Duration(len(out))*scheduleGap
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// strictProblems are -strict's verdicts: a kind asked for but never
+// scheduled (the run was too short for it), a fault that was not
+// injected or had no effect, and acknowledged orders that did not finish
+// by themselves (no operator pass ran).
+func strictProblems(only []string, sched, faults []Fault, notTerminal int) []string {
+	var out []string
+	if len(sched) == 0 {
+		out = append(out, "strict: no fault was scheduled")
+	}
+	for _, k := range only {
+		if !slices.ContainsFunc(sched, func(f Fault) bool { return f.Kind == k }) {
+			out = append(out, fmt.Sprintf("strict: no %s fault was scheduled (is -duration long enough, or -redis-ha set for redis-failover?)", k))
+		}
+	}
+	for _, f := range faults {
+		switch {
+		case !f.Injected:
+			out = append(out, fmt.Sprintf("strict: fault %s was not injected", f))
+		case !f.Effective:
+			out = append(out, fmt.Sprintf("strict: fault %s took no effect", f))
+		}
+	}
+	if notTerminal > 0 {
+		out = append(out, fmt.Sprintf("strict: %d acknowledged orders did not finish without an operator", notTerminal))
+	}
+	return out
+}
+
+// failoverFigures says, for each Sentinel failover injected, how long
+// after the primary's SIGKILL each API acknowledged its first new order
+// (a 201 to a start sent after the kill): an API that did had followed
+// the sentinels to the promoted replica, and so had the workflow member
+// that recorded the start. An API that never did is a problem.
+func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, problems []string) {
+	for _, f := range faults {
+		if f.Kind != faultRedisFailover || !f.Injected {
+			continue
+		}
+		killed := time.UnixMilli(f.InjectedAtUnixMs)
+		first := clog.firstCreatedAfter(killed)
+		for _, api := range apis {
+			at, ok := first[api]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("failover #%d: %s acknowledged no new order after the primary's SIGKILL", f.N, api))
+				continue
+			}
+			took := at.Sub(killed).Round(time.Millisecond)
+			figures = append(figures, fmt.Sprintf("#%d %s: first new order acknowledged %s after the primary's SIGKILL", f.N, api, took))
+			logf("FIGURE sentinel failover under load: %s acknowledged its first new order %s after the primary's SIGKILL", api, took)
+		}
+	}
+	return figures, problems
 }

@@ -146,3 +146,32 @@ func TestBurstIsBounded(t *testing.T) {
 	require.Equal(t, burstInFlight, first, "every arrival over the bound is dropped while the API answers nothing")
 	require.Equal(t, 2*first, starts, "each key without a final answer is retried")
 }
+
+// -only keeps the first fault of each kind asked for, alone, brought to
+// the front of the run.
+func TestOnlyKeepsTheFirstOfEachKind(t *testing.T) {
+	s := onlyFirstOf(schedule(7, coverEveryKind), []string{faultRedisKill, faultAPIKill})
+	require.Len(t, s, 2)
+	kinds := []string{s[0].Kind, s[1].Kind}
+	require.ElementsMatch(t, []string{faultRedisKill, faultAPIKill}, kinds)
+	for i, f := range s {
+		require.Equal(t, i+1, f.N)
+		require.Equal(t, scheduleLead+time.Duration(i)*scheduleGap, f.At)
+	}
+	require.Empty(t, onlyFirstOf(schedule(7, coverEveryKind), []string{faultRedisFailover}), "no failover without -redis-ha")
+}
+
+// -strict fails a run whose fault was missing, not injected or without
+// effect, or whose orders needed the operator.
+func TestStrictProblems(t *testing.T) {
+	ok := Fault{N: 1, Kind: faultRedisFailover, Injected: true, Effective: true}
+	require.Empty(t, strictProblems([]string{faultRedisFailover}, []Fault{ok}, []Fault{ok}, 0))
+	require.Len(t, strictProblems([]string{faultRedisFailover}, nil, nil, 0), 2, "nothing scheduled, the kind missing")
+	noEffect := ok
+	noEffect.Effective = false
+	notInjected := ok
+	notInjected.Injected = false
+	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{noEffect}, 0), 1)
+	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{notInjected}, 0), 1)
+	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{ok}, 3), 1, "orders that needed the operator")
+}

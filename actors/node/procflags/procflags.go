@@ -235,8 +235,10 @@ func (c *Common) Open() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep := c.Replication()
+	rep.Shortfalls = reg.ReplicaShortfalls()
 	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax,
-		Replication: c.Replication(), Fixtures: c.Fixtures})
+		Replication: rep, Fixtures: c.Fixtures})
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@
 // recorded by PID under redisMasters) and every node gets its
 // redis+cluster URL; -redis-cluster-replicas N gives each master N
 // replicas (recorded under redisExtra) and the nodes -redis-wait-replicas
-// 1. With -redis-ha sentinel Redis is a primary, a replica and three
+// 1. With -redis-ha sentinel Redis is a primary, two replicas and three
 // sentinels (the others under redisExtra), every node gets a
 // redis+sentinel URL and -redis-wait-replicas 1.
 //
@@ -139,7 +139,7 @@ func parse(name string, args []string) (options, error) {
 	fs.IntVar(&o.workflows, "workflows", 2, fmt.Sprintf("number of workflow processes (workflow-a, workflow-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run a local 3-master Redis Cluster instead of one redis-server")
 	fs.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "replicas per master of the -redis-cluster (the nodes then wait for one per write)")
-	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, a replica and three sentinels instead of one redis-server (the nodes wait for the replica per write)`)
+	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, two replicas and three sentinels instead of one redis-server (the nodes wait for one replica per write, so one Redis failure stops no write)`)
 	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
 		return o, err
