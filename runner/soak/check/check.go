@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -31,6 +32,7 @@ const (
 	InvConfirmedPaid        = "confirmed_order_has_payment_record"
 	InvGenerations          = "generations_only_grow"
 	InvClientMonotonic      = "client_view_consistent"
+	InvAckNotLost           = "acknowledgement_not_lost"
 )
 
 var invariantOrder = []string{
@@ -38,7 +40,7 @@ var invariantOrder = []string{
 	InvOneReservation, InvOneAuthorization, InvNoPaymentAfterInvErr,
 	InvReleaseOnlyOnFailure, InvStockHeld, InvStockConserved,
 	InvPaymentMatches, InvFailedUnpaid, InvConfirmedPaid,
-	InvStreamFolds, InvReadModelIsFold, InvGenerations, InvClientMonotonic,
+	InvStreamFolds, InvReadModelIsFold, InvGenerations, InvClientMonotonic, InvAckNotLost,
 }
 
 // Offender is one violation: the order (or, for key and stock invariants,
@@ -164,6 +166,7 @@ func Check(h *History) Report {
 	c.checkPayments()
 	c.checkStock()
 	c.checkClientView()
+	c.checkAcknowledgements()
 	var rep Report
 	for _, n := range invariantOrder {
 		rep.Results = append(rep.Results, *c.results[n])
@@ -587,12 +590,21 @@ const terminalRank = 4
 // followed by an earlier one. "Followed" is real-time order: answer a
 // follows answer b when a's request was sent after b's answer arrived, so
 // overlapping requests answered out of order are not flagged. Two
-// different terminal statuses are a violation whatever their timing, and a
-// terminal status told must be the one the stream ends in.
+// different terminal statuses are a violation, and so is a terminal
+// status the stream does not end in.
+//
+// The failover window: a read (a GET) is answered from the primary
+// without waiting for replicas, so it may show state that a Redis kill
+// or failover injected after the read was sent then loses. Such a read
+// followed by an earlier status, or naming a terminal status the stream
+// does not end in, is not a violation here; an acknowledgement (the 2xx
+// of a start, continue or rebuild) may never be lost, whatever the
+// faults, and is judged by checkAcknowledgements.
 func (c *checker) checkClientView() {
 	type seen struct {
 		status   string
 		sent, at int64
+		read     bool
 	}
 	per := map[string][]seen{}
 	for _, a := range c.h.Client {
@@ -603,28 +615,32 @@ func (c *checker) checkClientView() {
 		if sent == 0 {
 			sent = a.AtUnixMs
 		}
-		per[a.OrderID] = append(per[a.OrderID], seen{a.OrderStatus, sent, a.AtUnixMs})
+		per[a.OrderID] = append(per[a.OrderID], seen{a.OrderStatus, sent, a.AtUnixMs, a.Op == OpGet})
 	}
 	for _, id := range slices.Sorted(maps.Keys(per)) {
 		ss := per[id]
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].sent < ss[j].sent })
-		terminal := ""
+		terminal, terminalRead := "", false
 		for i, a := range ss {
 			r, ok := statusRank[a.status]
 			if !ok {
 				c.failOrder(InvClientMonotonic, id, "client told unknown status %q", a.status)
 				continue
 			}
-			if r == terminalRank {
+			if r == terminalRank && (!a.read || !c.lossAfter(a.sent, math.MaxInt64)) {
 				if terminal != "" && terminal != a.status {
 					c.failOrder(InvClientMonotonic, id, "client told both %s and %s", terminal, a.status)
 				}
 				if terminal == "" {
-					terminal = a.status
+					terminal, terminalRead = a.status, a.read
 				}
 			}
 			for j, b := range ss {
 				if j == i || b.at >= a.sent {
+					continue
+				}
+				if b.read && c.lossAfter(b.sent, a.sent) {
+					// b may have shown what a failover then lost.
 					continue
 				}
 				if rb, ok := statusRank[b.status]; ok && r < rb {
@@ -633,8 +649,50 @@ func (c *checker) checkClientView() {
 				}
 			}
 		}
-		if st, ok := c.folds[id]; ok && terminal != "" && terminal != string(st.Status) {
-			c.failOrder(InvClientMonotonic, id, "client told %s, stream ends %s", terminal, st.Status)
+		if st, ok := c.folds[id]; ok && terminal != "" && terminal != string(st.Status) && terminalRead {
+			c.failOrder(InvClientMonotonic, id, "client read %s, stream ends %s", terminal, st.Status)
+		}
+	}
+}
+
+// lossKinds are the faults that may lose writes a read already showed:
+// a Redis SIGKILL (restarted from its append-only file) and a Sentinel
+// failover (the promoted replica may lack the primary's last writes).
+var lossKinds = map[string]bool{"redis-kill": true, "redis-failover": true}
+
+// lossAfter reports whether a fault that may lose writes was injected
+// in [from, to].
+func (c *checker) lossAfter(from, to int64) bool {
+	for _, f := range c.h.Faults {
+		if lossKinds[f.Kind] && f.AtUnixMs >= from && f.AtUnixMs <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAcknowledgements: what a start, continue or rebuild acknowledged
+// (its 2xx naming a status) is never lost, across every fault: the
+// order's stream reached that status (no lower final status), and a
+// terminal status acknowledged is the one the stream ends in.
+func (c *checker) checkAcknowledgements() {
+	for _, a := range c.h.Client {
+		if a.Op == OpGet || a.OrderID == "" || a.OrderStatus == "" || a.StatusCode < 200 || a.StatusCode > 299 {
+			continue
+		}
+		st, ok := c.folds[a.OrderID]
+		if !ok {
+			continue // a lost order is InvNoLostOrder's
+		}
+		r, ok := statusRank[a.OrderStatus]
+		if !ok {
+			continue // an unknown status is InvClientMonotonic's
+		}
+		switch {
+		case statusRank[string(st.Status)] < r:
+			c.failOrder(InvAckNotLost, a.OrderID, "%s acknowledged %s (answered %d), stream ends %s", a.Op, a.OrderStatus, a.AtUnixMs, st.Status)
+		case r == terminalRank && a.OrderStatus != string(st.Status):
+			c.failOrder(InvAckNotLost, a.OrderID, "%s acknowledged %s (answered %d), stream ends %s", a.Op, a.OrderStatus, a.AtUnixMs, st.Status)
 		}
 	}
 }
