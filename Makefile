@@ -176,12 +176,14 @@ test-one: redis test-bin
 # whose master is then SIGKILLed (actors/node); the local cluster on a
 # Redis Cluster with a replica per master, one master SIGKILLed under
 # order load (runner/localcluster/redisclustertest); then the soak on the
-# Sentinel topology (1 primary, 2 replicas, 3 sentinels, WAIT 1) twice:
-# with the primary's SIGKILL alone and -strict (the run fails unless a
+# Sentinel topology (1 primary, 2 replicas, 3 sentinels, WAIT 1) three
+# times: the primary's SIGKILL alone and -strict (the run fails unless a
 # replica was promoted, every API acknowledged new orders afterwards and
-# every acknowledged order finished without an operator), then with the
-# whole fault schedule; the invariant checker judges both. Prints the
-# figures (the whole output when it fails).
+# every acknowledged order finished without an operator); the lagging
+# replica alone and -strict (the replicas SIGSTOPped until writes answer
+# 503 in doubt, the primary SIGKILLed, the replicas resumed and one
+# promoted); then the whole fault schedule. The invariant checker judges
+# all three. Prints the figures (the whole output when it fails).
 CLUSTER_FAILOVER_TEST := TestAMasterKilledUnderLoadLosesNothing
 FAILOVER_TESTS := TestStoresFollowASentinelFailover|TestALaggingReplicaLosesNothingAcknowledged|TestWritesWaitForTheReplica|TestClusterWritesWaitForTheirMastersReplica
 failover-test: test-bin
@@ -196,6 +198,9 @@ failover-test: test-bin
 	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-only $(SOAK_BINS) -redis-ha sentinel -only redis-failover -strict -duration 20s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|failover|violations|^  [a-z_]+ +[0-9]+$$'
+	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-lagging $(SOAK_BINS) -redis-ha sentinel -only redis-lagging-failover -strict -duration 20s -seed 11 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E 'FIGURE|SIGSTOP|SIGCONT|SOAK|acknowledged|failover|violations|^  [a-z_]+ +[0-9]+$$'
 	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak $(SOAK_BINS) -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|redis-failover|violations|^  [a-z_]+ +[0-9]+$$'

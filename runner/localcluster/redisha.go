@@ -180,6 +180,71 @@ func (h *redisHA) killPrimary(ctx context.Context, logf func(string, ...any)) er
 	return nil
 }
 
+// KillPrimaryLagging is the lagging-replica failover on the Sentinel
+// topology: every replica is frozen (SIGSTOP) for lag, so each write
+// falls short of its replica and answers 503 in doubt while the primary
+// still applies it; then the primary is SIGKILLed and the replicas
+// resumed (SIGCONT) at once, within the sentinels' down-after, so that
+// one of them, lacking the primary's writes in doubt, is promoted. lag
+// must stay under sentinelDownAfter, or the sentinels would count the
+// frozen replicas down and promote none. WaitPromoted and RestartRedis
+// follow as after KillRedis.
+func (c *Cluster) KillPrimaryLagging(ctx context.Context, lag time.Duration) error {
+	h := c.ha
+	if h == nil {
+		return fmt.Errorf("%w: KillPrimaryLagging needs RedisHA %q", ErrConfig, RedisHASentinel)
+	}
+	if lag <= 0 || lag > sentinelDownAfter*3/4 {
+		return fmt.Errorf("%w: lag %s, want (0, %s]", ErrConfig, lag, sentinelDownAfter*3/4)
+	}
+	p, err := h.primary(ctx)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.down >= 0 {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: redis data server %d is down already", ErrConfig, h.down+1)
+	}
+	var replicas []*redisserver.Server
+	for i, s := range h.data {
+		if i != p {
+			replicas = append(replicas, s)
+		}
+	}
+	h.mu.Unlock()
+	frozen := replicas[:0:0]
+	defer func() {
+		// Whatever happens, nothing stays frozen.
+		for _, s := range frozen {
+			_ = syscall.Kill(s.PID(), syscall.SIGCONT)
+		}
+	}()
+	for _, s := range replicas {
+		if err := syscall.Kill(s.PID(), syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("cluster: SIGSTOP redis replica pid %d: %w", s.PID(), err)
+		}
+		frozen = append(frozen, s)
+	}
+	c.cfg.Logf("SIGSTOP redis replicas pids=%v for %s", h.pids(replicas), lag)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(lag):
+	}
+	if err := h.killPrimary(ctx, c.cfg.Logf); err != nil {
+		return err
+	}
+	for _, s := range frozen {
+		if err := syscall.Kill(s.PID(), syscall.SIGCONT); err != nil {
+			return fmt.Errorf("cluster: SIGCONT redis replica pid %d: %w", s.PID(), err)
+		}
+	}
+	frozen = nil
+	c.cfg.Logf("SIGCONT redis replicas pids=%v", h.pids(replicas))
+	return nil
+}
+
 // WaitPromoted waits, bounded by ctx, until the sentinels name as the
 // primary a data server that was not killed, and returns its index. It is an error outside the Sentinel
 // topology or with no server killed.

@@ -42,7 +42,20 @@ const (
 	// promote the replica, and the killed server comes back as the new
 	// primary's replica after the hold.
 	faultRedisFailover = "redis-failover"
+	// faultRedisLagging is the lagging-replica failover (-redis-ha
+	// sentinel, asked for with -only): every replica frozen for
+	// redisLag, so writes answer 503 in doubt while the primary applies
+	// them; then the primary SIGKILLed and the replicas resumed, and the
+	// sentinels promote one that lacks those writes. Never drawn by the
+	// schedule.
+	faultRedisLagging = "redis-lagging-failover"
 )
+
+// redisLag is how long the lagging failover keeps the replicas frozen
+// before the primary's kill: longer than the nodes' WAIT timeout (1 s),
+// so writes answer 503 in doubt before the kill, and under the
+// sentinels' down-after (2 s), so a resumed replica is promoted.
+const redisLag = 1400 * time.Millisecond
 
 // workflowLease is the workflow members' lease: localcluster passes no
 // -lease, so it is order-workflow's default (node.DefaultLease, which the
@@ -393,13 +406,17 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 		}
 		note("evicted=%v rejoined=%v", ft.Evicted, ft.Rejoined)
 		ft.Effective = ft.Evicted && ft.Rejoined
-	case faultRedisKill, faultRedisFailover:
-		if err := f.c.KillRedis(); err != nil {
+	case faultRedisKill, faultRedisFailover, faultRedisLagging:
+		kill := func() error { return f.c.KillRedis() }
+		if ft.Kind == faultRedisLagging {
+			kill = func() error { return f.c.KillPrimaryLagging(ctx, redisLag) }
+		}
+		if err := kill(); err != nil {
 			note("kill redis: %v", err)
 			return ft
 		}
 		ft.Injected = true
-		if ft.Kind == faultRedisFailover {
+		if ft.Kind != faultRedisKill {
 			killed := time.Now()
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			_, err := f.c.WaitPromoted(cctx)

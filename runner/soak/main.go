@@ -81,8 +81,8 @@ func main() {
 		if k = strings.TrimSpace(k); k == "" {
 			continue
 		}
-		if !slices.Contains(append(append([]string{}, faultKinds...), faultRedisFailover), k) {
-			fmt.Fprintf(os.Stderr, "soak: -only %q: no such fault kind (want one of %s, %s)\n", k, strings.Join(faultKinds, ", "), faultRedisFailover)
+		if !slices.Contains(append(append([]string{}, faultKinds...), faultRedisFailover, faultRedisLagging), k) {
+			fmt.Fprintf(os.Stderr, "soak: -only %q: no such fault kind (want one of %s, %s, %s)\n", k, strings.Join(faultKinds, ", "), faultRedisFailover, faultRedisLagging)
 			os.Exit(2)
 		}
 		o.only = append(o.only, k)

@@ -121,6 +121,10 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	if len(o.only) > 0 {
 		sched = onlyFirstOf(sched, o.only)
+		if o.redisHA != "" && slices.Contains(o.only, faultRedisLagging) {
+			sched = append(sched, Fault{N: len(sched) + 1, At: scheduleLead + time.Duration(len(sched))*scheduleGap,
+				Kind: faultRedisLagging, Target: "redis replicas, then primary", Hold: 2 * time.Second})
+		}
 	}
 	logf("seed %d (rerun: SOAK_FLAGS='-duration %s -seed %d'); %d faults scheduled:", o.seed, o.duration, o.seed, len(sched))
 	if !o.faults {
@@ -251,6 +255,15 @@ func run(ctx context.Context, o options) (bool, error) {
 
 	// Effects judged once every answer is in.
 	for i := range faults {
+		if faults[i].Kind == faultRedisLagging && faults[i].Injected {
+			// Effective once a replica was promoted (judged when it ran)
+			// and writes fell short while the replicas lagged, before
+			// the primary's kill.
+			from := time.UnixMilli(faults[i].InjectedAtUnixMs)
+			n := clog.storeUnavailableBetween(from, from.Add(redisLag))
+			faults[i].Detail = append(faults[i].Detail, fmt.Sprintf("%d STORE_UNAVAILABLE answers while the replicas lagged", n))
+			faults[i].Effective = faults[i].Effective && n > 0
+		}
 		if faults[i].Kind == faultRedisKill && faults[i].Injected {
 			from := time.UnixMilli(faults[i].InjectedAtUnixMs)
 			to := time.UnixMilli(faults[i].EndedAtUnixMs).Add(10 * time.Second)
@@ -425,6 +438,9 @@ func printSummary(r Results, rep check.Report) {
 		}
 		fmt.Printf("  %-22s %9d %9d\n", k, r.FaultsInjected[k], r.FaultsEffective[k])
 	}
+	if n := r.FaultsInjected[faultRedisLagging]; n > 0 {
+		fmt.Printf("  %-22s %9d %9d\n", faultRedisLagging, n, r.FaultsEffective[faultRedisLagging])
+	}
 	fmt.Printf("  %-60s %s\n", "invariant", "violations")
 	for _, inv := range rep.Results {
 		fmt.Printf("  %-60s %d\n", inv.Name, inv.Violations)
@@ -544,7 +560,7 @@ func strictProblems(only []string, sched, faults []Fault, notTerminal int) []str
 // that recorded the start. An API that never did is a problem.
 func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, problems []string) {
 	for _, f := range faults {
-		if f.Kind != faultRedisFailover || !f.Injected {
+		if (f.Kind != faultRedisFailover && f.Kind != faultRedisLagging) || !f.Injected {
 			continue
 		}
 		killed := time.UnixMilli(f.InjectedAtUnixMs)

@@ -657,8 +657,9 @@ func (c *checker) checkClientView() {
 
 // lossKinds are the faults that may lose writes a read already showed:
 // a Redis SIGKILL (restarted from its append-only file) and a Sentinel
-// failover (the promoted replica may lack the primary's last writes).
-var lossKinds = map[string]bool{"redis-kill": true, "redis-failover": true}
+// failover, lagging or not (the promoted replica may lack the primary's
+// last writes).
+var lossKinds = map[string]bool{"redis-kill": true, "redis-failover": true, "redis-lagging-failover": true}
 
 // lossAfter reports whether a fault that may lose writes was injected
 // in [from, to].
