@@ -175,15 +175,17 @@ test-one: redis test-bin
 # writes waiting for their replica on one server and on a Redis Cluster
 # whose master is then SIGKILLed (actors/node); the local cluster on a
 # Redis Cluster with a replica per master, one master SIGKILLed under
-# order load (runner/localcluster/redisclustertest); then the soak on the
-# Sentinel topology (1 primary, 2 replicas, 3 sentinels, WAIT 1) three
-# times: the primary's SIGKILL alone and -strict (the run fails unless a
-# replica was promoted, every API acknowledged new orders afterwards and
-# every acknowledged order finished without an operator); the lagging
+# order load (runner/localcluster/redisclustertest); then the soak: on
+# the Sentinel topology (1 primary, 2 replicas, 3 sentinels, WAIT 1) the
+# primary's SIGKILL alone and -strict (the run fails unless a replica was
+# promoted, every API acknowledged new orders afterwards and every
+# acknowledged order finished without an operator); the lagging
 # replica alone and -strict (the replicas SIGSTOPped until writes answer
 # 503 in doubt, the primary SIGKILLed, the replicas resumed and one
-# promoted); then the whole fault schedule. The invariant checker judges
-# all three. Prints the figures (the whole output when it fails).
+# promoted); a Redis Cluster with two replicas per master, its first
+# master SIGKILLed alone and -strict; then the whole fault schedule on
+# Sentinel. The invariant checker, stock included, judges all four.
+# Prints the figures (the whole output when it fails).
 CLUSTER_FAILOVER_TEST := TestAMasterKilledUnderLoadLosesNothing
 FAILOVER_TESTS := TestStoresFollowASentinelFailover|TestALaggingReplicaLosesNothingAcknowledged|TestWritesWaitForTheReplica|TestClusterWritesWaitForTheirMastersReplica
 failover-test: test-bin
@@ -201,6 +203,9 @@ failover-test: test-bin
 	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-lagging $(SOAK_BINS) -redis-ha sentinel -only redis-lagging-failover -strict -duration 20s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SIGSTOP|SIGCONT|SOAK|acknowledged|failover|violations|^  [a-z_]+ +[0-9]+$$'
+	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-master $(SOAK_BINS) -redis-cluster-replicas 2 -only redis-master-kill -strict -duration 20s -seed 11 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E 'FIGURE|SIGKILL redis|SOAK|acknowledged|failover|violations|^  [a-z_]+ +[0-9]+$$'
 	@out=$$($(GO) run ./runner/soak -run-dir $(RUN_DIR)/failover-soak $(SOAK_BINS) -redis-ha sentinel -duration 40s -seed 11 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E 'FIGURE|SOAK|acknowledged|redis-failover|violations|^  [a-z_]+ +[0-9]+$$'

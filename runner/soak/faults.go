@@ -51,6 +51,12 @@ const (
 	faultRedisLagging = "redis-lagging-failover"
 )
 
+// faultMasterKill SIGKILLs the first master of a Redis Cluster
+// (-redis-cluster-replicas, asked for with -only): one of its replicas
+// takes its slots, and the killed node comes back as a replica after the
+// hold. Never drawn by the schedule.
+const faultMasterKill = "redis-master-kill"
+
 // redisLag is how long the lagging failover keeps the replicas frozen
 // before the primary's kill: longer than the nodes' WAIT timeout (1 s),
 // so writes answer 503 in doubt before the kill, and under the
@@ -406,6 +412,45 @@ func (f *faulter) inject(ctx context.Context, ft Fault) Fault {
 		}
 		note("evicted=%v rejoined=%v", ft.Evicted, ft.Rejoined)
 		ft.Effective = ft.Evicted && ft.Rejoined
+	case faultMasterKill:
+		rc := f.c.RedisCluster()
+		if rc == nil {
+			note("not a Redis Cluster")
+			return ft
+		}
+		victim := rc.Nodes()[0]
+		killed := time.Now()
+		if err := syscall.Kill(victim.PID(), syscall.SIGKILL); err != nil {
+			note("SIGKILL master pid %d: %v", victim.PID(), err)
+			return ft
+		}
+		ft.Injected = true
+		logf("SIGKILL redis master pid=%d addr=%s", victim.PID(), victim.Addr())
+		deadline := time.Now().Add(30 * time.Second)
+		for !ft.Effective && time.Now().Before(deadline) && ctx.Err() == nil {
+			for _, r := range rc.Replicas(0) {
+				rcl := r.Client()
+				role, err := rcl.Do(ctx, "ROLE").Slice()
+				_ = rcl.Close()
+				if err == nil && len(role) > 0 && role[0] == "master" {
+					ft.Effective = true
+					took := time.Since(killed).Round(10 * time.Millisecond)
+					note("replica %s took the killed master's slots %s after the SIGKILL", r.Addr(), took)
+					logf("FIGURE redis cluster master kill under load: replica promoted %s after the SIGKILL", took)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !ft.Effective {
+			note("no replica took the killed master's slots")
+		}
+		time.Sleep(ft.Hold)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := rc.RestartNode(cctx, 0)
+		cancel()
+		if err != nil {
+			note("restart the killed master: %v", err)
+		}
 	case faultRedisKill, faultRedisFailover, faultRedisLagging:
 		kill := func() error { return f.c.KillRedis() }
 		if ft.Kind == faultRedisLagging {

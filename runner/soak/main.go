@@ -48,6 +48,10 @@ type options struct {
 	// three sentinels, with every write waiting for the replica; the
 	// schedule's redis kill is then a failover (faultRedisFailover).
 	redisHA string
+	// redisClusterReplicas > 0 runs the cluster on a Redis Cluster (three
+	// masters) with that many replicas per master, every write waiting
+	// for one; only redis-master-kill (-only) then kills Redis.
+	redisClusterReplicas int
 	// only, when set, keeps the first fault of each of these kinds and
 	// drops every other: a proof of one fault alone (redis-failover).
 	only []string
@@ -68,6 +72,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 8, "concurrent load workers")
 	flag.DurationVar(&o.settle, "settle", 90*time.Second, "quiet-period budget for every acknowledged order to turn terminal")
 	flag.BoolVar(&o.faults, "faults", true, "inject the fault schedule")
+	flag.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "run on a Redis Cluster with this many replicas per master (writes wait for one); with -only redis-master-kill")
 	var only string
 	flag.StringVar(&only, "only", "", "comma-separated fault kinds: keep the first fault of each, drop every other (e.g. redis-failover)")
 	flag.BoolVar(&o.strict, "strict", false, "fail unless every scheduled fault was injected and took effect and every acknowledged order finished without an operator (no operator pass)")
@@ -81,14 +86,18 @@ func main() {
 		if k = strings.TrimSpace(k); k == "" {
 			continue
 		}
-		if !slices.Contains(append(append([]string{}, faultKinds...), faultRedisFailover, faultRedisLagging), k) {
-			fmt.Fprintf(os.Stderr, "soak: -only %q: no such fault kind (want one of %s, %s, %s)\n", k, strings.Join(faultKinds, ", "), faultRedisFailover, faultRedisLagging)
+		if !slices.Contains(append(append([]string{}, faultKinds...), faultRedisFailover, faultRedisLagging, faultMasterKill), k) {
+			fmt.Fprintf(os.Stderr, "soak: -only %q: no such fault kind (want one of %s, %s, %s, %s)\n", k, strings.Join(faultKinds, ", "), faultRedisFailover, faultRedisLagging, faultMasterKill)
 			os.Exit(2)
 		}
 		o.only = append(o.only, k)
 	}
 	if o.redisHA != "" && o.redisHA != localcluster.RedisHASentinel {
 		fmt.Fprintf(os.Stderr, "soak: -redis-ha %q: want %q or none\n", o.redisHA, localcluster.RedisHASentinel)
+		os.Exit(2)
+	}
+	if o.redisClusterReplicas > 0 && (o.redisHA != "" || !slices.Equal(o.only, []string{faultMasterKill})) {
+		fmt.Fprintf(os.Stderr, "soak: -redis-cluster-replicas runs with -only %s alone, without -redis-ha\n", faultMasterKill)
 		os.Exit(2)
 	}
 	if o.workers <= 0 || o.duration <= 0 {

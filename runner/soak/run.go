@@ -121,6 +121,9 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	if len(o.only) > 0 {
 		sched = onlyFirstOf(sched, o.only)
+		if o.redisClusterReplicas > 0 {
+			sched = []Fault{{N: 1, At: scheduleLead, Kind: faultMasterKill, Target: "redis cluster master 1", Hold: 2 * time.Second}}
+		}
 		if o.redisHA != "" && slices.Contains(o.only, faultRedisLagging) {
 			sched = append(sched, Fault{N: len(sched) + 1, At: scheduleLead + time.Duration(len(sched))*scheduleGap,
 				Kind: faultRedisLagging, Target: "redis replicas, then primary", Hold: 2 * time.Second})
@@ -153,9 +156,9 @@ func run(ctx context.Context, o options) (bool, error) {
 		// promise (Redis postpones the AOF write behind a slow fsync and
 		// replies meanwhile).
 		Workflows: len(workflowNodes), RedisPersist: true, RedisAppendFsync: "always", Admin: true, StopGrace: 10 * time.Second, RequestTimeout: 5 * time.Second,
-		RedisHA: o.redisHA,
-		Logf:    func(f string, a ...any) { logf(f, a...) },
-		Cgroup:  cgroupHook(pnet),
+		RedisHA: o.redisHA, RedisCluster: o.redisClusterReplicas > 0, RedisClusterReplicas: o.redisClusterReplicas,
+		Logf:   func(f string, a ...any) { logf(f, a...) },
+		Cgroup: cgroupHook(pnet),
 	})
 	if err != nil {
 		return false, err
@@ -438,8 +441,10 @@ func printSummary(r Results, rep check.Report) {
 		}
 		fmt.Printf("  %-22s %9d %9d\n", k, r.FaultsInjected[k], r.FaultsEffective[k])
 	}
-	if n := r.FaultsInjected[faultRedisLagging]; n > 0 {
-		fmt.Printf("  %-22s %9d %9d\n", faultRedisLagging, n, r.FaultsEffective[faultRedisLagging])
+	for _, k := range []string{faultRedisLagging, faultMasterKill} {
+		if n := r.FaultsInjected[k]; n > 0 {
+			fmt.Printf("  %-22s %9d %9d\n", k, n, r.FaultsEffective[k])
+		}
 	}
 	fmt.Printf("  %-60s %s\n", "invariant", "violations")
 	for _, inv := range rep.Results {
@@ -553,14 +558,15 @@ func strictProblems(only []string, sched, faults []Fault, notTerminal int) []str
 	return out
 }
 
-// failoverFigures says, for each Sentinel failover injected, how long
-// after the primary's SIGKILL each API acknowledged its first new order
-// (a 201 to a start sent after the kill): an API that did had followed
-// the sentinels to the promoted replica, and so had the workflow member
-// that recorded the start. An API that never did is a problem.
+// failoverFigures says, for each failover injected (Sentinel, lagging
+// or a Redis Cluster master's), how long after the SIGKILL each API
+// acknowledged its first new order (a 201 to a start sent after the
+// kill): an API that did had followed the promoted replica, and so had
+// the workflow member that recorded the start. An API that never did is
+// a problem.
 func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, problems []string) {
 	for _, f := range faults {
-		if (f.Kind != faultRedisFailover && f.Kind != faultRedisLagging) || !f.Injected {
+		if (f.Kind != faultRedisFailover && f.Kind != faultRedisLagging && f.Kind != faultMasterKill) || !f.Injected {
 			continue
 		}
 		killed := time.UnixMilli(f.InjectedAtUnixMs)
@@ -568,12 +574,12 @@ func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, p
 		for _, api := range apis {
 			at, ok := first[api]
 			if !ok {
-				problems = append(problems, fmt.Sprintf("failover #%d: %s acknowledged no new order after the primary's SIGKILL", f.N, api))
+				problems = append(problems, fmt.Sprintf("%s #%d: %s acknowledged no new order after the SIGKILL", f.Kind, f.N, api))
 				continue
 			}
 			took := at.Sub(killed).Round(time.Millisecond)
-			figures = append(figures, fmt.Sprintf("#%d %s: first new order acknowledged %s after the primary's SIGKILL", f.N, api, took))
-			logf("FIGURE sentinel failover under load: %s acknowledged its first new order %s after the primary's SIGKILL", api, took)
+			figures = append(figures, fmt.Sprintf("#%d %s %s: first new order acknowledged %s after the SIGKILL", f.N, f.Kind, api, took))
+			logf("FIGURE %s under load: %s acknowledged its first new order %s after the SIGKILL", f.Kind, api, took)
 		}
 	}
 	return figures, problems

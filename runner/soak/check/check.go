@@ -659,7 +659,7 @@ func (c *checker) checkClientView() {
 // a Redis SIGKILL (restarted from its append-only file) and a Sentinel
 // failover, lagging or not (the promoted replica may lack the primary's
 // last writes).
-var lossKinds = map[string]bool{"redis-kill": true, "redis-failover": true, "redis-lagging-failover": true}
+var lossKinds = map[string]bool{"redis-kill": true, "redis-failover": true, "redis-lagging-failover": true, "redis-master-kill": true}
 
 // lossAfter reports whether a fault that may lose writes was injected
 // in [from, to].
