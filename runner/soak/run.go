@@ -315,6 +315,7 @@ func run(ctx context.Context, o options) (bool, error) {
 		res.LastFaultToAll = allTerminalAt.Sub(lastFault).Round(time.Millisecond).String()
 	}
 	res.Problems = partitionProblems(faults)
+	res.Problems = append(res.Problems, failoverProblems(faults)...)
 	var followed []string
 	res.Failovers, followed = failoverFigures(faults, clog, localcluster.APINodes)
 	if o.strict {
@@ -583,4 +584,17 @@ func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, p
 		}
 	}
 	return figures, problems
+}
+
+// failoverProblems: a failover that was injected but did not happen (no
+// replica promoted, or a lagging one whose writes never fell short)
+// proves nothing, so, strict or not, the run fails and says so.
+func failoverProblems(faults []Fault) []string {
+	var out []string
+	for _, f := range faults {
+		if (f.Kind == faultRedisFailover || f.Kind == faultRedisLagging || f.Kind == faultMasterKill) && f.Injected && !f.Effective {
+			out = append(out, fmt.Sprintf("fault %s took no effect: %s", f, strings.Join(f.Detail, "; ")))
+		}
+	}
+	return out
 }

@@ -175,3 +175,14 @@ func TestStrictProblems(t *testing.T) {
 	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{notInjected}, 0), 1)
 	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{ok}, 3), 1, "orders that needed the operator")
 }
+
+// A failover that did not take effect fails the run, strict or not.
+func TestAFailoverWithoutEffectIsAProblem(t *testing.T) {
+	for _, k := range []string{faultRedisFailover, faultRedisLagging, faultMasterKill} {
+		f := Fault{N: 1, Kind: k, Injected: true, Detail: []string{"no promotion: timeout"}}
+		require.Len(t, failoverProblems([]Fault{f}), 1, k)
+		f.Effective = true
+		require.Empty(t, failoverProblems([]Fault{f}), k)
+	}
+	require.Empty(t, failoverProblems([]Fault{{Kind: faultWorkflowPause, Injected: true}}), "other kinds are judged elsewhere")
+}
