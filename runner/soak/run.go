@@ -549,7 +549,8 @@ func strictProblems(only []string, sched, faults []Fault, notTerminal int) []str
 		switch {
 		case !f.Injected:
 			out = append(out, fmt.Sprintf("strict: fault %s was not injected", f))
-		case !f.Effective:
+		case !f.Effective && !isFailover(f.Kind):
+			// A failover without effect is failoverProblems', strict or not.
 			out = append(out, fmt.Sprintf("strict: fault %s took no effect", f))
 		}
 	}
@@ -567,7 +568,7 @@ func strictProblems(only []string, sched, faults []Fault, notTerminal int) []str
 // a problem.
 func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, problems []string) {
 	for _, f := range faults {
-		if (f.Kind != faultRedisFailover && f.Kind != faultRedisLagging && f.Kind != faultMasterKill) || !f.Injected {
+		if !isFailover(f.Kind) || !f.Injected {
 			continue
 		}
 		killed := time.UnixMilli(f.InjectedAtUnixMs)
@@ -592,9 +593,14 @@ func failoverFigures(faults []Fault, clog *clientLog, apis []string) (figures, p
 func failoverProblems(faults []Fault) []string {
 	var out []string
 	for _, f := range faults {
-		if (f.Kind == faultRedisFailover || f.Kind == faultRedisLagging || f.Kind == faultMasterKill) && f.Injected && !f.Effective {
+		if isFailover(f.Kind) && f.Injected && !f.Effective {
 			out = append(out, fmt.Sprintf("fault %s took no effect: %s", f, strings.Join(f.Detail, "; ")))
 		}
 	}
 	return out
+}
+
+// isFailover: the fault kinds that promote a replica.
+func isFailover(kind string) bool {
+	return kind == faultRedisFailover || kind == faultRedisLagging || kind == faultMasterKill
 }

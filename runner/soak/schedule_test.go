@@ -171,7 +171,10 @@ func TestStrictProblems(t *testing.T) {
 	noEffect.Effective = false
 	notInjected := ok
 	notInjected.Injected = false
-	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{noEffect}, 0), 1)
+	require.Empty(t, strictProblems(nil, []Fault{ok}, []Fault{noEffect}, 0), "a failover without effect is failoverProblems' alone")
+	require.Len(t, failoverProblems([]Fault{noEffect}), 1)
+	pause := Fault{N: 2, Kind: faultWorkflowPause, Injected: true}
+	require.Len(t, strictProblems(nil, []Fault{pause}, []Fault{pause}, 0), 1, "another kind without effect")
 	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{notInjected}, 0), 1)
 	require.Len(t, strictProblems(nil, []Fault{ok}, []Fault{ok}, 3), 1, "orders that needed the operator")
 }
