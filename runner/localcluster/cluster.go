@@ -218,7 +218,10 @@ type Cluster struct {
 	// redisCluster is the Redis Cluster with Config.RedisCluster (redis
 	// is nil then); redisClusterPorts are its masters' ports, then their
 	// bus ports, reserved with the nodes' own.
-	redisCluster      *redisserver.Cluster
+	redisCluster *redisserver.Cluster
+	// redisRestarts are the supervisor's restarts of Redis Cluster
+	// nodes, by State name (redis-1, redis-1-r1).
+	redisRestarts     map[string][]SupervisorRestart
 	redisClusterPorts []int
 	// ha is the Sentinel topology of Config.RedisHA (redis is nil then);
 	// haPorts are the replica's and the sentinels' ports.
@@ -307,7 +310,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, closing: make(chan struct{}), started: make(chan struct{})}
+	c := &Cluster{cfg: cfg, port: ports[0], apis: apis, workflows: workflows, nodes: map[string]*node{}, redisRestarts: map[string][]SupervisorRestart{}, closing: make(chan struct{}), started: make(chan struct{})}
 	if cfg.RedisCluster {
 		c.redisClusterPorts = redisPorts
 	} else {

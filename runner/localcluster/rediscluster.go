@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
@@ -53,7 +56,117 @@ func (c *Cluster) startRedisCluster(ctx context.Context) error {
 	c.redisCluster = rc
 	c.mu.Unlock()
 	c.cfg.Logf("redis cluster pids=%v url=%s", rc.PIDs(), rc.URL())
+	if r > 0 {
+		for _, s := range rc.Servers() {
+			go c.superviseRedisNode(rc, s)
+		}
+	}
 	return nil
+}
+
+// redisFailoverWait bounds how long the supervisor waits, after a Redis
+// Cluster master died, for a replica to take its slots before it starts
+// the master again anyway: with cluster-node-timeout 2 s a live replica
+// is promoted in about 4 s, so by then none is coming.
+const redisFailoverWait = 15 * time.Second
+
+// superviseRedisNode restarts node s of the Redis Cluster when it ends on
+// its own, as Kubernetes restarts a pod: with one replica per master and
+// -redis-wait-replicas 1, a master's death otherwise leaves its promoted
+// replica without a replica of its own, and every write to its slots
+// refused until an operator acts. A dead master is started again only
+// once its slots moved to a replica (or redisFailoverWait passed): a
+// master back before the failover would stay master with its own data,
+// and its replica, which may hold acknowledged writes the master's
+// append-only file had not yet synced, would resynchronise from it and
+// drop them. Once its slots moved, the returning node finds them claimed
+// at a higher epoch and becomes the new master's replica, taking the new
+// master's data. Only with Config.RedisClusterReplicas; Stop ends it.
+func (c *Cluster) superviseRedisNode(rc *redisserver.Cluster, s *redisserver.Server) {
+	select {
+	case <-s.Exited():
+	case <-c.closing:
+		return
+	}
+	exitedAt := time.Now()
+	select {
+	case <-c.started:
+	case <-c.closing:
+		return
+	}
+	name := c.redisNodeName(rc, s)
+	c.cfg.Logf("%s pid=%d ended on its own; the supervisor starts it again once its slots have failed over", name, s.PID())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	deadline := time.Now().Add(redisFailoverWait)
+	for time.Now().Before(deadline) {
+		holds, err := rc.HoldsSlots(ctx, s)
+		if err == nil && !holds {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	pace := &backoff.ExponentialBackOff{InitialInterval: c.cfg.RestartBackoff, Multiplier: 2, MaxInterval: restartBackoffMax}
+	for {
+		c.mu.Lock()
+		if c.stopping {
+			c.mu.Unlock()
+			return
+		}
+		c.restarting.Add(1)
+		c.mu.Unlock()
+		ns, err := rc.Restart(ctx, s)
+		if err == nil {
+			r := SupervisorRestart{Node: name, OldPID: s.PID(), Exit: "exited", ExitedAt: exitedAt, NewPID: ns.PID(), At: time.Now()}
+			c.mu.Lock()
+			c.redisRestarts[name] = append(c.redisRestarts[name], r)
+			c.mu.Unlock()
+			if i := slices.Index(rc.Nodes(), ns); i >= 0 {
+				if err := os.WriteFile(c.redisMasterPIDPath(i), []byte(strconv.Itoa(ns.PID())+"\n"), 0o644); err != nil {
+					c.cfg.Logf("%s: pid file: %v", name, err)
+				}
+			}
+			c.restarting.Done()
+			c.cfg.Logf("%s restarted by the supervisor: pid=%d (was pid=%d, down %s)", name, r.NewPID, r.OldPID, r.At.Sub(exitedAt).Round(time.Millisecond))
+			go c.superviseRedisNode(rc, ns)
+			return
+		}
+		c.restarting.Done()
+		delay := pace.NextBackOff()
+		c.cfg.Logf("%s: supervisor restart failed: %v; again in %s", name, err, delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// redisNodeName names s as State does: redis-N for the N-th master as
+// started, redis-N-rJ for its J-th replica.
+func (c *Cluster) redisNodeName(rc *redisserver.Cluster, s *redisserver.Server) string {
+	for i, n := range rc.Nodes() {
+		if n == s {
+			return "redis-" + strconv.Itoa(i+1)
+		}
+		for j, r := range rc.Replicas(i) {
+			if r == s {
+				return "redis-" + strconv.Itoa(i+1) + "-r" + strconv.Itoa(j+1)
+			}
+		}
+	}
+	return "redis " + s.Addr()
 }
 
 func (c *Cluster) redisMasterPIDPath(i int) string {

@@ -104,14 +104,16 @@ func (c *Cluster) supervise(n *node, p *process) {
 	}
 }
 
-// Restarts lists the supervisor's restarts of the node, oldest first.
+// Restarts lists the supervisor's restarts of the node, oldest first: a
+// workflow or API node, or a Redis Cluster node by its State name
+// (redis-1, redis-1-r1).
 func (c *Cluster) Restarts(name string) []SupervisorRestart {
-	n, ok := c.nodes[name]
-	if !ok {
-		return nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return append([]SupervisorRestart(nil), c.redisRestarts[name]...)
+	}
 	return append([]SupervisorRestart(nil), n.restarts...)
 }
 

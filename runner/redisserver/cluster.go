@@ -72,10 +72,16 @@ type ClusterConfig struct {
 // Cluster is a running local Redis Cluster: one redis-server child
 // process per master, each stopped by its PID.
 type Cluster struct {
+	// mu guards the entries of nodes and replicas once StartCluster
+	// returned: Restart replaces one while tests and the local
+	// supervisor read them.
+	mu       sync.Mutex
+	stopped  bool
 	nodes    []*Server
-	cfgs     []Config  // each master's, for RestartNode
+	cfgs     []Config  // each master's, for Restart
 	ids      []string  // node ids, as nodes
 	replicas []*Server // master by master: replicas[i*per+j]
+	rcfgs    []Config  // each replica's, as replicas
 	per      int       // replicas per master
 	dir      string
 	ownsDir  bool
@@ -161,7 +167,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return fail(err)
 	}
 	for k := range nr {
-		s, err := Start(ctx, Config{
+		rc := Config{
 			Bin:                cfg.Bin,
 			Dir:                filepath.Join(c.dir, "node-"+strconv.Itoa(k/cfg.Replicas+1)+"-r"+strconv.Itoa(k%cfg.Replicas+1)),
 			Port:               rports[k],
@@ -169,11 +175,13 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			ClusterNodeTimeout: cfg.NodeTimeout,
 			Persist:            cfg.Persist,
 			AppendFsync:        cfg.AppendFsync,
-		})
+		}
+		s, err := Start(ctx, rc)
 		if err != nil {
 			return fail(err)
 		}
 		c.replicas = append(c.replicas, s)
+		c.rcfgs = append(c.rcfgs, rc)
 	}
 	if err := c.attachReplicas(ctx, rbus); err != nil {
 		return fail(err)
@@ -400,31 +408,118 @@ func withClient(s *Server, fn func(*redis.Client) error) error {
 }
 
 // Nodes are the masters, in slot order: Nodes()[i] started with the i-th
-// range of slots.
-func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) }
+// range of slots (after a failover it may be a replica).
+func (c *Cluster) Nodes() []*Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Server(nil), c.nodes...)
+}
 
-// RestartNode starts Nodes()[i] again, on its port and with its node
-// table, once its process has exited (a test killed it): it rejoins the
-// cluster under its node id, and if its replica took its slots meanwhile
-// it becomes that replica's replica. Nodes()[i] is the new process.
+// Servers are every node, masters (as Nodes) then replicas.
+func (c *Cluster) Servers() []*Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(append([]*Server(nil), c.nodes...), c.replicas...)
+}
+
+// RestartNode is Restart of Nodes()[i].
 func (c *Cluster) RestartNode(ctx context.Context, i int) error {
-	old := c.nodes[i]
+	_, err := c.Restart(ctx, c.Nodes()[i])
+	return err
+}
+
+// Restart starts the node old (one of Servers) again, on its port and
+// with its node table and data, once its process has exited (a test
+// killed it, or it crashed): it rejoins the cluster under its node id,
+// and if a replica took its slots meanwhile it becomes that replica's
+// replica, as Redis Cluster turns a returning master whose slots moved
+// on at a higher epoch. The new process takes old's place in Nodes or
+// Replicas and is returned. After Stop, or for a server that is not
+// the current incarnation of a node, it is an error.
+func (c *Cluster) Restart(ctx context.Context, old *Server) (*Server, error) {
 	select {
 	case <-old.Exited():
 	case <-ctx.Done():
-		return fmt.Errorf("%w: node %s has not exited: %w", ErrCluster, old.Addr(), ctx.Err())
+		return nil, fmt.Errorf("%w: node %s has not exited: %w", ErrCluster, old.Addr(), ctx.Err())
 	}
-	s, err := Start(ctx, c.cfgs[i])
+	c.mu.Lock()
+	slot, cfg, err := c.slotOf(old)
+	c.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%w: restart %s: %w", ErrCluster, old.Addr(), err)
+		return nil, err
 	}
-	c.nodes[i] = s
-	return nil
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: restart %s: %w", ErrCluster, old.Addr(), err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		// Stop ran while it started: it must not outlive the cluster.
+		return nil, errors.Join(fmt.Errorf("%w: restart %s: the cluster stopped", ErrCluster, old.Addr()), s.Stop())
+	}
+	*slot = s
+	return s, nil
+}
+
+// slotOf is where old sits (its entry in nodes or replicas) and its
+// configuration; c.mu is held.
+func (c *Cluster) slotOf(old *Server) (*(*Server), Config, error) {
+	if c.stopped {
+		return nil, Config{}, fmt.Errorf("%w: restart %s: the cluster stopped", ErrCluster, old.Addr())
+	}
+	for i, s := range c.nodes {
+		if s == old {
+			return &c.nodes[i], c.cfgs[i], nil
+		}
+	}
+	for k, s := range c.replicas {
+		if s == old {
+			return &c.replicas[k], c.rcfgs[k], nil
+		}
+	}
+	return nil, Config{}, fmt.Errorf("%w: restart %s: not a current node of the cluster", ErrCluster, old.Addr())
+}
+
+// HoldsSlots reports whether the cluster, as a node other than s sees
+// it, still has slots assigned to s. A master that died holds its slots
+// until one of its replicas is promoted; a replica holds none. It is an
+// error when no other node answers.
+func (c *Cluster) HoldsSlots(ctx context.Context, s *Server) (bool, error) {
+	var errs []error
+	for _, o := range c.Servers() {
+		if o == s {
+			continue
+		}
+		var holds bool
+		err := withClient(o, func(rc *redis.Client) error {
+			nodes, err := rc.ClusterNodes(ctx).Result()
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(nodes, "\n") {
+				f := strings.Fields(line)
+				// id addr@bus flags master ping pong epoch link slot...
+				if len(f) >= 8 && strings.HasPrefix(f[1], s.Addr()+"@") {
+					holds = len(f) > 8
+					return nil
+				}
+			}
+			return fmt.Errorf("%s does not know %s", o.Addr(), s.Addr())
+		})
+		if err == nil {
+			return holds, nil
+		}
+		errs = append(errs, err)
+	}
+	return false, fmt.Errorf("%w: no node answered CLUSTER NODES: %w", ErrCluster, errors.Join(errs...))
 }
 
 // Replicas are the replicas of Nodes()[i], as started: after a failover
 // one of them is its slots' master.
 func (c *Cluster) Replicas(i int) []*Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return append([]*Server(nil), c.replicas[i*c.per:(i+1)*c.per]...)
 }
 
@@ -433,8 +528,9 @@ func (c *Cluster) NodeID(i int) string { return c.ids[i] }
 
 // Seeds are the masters' addresses, host:port.
 func (c *Cluster) Seeds() []string {
-	seeds := make([]string, len(c.nodes))
-	for i, s := range c.nodes {
+	nodes := c.Nodes()
+	seeds := make([]string, len(nodes))
+	for i, s := range nodes {
 		seeds[i] = s.Addr()
 	}
 	return seeds
@@ -472,8 +568,9 @@ func (c *Cluster) Dir() string { return c.dir }
 
 // PIDs are the masters' process ids, as Nodes.
 func (c *Cluster) PIDs() []int {
-	pids := make([]int, len(c.nodes))
-	for i, s := range c.nodes {
+	nodes := c.Nodes()
+	pids := make([]int, len(nodes))
+	for i, s := range nodes {
 		pids[i] = s.PID()
 	}
 	return pids
@@ -484,7 +581,10 @@ func (c *Cluster) PIDs() []int {
 // call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		all := append(c.Nodes(), c.replicas...)
+		c.mu.Lock()
+		c.stopped = true
+		c.mu.Unlock()
+		all := c.Servers()
 		errs := make([]error, len(all))
 		var wg sync.WaitGroup
 		for i, s := range all {
@@ -510,7 +610,7 @@ func (c *Cluster) Stop() error {
 // error replies the servers sent since they started.
 func (c *Cluster) ErrorStats(ctx context.Context) (map[string]int64, error) {
 	total := map[string]int64{}
-	for _, s := range c.nodes {
+	for _, s := range c.Nodes() {
 		m, err := s.ErrorStats(ctx)
 		if err != nil {
 			return nil, err
@@ -525,7 +625,7 @@ func (c *Cluster) ErrorStats(ctx context.Context) (map[string]int64, error) {
 // KeysPerMaster is DBSIZE of each master, by address: the slot spread.
 func (c *Cluster) KeysPerMaster(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	for _, s := range c.nodes {
+	for _, s := range c.Nodes() {
 		err := withClient(s, func(rc *redis.Client) error {
 			n, err := rc.DBSize(ctx).Result()
 			out[s.Addr()] = n

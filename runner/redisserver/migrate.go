@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -59,6 +60,33 @@ func (c *Cluster) Owner(ctx context.Context, slot int) (int, error) {
 	rc := c.nodes[0].Client()
 	defer rc.Close()
 	return c.owner(ctx, rc, slot)
+}
+
+// Owners maps every slot to the index (in Nodes) of the master serving
+// it, as the first master sees it: Owner for every slot in one
+// CLUSTER SHARDS.
+func (c *Cluster) Owners(ctx context.Context) ([]int, error) {
+	rc := c.Nodes()[0].Client()
+	defer rc.Close()
+	ranges, err := slotRanges(ctx, rc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CLUSTER SHARDS: %w", ErrCluster, err)
+	}
+	owners := make([]int, Slots)
+	for i := range owners {
+		owners[i] = -1
+	}
+	nodes := c.Nodes()
+	for _, r := range ranges {
+		i := slices.IndexFunc(nodes, func(s *Server) bool { return s.Addr() == r.addr })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: slots %d-%d served by unknown %q", ErrCluster, r.start, r.end, r.addr)
+		}
+		for slot := r.start; slot <= r.end; slot++ {
+			owners[slot] = i
+		}
+	}
+	return owners, nil
 }
 
 // CountKeysInSlot is how many keys Nodes()[i] holds in slot.

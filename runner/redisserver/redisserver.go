@@ -230,6 +230,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	default:
 		return nil, errors.Join(fmt.Errorf("redisserver: appendfsync %q is not always, everysec or no", cfg.AppendFsync), s.removeDir())
 	}
+	if cfg.Sentinel == nil {
+		// A replica that (re)joins syncs at once: Redis' default waits
+		// 5 s to batch several replicas into one transfer, which a
+		// handful of local servers do not need, and under
+		// -redis-wait-replicas every write to its primary waits for it.
+		args = append(args, "--repl-diskless-sync-delay", "0")
+	}
 	if cfg.Sentinel != nil {
 		// A sentinel keeps no data.
 	} else if cfg.Persist {
