@@ -105,17 +105,20 @@ func (c *Cluster) superviseRedisNode(rc *redisserver.Cluster, s *redisserver.Ser
 		case <-ctx.Done():
 		}
 	}()
-	deadline := time.Now().Add(redisFailoverWait)
-	for time.Now().Before(deadline) {
-		holds, err := rc.HoldsSlots(ctx, s)
-		if err == nil && !holds {
-			break
+	wctx, wcancel := context.WithTimeout(ctx, redisFailoverWait)
+	err := waitFor(wctx, name+"'s slots to fail over", func() error {
+		holds, err := rc.HoldsSlots(wctx, s)
+		if err == nil && holds {
+			err = errors.New("it still holds slots")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	})
+	wcancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		c.cfg.Logf("%s: starting it again anyway: %v", name, err)
 	}
 	pace := &backoff.ExponentialBackOff{InitialInterval: c.cfg.RestartBackoff, Multiplier: 2, MaxInterval: restartBackoffMax}
 	for {
