@@ -230,16 +230,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	default:
 		return nil, errors.Join(fmt.Errorf("redisserver: appendfsync %q is not always, everysec or no", cfg.AppendFsync), s.removeDir())
 	}
-	if cfg.ClusterBusPort != 0 {
-		// A Redis Cluster node that rejoins as a replica syncs at once:
-		// Redis' default waits 5 s to batch several replicas into one
-		// transfer, and under -redis-wait-replicas every write to its
-		// new master waits for it. Only in cluster mode: on a lone
-		// primary, with no delay, a first WAIT right after its replica's
-		// initial sync was seen to fall short (actors/node's
-		// TestWritesWaitForTheReplica), which nobody has explained yet.
-		args = append(args, "--repl-diskless-sync-delay", "0")
-	}
 	if cfg.Sentinel != nil {
 		// A sentinel keeps no data.
 	} else if cfg.Persist {
