@@ -34,7 +34,7 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers soak
+.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers peers-check soak
 
 # make test runs its targets in TEST_JOBS parallel jobs (default 3; 1
 # runs them one after another). The targets that keep the cores busy
@@ -48,7 +48,7 @@ GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci
 # Each target's output is printed whole when it ends. Where the time
 # goes: docs/testing.md ("Where the time goes").
 TEST_JOBS ?= 3
-TEST_CPU := fmt-check vet lint k8s-compile alerts-test unit overload-test scale-test deploy-test compose-test
+TEST_CPU := fmt-check peers-check vet lint k8s-compile alerts-test unit overload-test scale-test deploy-test compose-test
 TEST_WAITING := failover-test multi-member stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test k8s-test store-evidence
 
 test: test-tools test-bin
@@ -57,7 +57,8 @@ test: test-tools test-bin
 # Within make test's run, TEST_CPU as a chain: each waits for the one
 # before it (order-only, so `make unit` alone still runs unit alone).
 ifdef TEST_LANES
-vet: | fmt-check
+peers-check: | fmt-check
+vet: | peers-check
 lint: | vet
 k8s-compile: | lint
 alerts-test: | k8s-compile
@@ -405,9 +406,18 @@ bench: redis
 # BENCH_PEERS_FLAGS may add -duration, -concurrency, -open-loop-duration,
 # -ceiling-duration; -smoke runs a handful of orders through Restate and
 # checks their statuses and effects instead.
-bench-peers: redis
+bench-peers: redis peers-check
 	@restate=$$(bash scripts/install-restate.sh $(RUN_DIR)/peers) || exit 1; \
 	$(GO) run ./runner/bench -run-dir $(RUN_DIR)/bench-peers -peers -restate-server "$$restate" $(BENCH_PEERS_FLAGS)
+
+# The Restate peer is a Go module of its own that builds against this
+# checkout (a replace directive), so a change to the main module's
+# requirements can leave its go.mod stale, and nothing else builds it:
+# this keeps `make bench-peers` working on a fresh clone, within `make
+# test`, without starting restate-server. `go mod tidy -diff` fails and
+# prints the change when go.mod or go.sum needs one; vet builds it.
+peers-check:
+	@cd runner/peers/restate && $(GO) mod tidy -diff && $(GO) vet ./... && echo "peers-check: the Restate peer's module is tidy and builds"
 
 # Seeded chaos soak (runner/soak): its own cluster, a mixed load through the
 # public API, a fault schedule drawn from the seed, the operator's quiet
