@@ -434,11 +434,27 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 		} else {
 			cfg := openLoopConfig{Rate: rate, Duration: o.openLoopDuration, MaxInFlight: o.openLoopMaxInFlight, SendGrace: o.pollTimeout}
 			logf("open loop: %.1f orders/s (%s) for %s, at most %d in flight", rate, source, o.openLoopDuration, o.openLoopMaxInFlight)
+			latErr := startRedisLatency(ctx, rdb)
+			stopPSI := make(chan struct{})
+			psi := samplePSI(stopPSI)
+			phaseStart := time.Now()
 			ol := gen.openLoop(ctx, cfg, reportProgress)
+			close(stopPSI)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			rep.OpenLoop = buildOpenLoop(cfg, source, rep.Throughput.OrdersPerSec, ol)
+			tail := buildTail(ol.Results, phaseStart, cfg.Duration, <-psi)
+			if latErr == nil {
+				tail.Redis, latErr = readRedisLatency(ctx, rdb, phaseStart)
+			}
+			if latErr != nil {
+				tail.RedisErr = latErr.Error()
+			}
+			rep.OpenLoop.Tail = tail
+			if err := writeOrdersCSV(filepath.Join(t.Dir, "openloop-orders.csv"), ol.Results); err != nil {
+				logf("open loop: orders CSV: %v", err)
+			}
 		}
 	}
 

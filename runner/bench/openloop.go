@@ -280,6 +280,8 @@ type openLoopStats struct {
 	// Steal is the machine's steal while the phase ran: the open loop's
 	// latencies move with it more than anything else on a shared host.
 	Steal *steal `json:"steal,omitempty"`
+	// Tail is where the slowest orders spent their time (tail.go).
+	Tail *tailStats `json:"tail,omitempty"`
 	// Goals are printed beside the figures; the bench asserts none.
 	Goals struct {
 		StartOrderP99Ms       float64 `json:"startOrderP99Ms"`

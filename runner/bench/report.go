@@ -153,6 +153,34 @@ func printReport(w io.Writer, r *report) {
 		if ol.Counts.FirstError != "" {
 			row("  first error", "%s", ol.Counts.FirstError)
 		}
+		if t := ol.Tail; t != nil && t.Orders > 0 {
+			row("  slowest 1 %", "%d orders from %.2f ms; in %d of %d windows of %.0f ms (phase from %s), %.0f%% of them in the busiest 3; %.0f%% of their time before the 201",
+				t.Orders, t.ThresholdMs, t.Windows, t.PhaseWindows, t.WindowMs, t.StartedAt.UTC().Format("15:04:05.000"), 100*t.InTop3, 100*t.StartShare)
+			var ws []string
+			for _, b := range t.Busiest {
+				w := fmt.Sprintf("%.2f s: %d of %d due (max %.1f ms", b.AtSec, b.Slow, b.Due, b.MaxE2EMs)
+				if b.CPUWaitMs != nil && b.IOWaitMs != nil {
+					w += fmt.Sprintf("; waits for a core %.0f ms, for I/O %.0f ms", *b.CPUWaitMs, *b.IOWaitMs)
+				}
+				ws = append(ws, w+")")
+			}
+			row("  busiest windows", "%s", strings.Join(ws, "; "))
+			if t.MedianCPUWaitMs != nil && t.MedianIOWaitMs != nil {
+				row("  median window", "waits for a core %.0f ms, for I/O %.0f ms of its %.0f ms (/proc/pressure, some)", *t.MedianCPUWaitMs, *t.MedianIOWaitMs, t.WindowMs)
+			}
+			var evs []string
+			for _, e := range t.Redis {
+				evs = append(evs, fmt.Sprintf("%s%s: %d s, max %d ms, at %v", e.Node, e.Event, e.Seconds, e.MaxMs, e.AtSec))
+			}
+			switch {
+			case t.RedisErr != "":
+				row("  Redis latency monitor", "unread: %s", t.RedisErr)
+			case len(evs) == 0:
+				row("  Redis latency monitor", "nothing at or above %d ms", t.RedisThresholdMs)
+			default:
+				row("  Redis latency monitor", "%s", strings.Join(evs, "; "))
+			}
+		}
 	}
 	tw.Flush()
 	printOverload(w, r.Overload)
