@@ -25,7 +25,10 @@ var ErrRedisRunning = errors.New("cluster: redis-server still running")
 // nodes keep running and see their Redis connections refused. With
 // Config.RedisPersist the append-only file under RunDir/redis stays for
 // RestartRedis: what redis-server had written to it survives a process
-// kill (appendfsync everysec only matters for a machine crash). Calling it
+// kill. With appendfsync everysec that is not every acknowledged write:
+// one that arrives while a background fsync still runs is answered before
+// it is written (Redis postpones the write for up to 2 s), so a test whose
+// writes must survive the kill asks for always. Calling it
 // again after the server is gone is a no-op.
 func (c *Cluster) KillRedis() error {
 	if c.cfg.RedisCluster {

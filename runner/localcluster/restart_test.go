@@ -256,7 +256,13 @@ func TestClusterRestartOnSameRunDirKeepsOrders(t *testing.T) {
 // processes already running ride the same outage out and are ready again
 // without a restart.
 func TestProcessStartedWhileRedisIsDownBecomesReady(t *testing.T) {
-	c := startCluster(t, clusterConfig(t, t.TempDir()))
+	cfg := clusterConfig(t, t.TempDir())
+	// The seeded carts must survive the SIGKILL below. With everysec a
+	// write that arrives while a background fsync still runs is answered
+	// before Redis writes it to the file (postponed for up to 2 s), so a
+	// process kill on a busy disk can lose it.
+	cfg.RedisAppendFsync = "always"
+	c := startCluster(t, cfg)
 	apiA, apiB := c.APIURL(localcluster.APIA), c.APIURL(localcluster.APIB)
 	wfA, wfB := c.OpsURL(localcluster.WorkflowA), c.OpsURL(localcluster.WorkflowB)
 	wantReadyz(t, apiA, http.StatusOK, `"status":"ready"`)

@@ -29,3 +29,21 @@ func TestAppendFsyncRejectsAnUnknownPolicy(t *testing.T) {
 		t.Fatal("Start accepted appendfsync \"sometimes\"")
 	}
 }
+
+// A persistent server keeps its data in the AOF alone: no RDB save
+// points, whose once-a-minute fork under load the AOF makes redundant.
+func TestAPersistentServerTakesNoSnapshots(t *testing.T) {
+	s := startT(t, redisserver.Config{Dir: shortDir(t), Persist: true})
+	c := s.Client()
+	defer c.Close()
+	got, err := c.ConfigGet(ctxT(t), "save").Result()
+	must(t, err, "CONFIG GET save")
+	if got["save"] != "" {
+		t.Fatalf("a persistent server runs with save points %q, want none", got["save"])
+	}
+	aof, err := c.ConfigGet(ctxT(t), "appendonly").Result()
+	must(t, err, "CONFIG GET appendonly")
+	if aof["appendonly"] != "yes" {
+		t.Fatalf("appendonly %q, want yes", aof["appendonly"])
+	}
+}

@@ -233,7 +233,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Sentinel != nil {
 		// A sentinel keeps no data.
 	} else if cfg.Persist {
-		args = append(args, "--appendonly", "yes")
+		// The AOF is the persistence: no RDB snapshots beside it. Redis'
+		// default save points fork and serialize the whole dataset about
+		// once a minute under load, which the AOF (its rewrites write an
+		// RDB preamble) already holds; on shared cores that child takes a
+		// core from everything else for seconds (docs/performance.md).
+		args = append(args, "--appendonly", "yes", "--save", "")
 		if cfg.AppendFsync != "" {
 			args = append(args, "--appendfsync", cfg.AppendFsync)
 		}
