@@ -106,21 +106,12 @@ func snapshot(ctx context.Context, rdb redis.UniversalClient, procs map[string]p
 	if cpu, err := cpuSeconds(0); err == nil {
 		s.CPU[runnerCPU] = cpu
 	}
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		info, err := rdb.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return s, fmt.Errorf("INFO commandstats: %w", err)
-		}
-		s.Cmdstats = parseCommandstats(info)
-		return s, nil
-	}
 	var mu sync.Mutex
 	s.Cmdstats = map[string]cmdStat{}
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+	err := redisNodes(ctx, rdb, func(ctx context.Context, node string, m redis.UniversalClient) error {
 		info, err := m.Info(ctx, "commandstats").Result()
 		if err != nil {
-			return fmt.Errorf("INFO commandstats %s: %w", m.Options().Addr, err)
+			return fmt.Errorf("INFO commandstats %s: %w", node, err)
 		}
 		mu.Lock()
 		defer mu.Unlock()

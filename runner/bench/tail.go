@@ -270,32 +270,22 @@ func median(xs []float64) *float64 {
 }
 
 // redisNodes calls fn on every Redis the client writes to: each master of
-// a Redis Cluster, else the one server (or the Sentinel's primary).
-func redisNodes(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node string, c *redis.Client) error) error {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var errs []error
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			if err := fn(ctx, c.Options().Addr, c); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
-		return errors.Join(append(errs, err)...)
-	}
-	c, ok := rdb.(*redis.Client)
+// a Redis Cluster (named by its address), else the client itself (one
+// server, or the Sentinel's primary; node "").
+func redisNodes(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node string, c redis.UniversalClient) error) error {
+	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
-		return fmt.Errorf("latency monitor: a %T is neither a server's nor a cluster's client", rdb)
+		return fn(ctx, "", rdb)
 	}
-	return fn(ctx, "", c)
+	return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		return fn(ctx, c.Options().Addr, c)
+	})
 }
 
 // startRedisLatency turns Redis' latency monitor on with a clean history
 // for the phase about to start.
 func startRedisLatency(ctx context.Context, rdb redis.UniversalClient) error {
-	return redisNodes(ctx, rdb, func(ctx context.Context, _ string, c *redis.Client) error {
+	return redisNodes(ctx, rdb, func(ctx context.Context, _ string, c redis.UniversalClient) error {
 		if err := c.ConfigSet(ctx, "latency-monitor-threshold", strconv.Itoa(redisLatencyThresholdMs)).Err(); err != nil {
 			return err
 		}
@@ -309,7 +299,7 @@ func startRedisLatency(ctx context.Context, rdb redis.UniversalClient) error {
 func readRedisLatency(ctx context.Context, rdb redis.UniversalClient, phaseStart time.Time) ([]redisLatencyEvent, error) {
 	var mu sync.Mutex
 	var out []redisLatencyEvent
-	err := redisNodes(ctx, rdb, func(ctx context.Context, node string, c *redis.Client) error {
+	err := redisNodes(ctx, rdb, func(ctx context.Context, node string, c redis.UniversalClient) error {
 		defer c.ConfigSet(context.WithoutCancel(ctx), "latency-monitor-threshold", "0")
 		latest, err := c.Do(ctx, "LATENCY", "LATEST").Slice()
 		if err != nil {
