@@ -381,7 +381,8 @@ smoke: redis
 # The last phase is the overload: 3x the peak for -overload, then half
 # of it for -overload-tail (-overload 0 skips it).
 # BENCH_FLAGS may add -concurrency, -duration, -orders, -open-loop-rate,
-# -open-loop-duration, -open-loop=false, -overload, -overload-tail.
+# -open-loop-duration, -open-loop=false, -overload, -overload-tail,
+# -overload-generator vegeta (the overload timeline from vegeta's attacker).
 # BENCH_BASELINE=<commit> builds that commit's binaries and measures
 # them first, then the working tree, and prints both side by side with
 # ratios ($(RUN_DIR)/bench/baseline,

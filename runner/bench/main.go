@@ -99,6 +99,7 @@ type options struct {
 	overloadSettle      time.Duration
 	overloadMaxInFlight int
 	overloadMaxOrders   int64
+	overloadGenerator   string
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -154,6 +155,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.overloadSettle, "overload-settle", 30*time.Second, "after the overload phase, how long acknowledged orders have to reach a terminal status before each one's status is read")
 	fs.IntVar(&o.overloadMaxInFlight, "overload-max-inflight", 1024, "the overload generator's workers: most POSTs in flight; an order due while none is idle is not sent (counted apart)")
 	fs.Int64Var(&o.overloadMaxOrders, "overload-max-orders", 500000, "most orders the overload timeline may hold; a longer one is refused")
+	fs.StringVar(&o.overloadGenerator, "overload-generator", generatorOurs, "the overload phase's load generator: ours (a hand-written HTTP/1.1 poster that drops an order due while no worker is idle) or vegeta (vegeta's attacker over net/http, which sends such an order late)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -183,6 +185,8 @@ func (o options) validate() error {
 		return errors.New("-overload, -overload-tail and -overload-settle must be >= 0")
 	case o.overload > 0 && (o.overloadMaxInFlight <= 0 || o.overloadMaxOrders <= 0):
 		return errors.New("-overload-max-inflight and -overload-max-orders must be > 0")
+	case o.overloadGenerator != generatorOurs && o.overloadGenerator != generatorVegeta:
+		return fmt.Errorf("-overload-generator %q: want %s or %s", o.overloadGenerator, generatorOurs, generatorVegeta)
 	case o.baseline != "" && strings.HasPrefix(o.baseline, "-"):
 		return fmt.Errorf("-baseline %q is not a revision", o.baseline)
 	case o.bothOrders && o.baseline == "":
@@ -481,7 +485,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			return nil, err
 		}
 		cfg := overloadConfig{Burst: o.overload, Tail: o.overloadTail, Settle: o.overloadSettle,
-			Workers: o.overloadMaxInFlight, MaxOrders: o.overloadMaxOrders}
+			Workers: o.overloadMaxInFlight, MaxOrders: o.overloadMaxOrders, Generator: o.overloadGenerator}
 		ov, err := gen.runOverloadPhase(ctx, cfg, rep.Throughput.OrdersPerSec, clusterForOverload(c, apis))
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

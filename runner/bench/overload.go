@@ -627,6 +627,9 @@ type overloadConfig struct {
 	Burst, Tail, Settle time.Duration
 	Workers             int
 	MaxOrders           int64
+	// Generator is generatorOurs (runOverload) or generatorVegeta
+	// (runVegeta); empty is ours.
+	Generator string
 }
 
 // runOverloadPhase runs the phase against oc at multiples of peak: the
@@ -665,10 +668,26 @@ func (l *load) runOverloadPhase(ctx context.Context, cfg overloadConfig, peak fl
 	for _, s := range plan.Segments {
 		logf("overload %s: %.1f orders/s for %s", s.Name, s.Rate, s.Duration)
 	}
-	logf("overload: %d orders on the timeline, at most %d in flight; POSTs only, statuses read %s after it ends", plan.total(), plan.Workers, cfg.Settle)
-	run := runOverload(ctx, plan, reportProgress, func(ctx context.Context, w, _ int) overloadAnswer {
-		return l.overloadStart(ctx, posters[w], l.seq.Add(1))
-	})
+	logf("overload: %d orders on the timeline from %s generator, at most %d in flight; POSTs only, statuses read %s after it ends", plan.total(), generatorName(cfg.Generator), plan.Workers, cfg.Settle)
+	queues := startSockQueues(oc.APIs)
+	var run overloadRun
+	switch cfg.Generator {
+	case generatorVegeta:
+		run, err = runVegeta(ctx, plan, oc.APIs, func(int64) ([]byte, error) {
+			_, body := l.startRequest(l.seq.Add(1))
+			return json.Marshal(body)
+		}, reportProgress)
+		if err != nil {
+			rss.finish()
+			queues.finish()
+			return nil, err
+		}
+	default:
+		run = runOverload(ctx, plan, reportProgress, func(ctx context.Context, w, _ int) overloadAnswer {
+			return l.overloadStart(ctx, posters[w], l.seq.Add(1))
+		})
+	}
+	sockQueues := queues.finish()
 	cpuAfter, _ := cpuSeconds(0)
 	machineAfter, _ := machineTimes()
 	if ctx.Err() != nil {
@@ -707,9 +726,9 @@ func (l *load) runOverloadPhase(ctx context.Context, cfg overloadConfig, peak fl
 		restarts = restarts[restartsBefore:]
 	}
 	in := overloadInput{
-		Plan: plan, Peak: peak, Run: run, Swept: swept, TailEnd: tailEnd, Settle: cfg.Settle,
+		Generator: generatorName(cfg.Generator), Plan: plan, Peak: peak, Run: run, Swept: swept, TailEnd: tailEnd, Settle: cfg.Settle,
 		ShedServer: shedHistogramDelta(metricsBefore, metricsAfter), Unavailable: counterDeltaBy(metricsBefore, metricsAfter, metricUnavailable, labelReason),
-		SelfFences: fences, Restarts: restarts, RSS: figures,
+		SelfFences: fences, Restarts: restarts, RSS: figures, SocketQueues: sockQueues,
 		RunnerCPUSeconds: cpuAfter - cpuBefore, Steal: stealBetween(machineBefore, machineAfter),
 	}
 	return buildOverload(in), nil

@@ -340,6 +340,14 @@ func (c *overloadCase) answer(seg, k int, a overloadAnswer) *overloadCase {
 	return c
 }
 
+// slowAnswer adds k answers that took d from their send to the client.
+func (c *overloadCase) slowAnswer(seg, k int, a overloadAnswer, d time.Duration) *overloadCase {
+	for i := 0; i < k; i++ {
+		c.in.Run.Results = append(c.in.Run.Results, overloadResult{overloadAnswer: a, Segment: seg, FromSent: d})
+	}
+	return c
+}
+
 func (c *overloadCase) with(f func(in *overloadInput)) *overloadCase {
 	f(&c.in)
 	return c
@@ -352,6 +360,9 @@ func verdicts(st *overloadStats) map[string]string {
 	out := map[string]string{}
 	for _, g := range st.Goals {
 		key := strings.SplitN(g.Goal, " ", 2)[0] // goodput / stranded / self-fences / process / shed
+		if strings.Contains(g.Goal, "client-side") {
+			key = "shed client"
+		}
 		out[key] = g.Verdict
 	}
 	return out
@@ -375,14 +386,14 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 			c: newOverloadCase().admit(0, 9, "Confirmed", -time.Second).answer(0, 20, shed).admit(1, 5, "Failed", 0).
 				with(func(in *overloadInput) { in.ShedServer = fastShed }),
 			goodput: 0.9, ack: 14, answers: map[string]int{"201": 14, "503 OVERLOADED": 20},
-			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "met"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "met", "shed client": "met"},
 		},
 		{
 			name: "terminal only after the tail ends",
 			c: newOverloadCase().admit(0, 4, "Confirmed", -time.Millisecond).admit(0, 5, "Confirmed", time.Millisecond).
 				with(func(in *overloadInput) { in.ShedServer = &histDelta{} }),
 			goodput: 0.4, ack: 9, answers: map[string]int{"201": 9},
-			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (nothing shed)"},
+			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (nothing shed)", "shed client": "no data (nothing shed)"},
 		},
 		{
 			name: "stranded, unreadable and unswept orders",
@@ -390,11 +401,11 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 				admit(0, 1, "unreadable", 0).admit(0, 1, "unswept", 0),
 			goodput: 0.8, ack: 13, stranded: 5, answers: map[string]int{"201": 13},
 			byStatus: map[string]int{"Created": 2, "InventoryReserved": 1, "unreadable": 2},
-			verdicts: map[string]string{"goodput": "met", "stranded": "not met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "not met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)", "shed client": "no data (nothing shed)"},
 		},
 		{
 			name: "fenced and restarted, shed slowly",
-			c: newOverloadCase().admit(0, 10, "Confirmed", -time.Second).answer(0, 3, shed).
+			c: newOverloadCase().admit(0, 10, "Confirmed", -time.Second).answer(0, 2, shed).slowAnswer(0, 1, shed, 1500*time.Millisecond).
 				answer(0, 2, overloadAnswer{Outcome: outcomeRefused, Key: "500 INTERNAL"}).
 				answer(0, 1, overloadAnswer{Outcome: outcomeError, Key: "transport error"}).
 				with(func(in *overloadInput) {
@@ -403,13 +414,13 @@ func TestBuildOverloadGoodputStrandedAndGoals(t *testing.T) {
 					in.ShedServer = &histDelta{Bounds: []float64{0.01, 0.05}, Cumulative: []float64{1, 3}, Count: 3}
 				}),
 			goodput: 1, ack: 10, answers: map[string]int{"201": 10, "503 OVERLOADED": 3, "500 INTERNAL": 2, "transport error": 1},
-			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "not met", "process": "not met", "shed": "not met"},
+			verdicts: map[string]string{"goodput": "met", "stranded": "met", "self-fences": "not met", "process": "not met", "shed": "not met", "shed client": "not met"},
 		},
 		{
 			name:    "terminal without an event time is left out of the goodput",
 			c:       newOverloadCase().admit(0, 9, "Confirmed", -time.Hour-time.Duration(1_767_225_602_000)*time.Millisecond),
 			goodput: 0, ack: 9, answers: map[string]int{"201": 9}, unknownTimes: 9,
-			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)"},
+			verdicts: map[string]string{"goodput": "not met", "stranded": "met", "self-fences": "met", "process": "met", "shed": "no data (histogram unavailable)", "shed client": "no data (nothing shed)"},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -554,7 +565,11 @@ func TestOverloadFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, overloadConfig{Burst: 15 * time.Second, Tail: 10 * time.Second, Settle: 5 * time.Second, Workers: 256},
 		overloadConfig{Burst: o.overload, Tail: o.overloadTail, Settle: o.overloadSettle, Workers: o.overloadMaxInFlight})
-	for _, bad := range [][]string{{"-overload", "-1s"}, {"-overload-tail", "-1s"}, {"-overload-max-inflight", "0"}, {"-overload-max-orders", "0"}} {
+	require.Equal(t, generatorOurs, o.overloadGenerator, "ours by default")
+	o, err = parseOptions([]string{"-overload-generator", "vegeta"})
+	require.NoError(t, err)
+	require.Equal(t, generatorVegeta, o.overloadGenerator)
+	for _, bad := range [][]string{{"-overload", "-1s"}, {"-overload-tail", "-1s"}, {"-overload-max-inflight", "0"}, {"-overload-max-orders", "0"}, {"-overload-generator", "wrk"}} {
 		_, err := parseOptions(bad)
 		require.Error(t, err, "%v", bad)
 	}

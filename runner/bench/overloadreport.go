@@ -15,14 +15,19 @@ import (
 const (
 	goalGoodputOverPeak = 0.8
 	goalShedP99Ms       = 10.0
+	// goalShedClientP99Ms is issue 49's point 3: a refusal is only worth
+	// sending fast if it reaches the client fast.
+	goalShedClientP99Ms = 1000.0
 )
 
 // overloadInput is everything the phase's figures are computed from.
 type overloadInput struct {
-	Plan  overloadPlan
-	Peak  float64
-	Run   overloadRun
-	Swept map[string]sweptOrder
+	// Generator names the load generator (generatorOurs, generatorVegeta).
+	Generator string
+	Plan      overloadPlan
+	Peak      float64
+	Run       overloadRun
+	Swept     map[string]sweptOrder
 	// TailEnd is the end of the timeline; Settle how long after it the
 	// statuses were read.
 	TailEnd time.Time
@@ -34,6 +39,9 @@ type overloadInput struct {
 	SelfFences  int
 	Restarts    []string
 	RSS         map[string]rssFigure
+	// SocketQueues is where requests and answers waited in the kernel
+	// over the timeline; nil when /proc/net/tcp could not be read.
+	SocketQueues *sockQueueStats
 	// RunnerCPUSeconds is the bench's own CPU while the timeline ran.
 	RunnerCPUSeconds float64
 	Steal            *steal
@@ -59,6 +67,8 @@ type overloadSegmentStats struct {
 // overloadStats is the overload phase in the report.
 type overloadStats struct {
 	Method string `json:"method"`
+	// Generator is the load generator: ours, or vegeta's attacker.
+	Generator string `json:"generator"`
 	// PeakPerSec is the closed-loop throughput the rates are multiples of.
 	PeakPerSec float64                `json:"peakPerSec"`
 	Segments   []overloadSegmentStats `json:"segments"`
@@ -118,6 +128,8 @@ type overloadStats struct {
 	Restarts   []string `json:"restarts"`
 	// RSS by process: the nodes, redis-server and the bench itself.
 	RSS map[string]rssFigure `json:"rss"`
+	// SocketQueues: where requests and answers waited in the kernel.
+	SocketQueues *sockQueueStats `json:"socketQueues,omitempty"`
 	// RunnerCPUShare is the bench's CPU over the timeline, in cores:
 	// how close the client came to being the bottleneck.
 	RunnerCPUSeconds float64    `json:"runnerCpuSeconds"`
@@ -128,18 +140,18 @@ type overloadStats struct {
 }
 
 const overloadMethod = "overload: an open loop at 3x the closed-loop peak for the burst, then 0.5x for the tail, on a timeline fixed in advance; " +
-	"POST /orders only, by a fixed pool of workers (an order whose due time finds none idle is not sent, counted apart); " +
+	"POST /orders only, by a fixed pool of workers (ours: an order whose due time finds none idle is not sent, counted apart; vegeta: it is sent late, its lag counted from its due time); " +
 	"admitted = 201/200, shed = 503 with reason OVERLOADED; settleSec after the tail, every admitted order's GET /orders/{id} is read: " +
 	"goodput counts burst orders that are terminal with a last-event time no later than the tail's end, over the burst's length and the peak; " +
 	"stranded counts admitted orders not terminal then; self-fences from the nodes' logs, restarts from the supervisor, RSS from /proc/<pid>/status"
 
 // buildOverload computes the figures and the goals.
 func buildOverload(in overloadInput) *overloadStats {
-	st := &overloadStats{Method: overloadMethod, PeakPerSec: in.Peak, Workers: in.Plan.Workers,
+	st := &overloadStats{Method: overloadMethod, Generator: generatorName(in.Generator), PeakPerSec: in.Peak, Workers: in.Plan.Workers,
 		PeakInFlight: in.Run.PeakInFlight, MaxStartLagMs: ms(in.Run.MaxLag), Missed: in.Run.Missed,
 		ElapsedSec: in.Run.Elapsed.Seconds(), SettleSec: in.Settle.Seconds(), Answers: map[string]int{},
 		ServerUnavailable: in.Unavailable, SelfFences: in.SelfFences, Restarts: append([]string{}, in.Restarts...),
-		RSS: in.RSS, RunnerCPUSeconds: in.RunnerCPUSeconds, Steal: in.Steal}
+		RSS: in.RSS, SocketQueues: in.SocketQueues, RunnerCPUSeconds: in.RunnerCPUSeconds, Steal: in.Steal}
 	if in.Run.Elapsed > 0 {
 		st.RunnerCPUShare = in.RunnerCPUSeconds / in.Run.Elapsed.Seconds()
 	}
@@ -276,7 +288,21 @@ func overloadGoals(st *overloadStats) []peerGoal {
 	default:
 		shed.Figure, shed.Met = st.Shed.Server.P99Ms, st.Shed.Server.P99Ms < goalShedP99Ms
 	}
-	return append(goals, v(shed))
+	client := peerGoal{Goal: fmt.Sprintf("shed client-side p99 < %.0f ms", goalShedClientP99Ms), Unit: "ms"}
+	if st.Shed.ClientMs.N == 0 {
+		client.Verdict = "no data (nothing shed)"
+	} else {
+		client.Figure, client.Met = st.Shed.ClientMs.P99, st.Shed.ClientMs.P99 < goalShedClientP99Ms
+	}
+	return append(goals, v(shed), v(client))
+}
+
+// generatorName is the generator's name for the report (empty is ours).
+func generatorName(g string) string {
+	if g == "" {
+		return generatorOurs
+	}
+	return g
 }
 
 func printOverload(w io.Writer, st *overloadStats) {
@@ -285,8 +311,8 @@ func printOverload(w io.Writer, st *overloadStats) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, f string, a ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, a...)...) }
-	row("overload", "peak %.1f orders/s; %d workers (peak in flight %d), max start lag %.2f ms; statuses read %.0f s after the phase",
-		st.PeakPerSec, st.Workers, st.PeakInFlight, st.MaxStartLagMs, st.SettleSec)
+	row("overload", "%s generator; peak %.1f orders/s; %d workers (peak in flight %d), max start lag %.2f ms; statuses read %.0f s after the phase",
+		st.Generator, st.PeakPerSec, st.Workers, st.PeakInFlight, st.MaxStartLagMs, st.SettleSec)
 	for _, s := range st.Segments {
 		row("  "+s.Name, "%.1f orders/s (%.1fx peak) for %.0f s: %d due, %d sent, %d not sent; admitted %d, shed %d, refused %d, errors %d",
 			s.RatePerSec, s.RateOverPeak, s.DurationSec, s.Scheduled, s.Sent, s.NotSent, s.Admitted, s.Shed, s.Refused, s.Errors)
@@ -325,6 +351,20 @@ func printOverload(w io.Writer, st *overloadStats) {
 		rss = append(rss, fmt.Sprintf("%s %.0f (hwm %.0f)", n, st.RSS[n].PeakSampledMiB, st.RSS[n].HWMMiB))
 	}
 	row("  highest RSS MiB", "%s", strings.Join(rss, ", "))
+	if q := st.SocketQueues; q != nil {
+		f := func(x sockQueueFigure) string {
+			return fmt.Sprintf("peak %d mean %.1f (>0 in %.0f%% of samples)", x.Peak, x.Mean, 100*x.SampleShare)
+		}
+		row("  API sockets", "accept queue %s; unread requests %s; unread answers %s; connections peak %d",
+			f(q.AcceptQueue), f(q.ServerUnread), f(q.ClientUnread), q.Conns.Peak)
+		var parts []string
+		for _, k := range sortedKeys(q.TCP) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, q.TCP[k]))
+		}
+		if len(parts) > 0 {
+			row("  TCP counters (machine)", "%s", strings.Join(parts, ", "))
+		}
+	}
 	row("  load generator CPU", "%.1f s = %.2f cores over the timeline", st.RunnerCPUSeconds, st.RunnerCPUShare)
 	if st.Steal != nil {
 		row("  CPU steal", "%.1f s, %.1f%% of the machine's CPU time", st.Steal.Seconds, 100*st.Steal.Share)
