@@ -124,6 +124,13 @@ func Fingerprint(cartID, shippingAddressID, paymentMethodID string) string {
 }
 
 // Idempotency is the IdempotencyKey → OrderId mapping.
+//
+// A key's mapping is filed under the OrderId the key derives
+// (order.OrderIDFor): every method takes that OrderId with the key (the
+// candidate's, MarkStarted's, Forget's m), and the caller always derives
+// it the same way. A mapping made before that layout may name another
+// OrderId (one minted before OrderIds were derived); it is found by the
+// key alone.
 type Idempotency interface {
 	// Reserve maps key to candidate (status pending, whatever the
 	// candidate's) unless the key is already mapped, atomically. It
@@ -131,8 +138,9 @@ type Idempotency interface {
 	// concurrent reservers exactly one wins; the others get the winner's
 	// mapping.
 	Reserve(ctx context.Context, key string, candidate Mapping) (Mapping, bool, error)
-	// Get returns the mapping or ErrNotFound.
-	Get(ctx context.Context, key string) (Mapping, error)
+	// Get returns key's mapping, filed under orderID (the OrderId key
+	// derives), or ErrNotFound.
+	Get(ctx context.Context, key, orderID string) (Mapping, error)
 	// MarkStarted sets the status to started if the key maps to orderID.
 	// It is idempotent; a key mapped to another order is ErrNotFound.
 	MarkStarted(ctx context.Context, key, orderID string) error

@@ -10,7 +10,8 @@ const DefaultKeyPrefix = "sm:cs:"
 
 // keys spells the store's keys (P = prefix):
 //
-//	P idem:{<key>}                  hash orderId, status, fingerprint
+//	P idem:order:{<orderId>}        hash key, orderId, status, fingerprint: the mapping of the key orderId derives from
+//	P idem:{<key>}                  hash orderId, status, fingerprint: the layout before, read only (Config.SkipLegacyIdempotency)
 //	P cart:{<cartId>}               string, JSON of the snapshot
 //	P stock:{<sku>}                 string, available quantity
 //	P stockledger:{<sku>}           stream, one entry per stock movement of the SKU
@@ -18,6 +19,12 @@ const DefaultKeyPrefix = "sm:cs:"
 //	P reservation:{<reservationId>} hash, the reservation's progress, first reserve and release results, call counters
 //	P paymethod:{<methodId>}        hash approve, reason (seed data, read before authorizing)
 //	P payment:{<paymentId>}         hash, first authorization result and call counter
+//
+// The idempotency mapping sits under the tag of the order its key derives
+// (order.OrderIDFor), so that it shares the order's slot with the order's
+// stream, record and Location; the caller passes that OrderId with the
+// key. The "order:" keeps the two layouts apart: an idempotency key is
+// the client's and may itself look like an OrderId.
 //
 // Every key carries the tag of the one thing it belongs to, so Redis
 // Cluster spreads SKUs, reservations and payments over all slots. Every
@@ -39,7 +46,8 @@ func newKeys(prefix string) (keys, error) {
 	return keys{prefix: prefix}, nil
 }
 
-func (k keys) idem(key string) string       { return k.prefix + "idem:{" + key + "}" }
+func (k keys) idem(orderID string) string   { return k.prefix + "idem:order:{" + orderID + "}" }
+func (k keys) legacyIdem(key string) string { return k.prefix + "idem:{" + key + "}" }
 func (k keys) cart(cartID string) string    { return k.prefix + "cart:{" + cartID + "}" }
 func (k keys) stock(sku string) string      { return k.prefix + "stock:{" + sku + "}" }
 func (k keys) ledger(sku string) string     { return k.prefix + "stockledger:{" + sku + "}" }

@@ -32,6 +32,14 @@ type Config struct {
 	// 0 means DefaultLedgerMaxLen; negative keeps every movement, and the
 	// ledger then grows with the SKU's traffic for good.
 	LedgerMaxLen int64
+	// SkipLegacyIdempotency stops reading the idempotency mappings of the
+	// layout before the order's tag (P idem:{<key>}). Until then a start
+	// whose mapping is missing reads the old key once, and a MarkStarted
+	// that finds no mapping tries the old one: one command more for every
+	// new start. Safe to set once every order started before the layout
+	// changed is terminal and no client retries its key, or once their
+	// old mappings are deleted (docs/contract.md, "Idempotency mapping").
+	SkipLegacyIdempotency bool
 }
 
 // DefaultLedgerMaxLen is the stock ledger's default cap per SKU: enough
@@ -53,6 +61,9 @@ type Redis struct {
 	// oneSlot: the client is a single server, so the one-script paths
 	// (redis_oneslot.go) apply.
 	oneSlot bool
+	// legacy: read the idempotency mappings of the layout before the
+	// order's tag when the new one is missing (!SkipLegacyIdempotency).
+	legacy bool
 	// ledgerMax is the last argument of every script that appends a
 	// movement: the stream's approximate cap, 0 for none.
 	ledgerMax int64
@@ -115,7 +126,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 	case ledgerMax < 0:
 		ledgerMax = 0
 	}
-	return &Redis{client: cfg.Client, keys: k, now: now, oneSlot: oneSlot, ledgerMax: ledgerMax}, nil
+	return &Redis{client: cfg.Client, keys: k, now: now, oneSlot: oneSlot, legacy: !cfg.SkipLegacyIdempotency, ledgerMax: ledgerMax}, nil
 }
 
 // translate turns a go-redis error into this package's sentinels, so no

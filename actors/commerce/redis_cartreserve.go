@@ -15,28 +15,32 @@ import (
 // slots, so a Redis Cluster keeps them two round trips.
 
 // reserveForCartScript reserves the key only when the cart exists, so a
-// request naming no cart leaves no mapping behind. With a CreationLock
-// (KEYS 3 and 4) a reservation that creates the mapping also takes that
+// request naming no cart leaves no mapping behind. A mapping of the old
+// layout (KEYS 3, read when ARGV 5 is "1") is the one in force when the
+// new one is missing, as in reserveMappingScript. With a CreationLock
+// (KEYS 4 and 5) a reservation that creates the mapping also takes that
 // lock, while the lock's record does not exist.
 //
-// KEYS: cart, idempotency mapping[, lock, lock's record]. ARGV: candidate
-// orderId, status, fingerprint[, token, ttl ms, record field, value].
-// Reply {0} without a cart, else {1, cart, created, orderId, status,
-// fingerprint, locked}.
+// KEYS: cart, idempotency mapping, old mapping[, lock, lock's record].
+// ARGV: key, candidate orderId, status, fingerprint, read old ("1" or
+// "0")[, token, ttl ms, record field, value]. Reply {0} without a cart,
+// else {1, cart, created, orderId, status, fingerprint, locked, key}.
 var reserveForCartScript = redis.NewScript(`#!lua
 local cart = redis.call('GET', KEYS[1])
 if not cart then return {0} end
-if redis.call('HSETNX', KEYS[2], 'orderId', ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[2], 'status', ARGV[2], 'fingerprint', ARGV[3])
-  local locked = 0
-  if #KEYS == 4 and redis.call('EXISTS', KEYS[4]) == 0 and redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then
-    redis.call('HSET', KEYS[4], ARGV[6], ARGV[7])
-    locked = 1
-  end
-  return {1, cart, 1, ARGV[1], ARGV[2], ARGV[3], locked}
+local v = redis.call('HMGET', KEYS[2], 'orderId', 'status', 'fingerprint', 'key')
+if v[1] then return {1, cart, 0, v[1], v[2] or '', v[3] or '', 0, v[4] or ''} end
+if ARGV[5] == '1' then
+  local o = redis.call('HMGET', KEYS[3], 'orderId', 'status', 'fingerprint')
+  if o[1] then return {1, cart, 0, o[1], o[2] or '', o[3] or '', 0, ARGV[1]} end
 end
-local v = redis.call('HMGET', KEYS[2], 'orderId', 'status', 'fingerprint')
-return {1, cart, 0, v[1] or '', v[2] or '', v[3] or '', 0}
+redis.call('HSET', KEYS[2], 'orderId', ARGV[2], 'status', ARGV[3], 'fingerprint', ARGV[4], 'key', ARGV[1])
+local locked = 0
+if #KEYS == 5 and redis.call('EXISTS', KEYS[5]) == 0 and redis.call('SET', KEYS[4], ARGV[6], 'NX', 'PX', ARGV[7]) then
+  redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
+  locked = 1
+end
+return {1, cart, 1, ARGV[2], ARGV[3], ARGV[4], locked, ARGV[1]}
 `)
 
 // unreserveScript drops a mapping this call created, while it is still
@@ -45,11 +49,11 @@ return {1, cart, 0, v[1] or '', v[2] or '', v[3] or '', 0}
 // the same cart in the same step as the mapping, so it was refused too
 // and started nothing; had the cart changed, the mapping stays.
 //
-// KEYS: cart, idempotency mapping. ARGV: orderId, cart bytes.
+// KEYS: cart, idempotency mapping. ARGV: orderId, cart bytes, key.
 var unreserveScript = redis.NewScript(`#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
-local v = redis.call('HMGET', KEYS[2], 'orderId', 'status')
-if v[1] ~= ARGV[1] or v[2] ~= 'pending' then return 0 end
+local v = redis.call('HMGET', KEYS[2], 'orderId', 'status', 'key')
+if v[1] ~= ARGV[1] or v[2] ~= 'pending' or v[3] ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[2])
 return 1
 `)
@@ -110,8 +114,12 @@ func (r *Redis) reserveForCart(ctx context.Context, cartID, key string, candidat
 	case candidate.OrderID == "":
 		return CartReservation{}, invalid("candidate orderId is empty")
 	}
-	keys := []string{r.keys.cart(cartID), r.keys.idem(key)}
-	args := []any{candidate.OrderID, string(MappingPending), candidate.Fingerprint}
+	readOld := "0"
+	if r.legacy {
+		readOld = "1"
+	}
+	keys := []string{r.keys.cart(cartID), r.keys.idem(candidate.OrderID), r.keys.legacyIdem(key)}
+	args := []any{key, candidate.OrderID, string(MappingPending), candidate.Fingerprint, readOld}
 	if lock != nil {
 		keys = append(keys, lock.Lock, lock.Record)
 		args = append(args, lock.Token, lock.TTL.Milliseconds(), lock.Field, lock.Value)
@@ -123,7 +131,7 @@ func (r *Redis) reserveForCart(ctx context.Context, cartID, key string, candidat
 	if n, _ := res[0].(int64); n == 0 {
 		return CartReservation{}, fmt.Errorf("%w: cart %q", ErrNotFound, cartID)
 	}
-	if len(res) != 7 {
+	if len(res) != 8 {
 		return CartReservation{}, fmt.Errorf("%w: reserve with cart: unexpected reply %v", ErrCorrupt, res)
 	}
 	out := CartReservation{raw: asString(res[1])}
@@ -133,7 +141,7 @@ func (r *Redis) reserveForCart(ctx context.Context, cartID, key string, candidat
 		out.LockToken = lock.Token
 	}
 	out.Mapping = Mapping{OrderID: asString(res[3]), Status: MappingStatus(asString(res[4])), Fingerprint: asString(res[5])}
-	if err := checkMapping(key, out.Mapping); err != nil {
+	if err := checkMapping(key, out.Mapping, asString(res[7])); err != nil {
 		return CartReservation{}, err
 	}
 	if err := json.Unmarshal([]byte(out.raw), &out.Cart); err != nil {
@@ -154,8 +162,8 @@ func (r *Redis) Unreserve(ctx context.Context, cartID, key string, res CartReser
 	if !res.Created || res.raw == "" {
 		return true, errors.New("commerce: unreserve: not a reservation this call created")
 	}
-	n, err := unreserveScript.Run(ctx, r.client, []string{r.keys.cart(cartID), r.keys.idem(key)},
-		res.Mapping.OrderID, res.raw).Int64()
+	n, err := unreserveScript.Run(ctx, r.client, []string{r.keys.cart(cartID), r.keys.idem(res.Mapping.OrderID)},
+		res.Mapping.OrderID, res.raw, key).Int64()
 	if err != nil {
 		return true, translate("unreserve idempotency key", err)
 	}

@@ -33,7 +33,7 @@ func TestReserveForCart(t *testing.T) {
 	_, err := s.ReserveForCart(ctx, "no-cart", "k", cand("o-1"))
 	require.ErrorIs(t, err, commerce.ErrNotFound)
 	require.EqualValues(t, 1, cmds.Load()-before, "one round trip")
-	_, err = s.Idempotency().Get(ctx, "k")
+	_, err = s.Idempotency().Get(ctx, "k", "o-1")
 	require.ErrorIs(t, err, commerce.ErrNotFound, "no cart, no mapping")
 
 	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
@@ -46,10 +46,12 @@ func TestReserveForCart(t *testing.T) {
 	require.Equal(t, cartFor("c-1").CartID, res.Cart.CartID)
 	require.Equal(t, cartFor("c-1").Amount, res.Cart.Amount)
 
-	again, err := s.ReserveForCart(ctx, "c-1", "k", cand("o-2"))
+	other := cand("o-1")
+	other.Fingerprint = "another request"
+	again, err := s.ReserveForCart(ctx, "c-1", "k", other)
 	require.NoError(t, err)
 	require.False(t, again.Created)
-	require.Equal(t, "o-1", again.Mapping.OrderID, "the first reservation wins")
+	require.Equal(t, cand("o-1"), again.Mapping, "the first reservation wins")
 
 	for _, bad := range []struct{ cart, key, order string }{{"", "k", "o"}, {"c-1", "", "o"}, {"c-1", "k", ""}} {
 		_, err := s.ReserveForCart(ctx, bad.cart, bad.key, cand(bad.order))
@@ -86,12 +88,14 @@ func TestReserveForCartLockingTakesTheLockOnlyWithAMintedMapping(t *testing.T) {
 	require.True(t, ttl > 0 && ttl <= 5*time.Second, "the lock expires with its TTL: %v", ttl)
 	require.Equal(t, "Creating", c.HGet(ctx, "loc:o-1", "status").Val())
 
-	again, err := s.ReserveForCartLocking(ctx, "c-1", "k", cand("o-2"), lock("o-2"))
+	require.NoError(t, c.Del(ctx, "loc:o-1:lock", "loc:o-1").Err())
+	retry := lock("o-1")
+	retry.Token = "tok-retry"
+	again, err := s.ReserveForCartLocking(ctx, "c-1", "k", cand("o-1"), retry)
 	require.NoError(t, err)
 	require.False(t, again.Created)
 	require.Empty(t, again.LockToken, "a found mapping takes no lock")
-	require.Zero(t, c.Exists(ctx, "loc:o-2:lock", "loc:o-2").Val())
-	require.Equal(t, "tok-o-1", c.Get(ctx, "loc:o-1:lock").Val(), "the first lock stays")
+	require.Zero(t, c.Exists(ctx, "loc:o-1:lock", "loc:o-1").Val())
 
 	require.NoError(t, c.HSet(ctx, "loc:o-3", "status", "Ready").Err())
 	known, err := s.ReserveForCartLocking(ctx, "c-1", "k3", cand("o-3"), lock("o-3"))
@@ -118,7 +122,7 @@ func TestReserveForCartRaceHasOneWinner(t *testing.T) {
 	ctx := t.Context()
 	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
 	results := race(t, func(i int) (commerce.CartReservation, error) {
-		return s.ReserveForCart(ctx, "c-1", "race", commerce.Mapping{OrderID: fmt.Sprintf("o-%d", i), Fingerprint: "fp"})
+		return s.ReserveForCart(ctx, "c-1", "race", commerce.Mapping{OrderID: "o-race", Fingerprint: fmt.Sprintf("fp-%d", i)})
 	})
 	winners := 0
 	for i := range results {
@@ -142,7 +146,7 @@ func TestUnreserve(t *testing.T) {
 		return res
 	}
 	mapped := func(key string) bool {
-		_, err := s.Idempotency().Get(ctx, key)
+		_, err := s.Idempotency().Get(ctx, key, "o-"+key)
 		return err == nil
 	}
 
@@ -184,16 +188,16 @@ func TestReserveForCartNeedsASingleServer(t *testing.T) {
 	require.ErrorIs(t, err, commerce.ErrConfig)
 }
 
-// Of many concurrent locking reservations of one key, each minting its
-// own order, only the winner's order gets a creation lock.
+// Of many concurrent locking reservations of one key, each with its own
+// token for the key's order, only the winner takes the creation lock.
 func TestReserveForCartLockingRaceTakesOneLock(t *testing.T) {
 	s, c := newStore(t)
 	ctx := t.Context()
 	require.NoError(t, s.Carts().PutCart(ctx, cartFor("c-1")))
 	results := race(t, func(i int) (commerce.CartReservation, error) {
-		id := fmt.Sprintf("o-%d", i)
-		return s.ReserveForCartLocking(ctx, "c-1", "race", commerce.Mapping{OrderID: id, Fingerprint: "fp"},
-			commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating", Token: "t-" + id, TTL: 5 * time.Second})
+		const id = "o-race"
+		return s.ReserveForCartLocking(ctx, "c-1", "race", commerce.Mapping{OrderID: id, Fingerprint: fmt.Sprintf("fp-%d", i)},
+			commerce.CreationLock{Lock: "loc:" + id + ":lock", Record: "loc:" + id, Field: "status", Value: "Creating", Token: fmt.Sprintf("t-%d", i), TTL: 5 * time.Second})
 	})
 	locks := 0
 	for i := range results {

@@ -2,31 +2,47 @@ package commerce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The Idempotency store on Redis: one hash per key.
+// The Idempotency store on Redis: one hash per key, under the tag of the
+// OrderId the key derives (keys.idem), holding the key itself beside the
+// mapping so that a mapping is never taken for another key's. Until
+// Config.SkipLegacyIdempotency, a key without such a hash is looked up in
+// the layout before (keys.legacyIdem) and, when found there, served from
+// there: never copied, so that the old record stays the one truth for
+// the orders it started.
 
 // reserveMappingScript creates the mapping only if the key has none and
 // returns the mapping in force, so concurrent reservers agree on one
-// winner in one round trip.
+// winner in one round trip. With KEYS[2] (the old layout's key, on a
+// single server) a mapping found there is the one in force.
+//
+// KEYS: mapping[, old mapping]. ARGV: key, orderId, status, fingerprint.
+// Reply {created, orderId, status, fingerprint, key}.
 var reserveMappingScript = redis.NewScript(`#!lua
-if redis.call('HSETNX', KEYS[1], 'orderId', ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'status', ARGV[2], 'fingerprint', ARGV[3])
-  return {1, ARGV[1], ARGV[2], ARGV[3]}
+local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint', 'key')
+if v[1] then return {0, v[1], v[2] or '', v[3] or '', v[4] or ''} end
+if #KEYS == 2 then
+  local o = redis.call('HMGET', KEYS[2], 'orderId', 'status', 'fingerprint')
+  if o[1] then return {0, o[1], o[2] or '', o[3] or '', ARGV[1]} end
 end
-local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint')
-return {0, v[1] or '', v[2] or '', v[3] or ''}
+redis.call('HSET', KEYS[1], 'orderId', ARGV[2], 'status', ARGV[3], 'fingerprint', ARGV[4], 'key', ARGV[1])
+return {1, ARGV[2], ARGV[3], ARGV[4], ARGV[1]}
 `)
 
 // markStartedScript flips the status only for the order the key maps to,
-// so a stale caller can never start someone else's mapping.
+// so a stale caller can never start someone else's mapping. It serves
+// both layouts: an old mapping has no key field (ARGV[3] empty).
+//
+// KEYS: mapping. ARGV: orderId, status[, key].
 var markStartedScript = redis.NewScript(`#!lua
-local cur = redis.call('HGET', KEYS[1], 'orderId')
-if (not cur) or cur ~= ARGV[1] then
+local v = redis.call('HMGET', KEYS[1], 'orderId', 'key')
+if (not v[1]) or v[1] ~= ARGV[1] or (ARGV[3] and v[2] ~= ARGV[3]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2])
@@ -35,9 +51,11 @@ return 1
 
 // forgetScript deletes the mapping only while it is the caller's pending
 // one.
+//
+// KEYS: mapping. ARGV: orderId, status, fingerprint, key.
 var forgetScript = redis.NewScript(`#!lua
-local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint')
-if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'orderId', 'status', 'fingerprint', 'key')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] or v[3] ~= ARGV[3] or v[4] ~= ARGV[4] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 `)
@@ -51,12 +69,28 @@ func (r idempotencyStore) Reserve(ctx context.Context, key string, candidate Map
 	if candidate.OrderID == "" {
 		return Mapping{}, false, invalid("candidate orderId is empty")
 	}
-	res, err := reserveMappingScript.Run(ctx, r.client, []string{r.keys.idem(key)},
-		candidate.OrderID, string(MappingPending), candidate.Fingerprint).Slice()
+	keys := []string{r.keys.idem(candidate.OrderID)}
+	switch {
+	case r.legacy && r.oneSlot:
+		keys = append(keys, r.keys.legacyIdem(key))
+	case r.legacy:
+		// On a cluster the old key is in another slot: read it first. A
+		// mapping an older process writes there meanwhile names the same
+		// derived OrderId, so the start still reaches one order.
+		m, err := r.legacyGet(ctx, key)
+		switch {
+		case err == nil:
+			return m, false, nil
+		case !errors.Is(err, ErrNotFound):
+			return Mapping{}, false, err
+		}
+	}
+	res, err := reserveMappingScript.Run(ctx, r.client, keys,
+		key, candidate.OrderID, string(MappingPending), candidate.Fingerprint).Slice()
 	if err != nil {
 		return Mapping{}, false, translate("reserve idempotency key", err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return Mapping{}, false, fmt.Errorf("%w: reserve idempotency key: unexpected reply %v", ErrCorrupt, res)
 	}
 	created, _ := res[0].(int64)
@@ -65,26 +99,45 @@ func (r idempotencyStore) Reserve(ctx context.Context, key string, candidate Map
 		Status:      MappingStatus(asString(res[2])),
 		Fingerprint: asString(res[3]),
 	}
-	if err := checkMapping(key, m); err != nil {
+	if err := checkMapping(key, m, asString(res[4])); err != nil {
 		return Mapping{}, false, err
 	}
 	return m, created == 1, nil
 }
 
 // Get implements Idempotency.
-func (r idempotencyStore) Get(ctx context.Context, key string) (Mapping, error) {
-	if key == "" {
-		return Mapping{}, invalid("idempotency key is empty")
+func (r idempotencyStore) Get(ctx context.Context, key, orderID string) (Mapping, error) {
+	if key == "" || orderID == "" {
+		return Mapping{}, invalid("idempotency key and orderId are required")
 	}
-	v, err := r.client.HGetAll(ctx, r.keys.idem(key)).Result()
+	v, err := r.client.HGetAll(ctx, r.keys.idem(orderID)).Result()
 	if err != nil {
 		return Mapping{}, translate("get idempotency key", err)
+	}
+	if len(v) == 0 {
+		if r.legacy {
+			return r.legacyGet(ctx, key)
+		}
+		return Mapping{}, fmt.Errorf("%w: idempotency key %q", ErrNotFound, key)
+	}
+	m := Mapping{OrderID: v["orderId"], Status: MappingStatus(v["status"]), Fingerprint: v["fingerprint"]}
+	if err := checkMapping(key, m, v["key"]); err != nil {
+		return Mapping{}, err
+	}
+	return m, nil
+}
+
+// legacyGet reads key's mapping in the layout before the order's tag.
+func (r *Redis) legacyGet(ctx context.Context, key string) (Mapping, error) {
+	v, err := r.client.HGetAll(ctx, r.keys.legacyIdem(key)).Result()
+	if err != nil {
+		return Mapping{}, translate("get idempotency key (old layout)", err)
 	}
 	if len(v) == 0 {
 		return Mapping{}, fmt.Errorf("%w: idempotency key %q", ErrNotFound, key)
 	}
 	m := Mapping{OrderID: v["orderId"], Status: MappingStatus(v["status"]), Fingerprint: v["fingerprint"]}
-	if err := checkMapping(key, m); err != nil {
+	if err := checkMapping(key, m, key); err != nil {
 		return Mapping{}, err
 	}
 	return m, nil
@@ -105,22 +158,29 @@ func (r *Redis) StartedMark(key, orderID string) (ConditionalHashWrite, error) {
 	if key == "" || orderID == "" {
 		return ConditionalHashWrite{}, invalid("idempotency key and orderId are required")
 	}
-	return ConditionalHashWrite{Key: r.keys.idem(key), IfField: "orderId", IfValue: orderID, Field: "status", Value: string(MappingStarted)}, nil
+	return ConditionalHashWrite{Key: r.keys.idem(orderID), IfField: "orderId", IfValue: orderID, Field: "status", Value: string(MappingStarted)}, nil
 }
 
 // SingleServer reports whether the store's client talks to one server,
 // where another store's script may write this store's keys.
 func (r *Redis) SingleServer() bool { return r.oneSlot }
 
-// MarkStarted implements Idempotency.
+// MarkStarted implements Idempotency. A key without a mapping under
+// orderID has its old layout's marked, if there is one.
 func (r idempotencyStore) MarkStarted(ctx context.Context, key, orderID string) error {
 	if key == "" || orderID == "" {
 		return invalid("idempotency key and orderId are required")
 	}
-	n, err := markStartedScript.Run(ctx, r.client, []string{r.keys.idem(key)},
-		orderID, string(MappingStarted)).Int64()
+	n, err := markStartedScript.Run(ctx, r.client, []string{r.keys.idem(orderID)},
+		orderID, string(MappingStarted), key).Int64()
 	if err != nil {
 		return translate("mark idempotency key started", err)
+	}
+	if n != 1 && r.legacy {
+		if n, err = markStartedScript.Run(ctx, r.client, []string{r.keys.legacyIdem(key)},
+			orderID, string(MappingStarted)).Int64(); err != nil {
+			return translate("mark idempotency key started (old layout)", err)
+		}
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: idempotency key %q is not mapped to order %q", ErrNotFound, key, orderID)
@@ -133,15 +193,20 @@ func (r idempotencyStore) Forget(ctx context.Context, key string, m Mapping) (bo
 	if key == "" || m.OrderID == "" {
 		return false, invalid("idempotency key and orderId are required")
 	}
-	n, err := forgetScript.Run(ctx, r.client, []string{r.keys.idem(key)},
-		m.OrderID, string(MappingPending), m.Fingerprint).Int64()
+	n, err := forgetScript.Run(ctx, r.client, []string{r.keys.idem(m.OrderID)},
+		m.OrderID, string(MappingPending), m.Fingerprint, key).Int64()
 	if err != nil {
 		return false, translate("forget idempotency key", err)
 	}
 	return n == 1, nil
 }
 
-func checkMapping(key string, m Mapping) error {
+// checkMapping refuses a mapping without an order or a known status, or
+// filed for another key than key (stored).
+func checkMapping(key string, m Mapping, stored string) error {
+	if stored != key {
+		return fmt.Errorf("%w: the mapping of idempotency key %q, under order %q, is key %q's", ErrCorrupt, key, m.OrderID, stored)
+	}
 	if m.OrderID == "" {
 		return fmt.Errorf("%w: idempotency key %q has no orderId", ErrCorrupt, key)
 	}

@@ -97,13 +97,19 @@ func TestIdempotency_InvalidAndCorrupt(t *testing.T) {
 	_, _, err = idem.Reserve(ctx, "k", commerce.Mapping{})
 	require.ErrorIs(t, err, commerce.ErrInvalidArgument)
 
-	require.NoError(t, raw.HSet(ctx, "sm:cs:idem:{bad-status}", "orderId", "o", "status", "weird").Err())
-	_, err = idem.Get(ctx, "bad-status")
+	require.NoError(t, raw.HSet(ctx, "sm:cs:idem:order:{o}", "key", "bad-status", "orderId", "o", "status", "weird").Err())
+	_, err = idem.Get(ctx, "bad-status", "o")
 	require.ErrorIs(t, err, commerce.ErrCorrupt)
+	_, _, err = idem.Reserve(ctx, "another-key", commerce.Mapping{OrderID: "o"})
+	require.ErrorIs(t, err, commerce.ErrCorrupt, "an order's mapping is one key's")
+	require.ErrorContains(t, err, `is key "bad-status"'s`)
 
-	require.NoError(t, raw.Set(ctx, "sm:cs:idem:{wrong-type}", "x", 0).Err())
-	_, _, err = idem.Reserve(ctx, "wrong-type", commerce.Mapping{OrderID: "o"})
+	require.NoError(t, raw.Set(ctx, "sm:cs:idem:order:{o-2}", "x", 0).Err())
+	_, _, err = idem.Reserve(ctx, "wrong-type", commerce.Mapping{OrderID: "o-2"})
 	require.ErrorIs(t, err, commerce.ErrCorrupt, "a key of the wrong Redis type is a corrupt record")
+	require.NoError(t, raw.HSet(ctx, "sm:cs:idem:{old-bad}", "orderId", "o-3", "status", "weird").Err())
+	_, err = idem.Get(ctx, "old-bad", "o-3")
+	require.ErrorIs(t, err, commerce.ErrCorrupt, "and so is an old layout's")
 }
 
 func TestRedis_UnreachableIsErrUnavailable(t *testing.T) {
@@ -111,7 +117,7 @@ func TestRedis_UnreachableIsErrUnavailable(t *testing.T) {
 		DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	store := newRedis(t, commerce.Config{Client: c})
-	_, err := store.Idempotency().Get(t.Context(), "k")
+	_, err := store.Idempotency().Get(t.Context(), "k", "o")
 	require.ErrorIs(t, err, commerce.ErrUnavailable)
 	_, err = store.Inventory().Stock(t.Context(), "sku")
 	require.ErrorIs(t, err, commerce.ErrUnavailable)
@@ -188,7 +194,7 @@ func TestKeyLayout_EachKeyTaggedByItsOwnID(t *testing.T) {
 		case "paymethod":
 			require.Contains(t, []string{commerce.DemoMethodOK, commerce.DemoMethodDeclined}, hashTag(k), k)
 		case "idem":
-			require.Equal(t, "key-1", hashTag(k), k)
+			require.Equal(t, "o", hashTag(k), "%s is tagged by the key's order", k)
 		case "cart":
 			require.Contains(t, []string{commerce.DemoCartOK, commerce.DemoCartNoStock}, hashTag(k), k)
 		default:

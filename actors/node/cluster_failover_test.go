@@ -38,7 +38,7 @@ func keysOn(ctx context.Context, t *testing.T, c *redisserver.Cluster, prefix st
 	out := map[int][]string{}
 	for i := range n {
 		k := prefix + strconv.Itoa(i)
-		m, err := c.Owner(ctx, redisserver.Slot(k))
+		m, err := c.Owner(ctx, redisserver.Slot("ord-"+k)) // the mapping sits in its order's slot
 		require.NoError(t, err)
 		out[m] = append(out[m], k)
 	}
@@ -52,7 +52,7 @@ func onReplica(ctx context.Context, s *redisserver.Server, key string) (string, 
 		return cn.ReadOnly(ctx).Err()
 	}})
 	defer rc.Close()
-	return rc.HGet(ctx, "sm:cs:idem:{"+key+"}", "orderId").Result()
+	return rc.HGet(ctx, "sm:cs:idem:order:{ord-"+key+"}", "orderId").Result()
 }
 
 // TestClusterWritesWaitForTheirMastersReplica: on a Redis Cluster with a
@@ -126,12 +126,12 @@ func TestClusterWritesWaitForTheirMastersReplica(t *testing.T) {
 	}, 60*time.Second, 50*time.Millisecond, "the replica takes the killed master's slots")
 	promoted := time.Since(killed)
 	require.Eventually(t, func() bool {
-		_, err := idem.Get(ctx, acked[victim][0])
+		_, err := idem.Get(ctx, acked[victim][0], "ord-"+acked[victim][0])
 		return err == nil
 	}, 15*time.Second, 50*time.Millisecond, "the stores' slot map follows the promotion (reloaded every second)")
 	for _, keys := range acked {
 		for _, k := range keys {
-			m, err := idem.Get(ctx, k)
+			m, err := idem.Get(ctx, k, "ord-"+k)
 			require.NoError(t, err, "acknowledged %s survived the failover", k)
 			require.Equal(t, "ord-"+k, m.OrderID)
 		}

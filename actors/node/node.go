@@ -133,6 +133,8 @@ type StoreOptions struct {
 	PoolSize int
 	// StockLedgerMax is commerce.Config.LedgerMaxLen.
 	StockLedgerMax int64
+	// SkipLegacyIdempotency is commerce.Config.SkipLegacyIdempotency.
+	SkipLegacyIdempotency bool
 	// Replication makes every store's writes wait for replicas (WAIT);
 	// the zero value waits for none.
 	Replication redisurl.Replication
@@ -193,7 +195,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	}
 	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
 	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm})
-	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax})
+	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax, SkipLegacyIdempotency: opt.SkipLegacyIdempotency})
 	if err := errors.Join(err1, err2, err3); err != nil {
 		s.Close()
 		return nil, err

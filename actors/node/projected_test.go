@@ -103,7 +103,7 @@ func TestOneRedisWiresTheStartAppend(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
 	require.True(t, marked)
-	m, err := idem.Get(ctx, "k1")
+	m, err := idem.Get(ctx, "k1", "o1")
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingStarted, m.Status)
 	env, err := (Envelopes{Store: st.Relocation}).LoadFirst(ctx, "o1")
@@ -122,7 +122,7 @@ func TestOneRedisWiresTheStartAppend(t *testing.T) {
 	_, marked, err = st.StartAppend.AppendStart(ctx, "o2", 0, fence2, ev("o2"), created("o2"), start("o2", "k2"), nil)
 	require.NoError(t, err)
 	require.False(t, marked, "k2 maps to another order")
-	m, err = idem.Get(ctx, "k2")
+	m, err = idem.Get(ctx, "k2", "someone-else")
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingPending, m.Status)
 }

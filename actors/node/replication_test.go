@@ -43,7 +43,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	require.NoError(t, reserve("k-1"), "a script")
 	require.Zero(t, shortfalls.Load())
 	require.NoError(t, st.Commerce.ApplySeed(ctx, commerce.DemoSeed()), "a pipeline of writes")
-	m, err := rc.HGetAll(ctx, "sm:cs:idem:{k-1}").Result()
+	m, err := rc.HGetAll(ctx, "sm:cs:idem:order:{ord-k-1}").Result()
 	require.NoError(t, err)
 	require.Equal(t, "ord-k-1", m["orderId"], "acknowledged means on the replica")
 
@@ -63,7 +63,7 @@ func TestWritesWaitForTheReplica(t *testing.T) {
 	require.Equal(t, errkind.StoreUnavailable, errkind.Of(err))
 	require.Less(t, took, 2*time.Second, "bounded by the WAIT timeout")
 	t.Logf("FIGURE a write with its replica stopped: %s in doubt after %s", "503 STORE_UNAVAILABLE", took.Round(time.Millisecond))
-	got, err := idem.Get(ctx, "k-2")
+	got, err := idem.Get(ctx, "k-2", "ord-k-2")
 	require.NoError(t, err, "reads answer, and may show a write a failover could still lose")
 	require.Equal(t, "ord-k-2", got.OrderID)
 

@@ -96,7 +96,7 @@ func TestStoresFollowASentinelFailover(t *testing.T) {
 	require.NoError(t, reserve("before"))
 	rc := replica.Client()
 	require.Eventually(t, func() bool {
-		id, err := rc.HGet(ctx, "sm:cs:idem:{before}", "orderId").Result()
+		id, err := rc.HGet(ctx, "sm:cs:idem:order:{ord-before}", "orderId").Result()
 		return err == nil && id == "ord-before"
 	}, 10*time.Second, 20*time.Millisecond, "the replica holds the write before the kill")
 	rc.Close()
@@ -113,7 +113,7 @@ func TestStoresFollowASentinelFailover(t *testing.T) {
 	addr, err := sc.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mall").StringSlice()
 	require.NoError(t, err)
 	require.Equal(t, replica.Addr(), fmt.Sprintf("%s:%s", addr[0], addr[1]), "the replica was promoted")
-	m, err := idem.Get(ctx, "before")
+	m, err := idem.Get(ctx, "before", "ord-before")
 	require.NoError(t, err, "the write the replica held survived the failover")
 	require.Equal(t, "ord-before", m.OrderID)
 }
@@ -173,7 +173,7 @@ func TestALaggingReplicaLosesNothingAcknowledged(t *testing.T) {
 	}, 45*time.Second, 100*time.Millisecond, "the sentinel promotes the replica")
 	t.Logf("FIGURE lagging replica: promoted %s after the primary's SIGKILL", time.Since(killed).Round(10*time.Millisecond))
 	for _, k := range acked {
-		m, err := idem.Get(ctx, k)
+		m, err := idem.Get(ctx, k, "ord-"+k)
 		require.NoError(t, err, "acknowledged %s survives the failover", k)
 		require.Equal(t, "ord-"+k, m.OrderID)
 	}

@@ -896,7 +896,7 @@ func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
 	assert.Equal(t, saves, e.d.Envelopes.Saves.Load(), "no separate envelope save")
 	assert.Equal(t, marks, e.d.Idempotency.MarkStartedCalls.Load(), "no separate mark")
 	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
-	m, err := e.d.Idempotency.Get(e.ctx, "key-sa")
+	m, err := e.d.Idempotency.Get(e.ctx, "key-sa", "ord-sa")
 	require.NoError(t, err)
 	assert.Equal(t, commerce.MappingStarted, m.Status)
 	env, err := e.d.Envelopes.LoadFirst(e.ctx, "ord-sa")

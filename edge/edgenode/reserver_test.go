@@ -48,7 +48,7 @@ func TestLockingReserverTakesAndGivesBackTheCreationLock(t *testing.T) {
 	kept, err := r.Unreserve(ctx, "c-1", "k-1", res)
 	require.NoError(t, err)
 	require.False(t, kept)
-	_, err = st.Commerce.Idempotency().Get(ctx, "k-1")
+	_, err = st.Commerce.Idempotency().Get(ctx, "k-1", "ord-1")
 	require.ErrorIs(t, err, commerce.ErrNotFound, "the mapping is given back")
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })

@@ -148,7 +148,7 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		h.waitStatus(apiA, res.OrderId, contracts.OrderStatus_Confirmed)
 		lose := func() {
 			t.Helper()
-			mapping := h.keysNaming("idem:{" + key + "}")
+			mapping := h.keysNaming("idem:order:{" + res.OrderId + "}")
 			require.Len(t, mapping, 1, "the key's mapping")
 			h.del(mapping...)
 		}
@@ -169,12 +169,43 @@ func TestCommerceApiOverHTTP(t *testing.T) {
 		code, b := h.do("POST", apiA, "/orders", startBody(commerce.DemoCartOK, commerce.DemoMethodDeclined, key))
 		require.Equal(t, http.StatusUnprocessableEntity, code, string(b))
 		requireCode(t, b, edge.CodeIdempotencyKeyReused)
-		require.Empty(t, h.keysNaming("idem:{"+key+"}"), "the refused request's mapping was given back")
+		require.Empty(t, h.keysNaming("idem:order:{"+res.OrderId+"}"), "the refused request's mapping was given back")
 		again = h.startOrder(apiA, body, http.StatusOK)
 		require.Equal(t, res.OrderId, again.OrderId)
 		ev = h.evidenceOf(apiB, res.OrderId)
 		require.Equal(t, success, ev.types())
 		require.EqualValues(t, 1, ev.AuthorizeCalls)
+	})
+
+	t.Run("an order whose mapping is in the layout before the order's tag keeps its key", func(t *testing.T) {
+		// As the release before filed it: under the key's own tag, without
+		// the key beside it.
+		key := newKey(t)
+		body := startBody(commerce.DemoCartOK, commerce.DemoMethodOK, key)
+		res := h.startOrder(apiA, body, http.StatusCreated)
+		h.waitStatus(apiA, res.OrderId, contracts.OrderStatus_Confirmed)
+		mapping := h.keysNaming("idem:order:{" + res.OrderId + "}")
+		require.Len(t, mapping, 1, "the mapping sits under the order's tag")
+		old := strings.Replace(mapping[0], "idem:order:{"+res.OrderId+"}", "idem:{"+key+"}", 1)
+		h.onRedis(func(ctx context.Context, rdb *redis.Client) {
+			v, err := rdb.HGetAll(ctx, mapping[0]).Result()
+			require.NoError(t, err)
+			require.Equal(t, key, v["key"], "with its key")
+			require.NoError(t, rdb.HSet(ctx, old, "orderId", v["orderId"], "status", v["status"], "fingerprint", v["fingerprint"]).Err())
+			require.NoError(t, rdb.Del(ctx, mapping[0]).Err())
+		})
+
+		again := h.startOrder(apiB, body, http.StatusOK)
+		require.Equal(t, res.OrderId, again.OrderId)
+		require.Equal(t, contracts.OrderStatus_Confirmed, again.GetState().GetStatus())
+		require.Empty(t, h.keysNaming("idem:order:{"+res.OrderId+"}"), "answered from the old mapping, which is not copied")
+		code, b := h.do("POST", apiA, "/orders", startBody(commerce.DemoCartOK, commerce.DemoMethodDeclined, key))
+		require.Equal(t, http.StatusUnprocessableEntity, code, string(b))
+		requireCode(t, b, edge.CodeIdempotencyKeyReused)
+		require.Len(t, h.keysNaming("idem:{"+key+"}"), 1, "the old mapping stays")
+		ev := h.evidenceOf(apiA, res.OrderId)
+		require.Equal(t, success, ev.types(), "one OrderStartedEvent")
+		require.EqualValues(t, 1, ev.AuthorizeCalls, "one payment authorization")
 	})
 
 	t.Run("a Location record older than the stream's fence does not lock the order out", func(t *testing.T) {

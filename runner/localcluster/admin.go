@@ -42,6 +42,11 @@ const OrderIDSecretFile = "order-id.secret"
 // secret, for the admin token's reason.
 const OrderIDSecretEnv = "SHOPPINGMALL_ORDER_ID_SECRET"
 
+// OrderIDSecret is the secret this cluster's APIs derive OrderIds under
+// (OrderIDSecretFile), for a test that looks a key's mapping or order up
+// in Redis itself (order.OrderIDFor).
+func (c *Cluster) OrderIDSecret() []byte { return []byte(c.orderIDSecret) }
+
 // orderIDSecret returns the run directory's OrderId secret, made the first
 // time. Unlike the admin token it is kept across restarts: the secret is
 // never rotated, since a retried key would name a second order under a new

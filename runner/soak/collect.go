@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -183,20 +184,36 @@ func collect(ctx context.Context, rdb redis.UniversalClient, ids seedIDs, log *c
 		missing = append(missing, "no Location records found: ownership histories empty")
 	}
 
-	idem, err := scan(ctx, rdb, commerce.DefaultKeyPrefix+"idem:{*}")
-	if err != nil {
-		return nil, nil, fmt.Errorf("scan idempotency: %w", err)
-	}
-	for _, k := range idem {
-		v, err := rdb.HGetAll(ctx, k).Result()
+	// Mappings under their order's tag name their key in a field; those
+	// of the layout before are tagged by the key itself.
+	for _, layout := range []struct {
+		pattern string
+		key     func(redisKey string, v map[string]string) string
+	}{
+		{commerce.DefaultKeyPrefix + "idem:order:{*}", func(_ string, v map[string]string) string { return v["key"] }},
+		{commerce.DefaultKeyPrefix + "idem:{*}", func(k string, _ map[string]string) string { return tagged(k) }},
+	} {
+		idem, err := scan(ctx, rdb, layout.pattern)
 		if err != nil {
-			return nil, nil, fmt.Errorf("idempotency %s: %w", k, err)
+			return nil, nil, fmt.Errorf("scan idempotency: %w", err)
 		}
-		r := &check.IdempotencyRecord{Status: v["status"]}
-		if v["orderId"] != "" {
-			r.OrderIDs = []string{v["orderId"]}
+		for _, k := range idem {
+			v, err := rdb.HGetAll(ctx, k).Result()
+			if err != nil {
+				return nil, nil, fmt.Errorf("idempotency %s: %w", k, err)
+			}
+			r := &check.IdempotencyRecord{Status: v["status"]}
+			if v["orderId"] != "" {
+				r.OrderIDs = []string{v["orderId"]}
+			}
+			key := layout.key(k, v)
+			if prev := h.Idempotency[key]; prev != nil && len(r.OrderIDs) == 1 && !slices.Contains(prev.OrderIDs, r.OrderIDs[0]) {
+				// Both layouts map the key to different orders: the
+				// checker sees both.
+				r.OrderIDs = append(prev.OrderIDs, r.OrderIDs...)
+			}
+			h.Idempotency[key] = r
 		}
-		h.Idempotency[tagged(k)] = r
 	}
 	for sku, initial := range ids.Stock {
 		n, err := cs.Inventory().Stock(ctx, sku)

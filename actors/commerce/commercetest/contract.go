@@ -61,7 +61,8 @@ func parallel(n int, f func(i int)) {
 
 // RunIdempotencyContract runs the commerce.Idempotency contract as
 // subtests; newStore is called once per subtest and must return an empty
-// store.
+// store. Every key's OrderId is orderOf(key), as the API derives one
+// OrderId per key.
 func RunIdempotencyContract(t *testing.T, newStore func(t *testing.T) commerce.Idempotency) {
 	t.Helper()
 	run(t, newStore, []testCase[commerce.Idempotency]{
@@ -70,6 +71,9 @@ func RunIdempotencyContract(t *testing.T, newStore func(t *testing.T) commerce.I
 		{"ForgetOnlyThePendingMapping", testIdemForget},
 	})
 }
+
+// orderOf stands for order.OrderIDFor: one OrderId per key.
+func orderOf(key string) string { return "ord-" + key }
 
 func testIdemOneWinner(t *testing.T, idem commerce.Idempotency) {
 	ctx := ctxT(t)
@@ -82,9 +86,9 @@ func testIdemOneWinner(t *testing.T, idem commerce.Idempotency) {
 	results := make([]result, n)
 	parallel(n, func(i int) {
 		m, created, err := idem.Reserve(ctx, "key-1", commerce.Mapping{
-			OrderID:     fmt.Sprintf("order-%02d", i),
+			OrderID:     orderOf("key-1"),
 			Status:      commerce.MappingStarted, // ignored: a new mapping starts pending
-			Fingerprint: commerce.Fingerprint("cart", "addr", "pm"),
+			Fingerprint: fmt.Sprintf("fp-%02d", i),
 		})
 		results[i] = result{m, created, err}
 	})
@@ -95,23 +99,25 @@ func testIdemOneWinner(t *testing.T, idem commerce.Idempotency) {
 		require.NoError(t, r.err, "reserver %d", i)
 		if r.created {
 			winners++
-			winner = fmt.Sprintf("order-%02d", i)
+			winner = fmt.Sprintf("fp-%02d", i)
 		}
 	}
 	require.Equal(t, 1, winners, "exactly one reserver creates the mapping")
-	want := commerce.Mapping{OrderID: winner, Status: commerce.MappingPending, Fingerprint: commerce.Fingerprint("cart", "addr", "pm")}
+	want := commerce.Mapping{OrderID: orderOf("key-1"), Status: commerce.MappingPending, Fingerprint: winner}
 	for i, r := range results {
 		require.Equal(t, want, r.m, "reserver %d sees the winner's mapping", i)
 	}
-	got, err := idem.Get(ctx, "key-1")
+	got, err := idem.Get(ctx, "key-1", orderOf("key-1"))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
+	_, err = idem.Get(ctx, "key-2", orderOf("key-2"))
+	require.ErrorIs(t, err, commerce.ErrNotFound, "another key has no mapping")
 	t.Logf("winner %s among %d reservers", winner, n)
 }
 
 func testIdemForget(t *testing.T, idem commerce.Idempotency) {
 	ctx := ctxT(t)
-	mine := commerce.Mapping{OrderID: "order-1", Status: commerce.MappingPending, Fingerprint: "fp"}
+	mine := commerce.Mapping{OrderID: orderOf("k"), Status: commerce.MappingPending, Fingerprint: "fp"}
 	gone, err := idem.Forget(ctx, "k", mine)
 	require.NoError(t, err)
 	require.False(t, gone, "an unknown key")
@@ -120,8 +126,8 @@ func testIdemForget(t *testing.T, idem commerce.Idempotency) {
 	require.True(t, created)
 
 	for _, other := range []commerce.Mapping{
-		{OrderID: "order-2", Status: commerce.MappingPending, Fingerprint: "fp"},
-		{OrderID: "order-1", Status: commerce.MappingPending, Fingerprint: "other"},
+		{OrderID: orderOf("k2"), Status: commerce.MappingPending, Fingerprint: "fp"},
+		{OrderID: orderOf("k"), Status: commerce.MappingPending, Fingerprint: "other"},
 	} {
 		gone, err := idem.Forget(ctx, "k", other)
 		require.NoError(t, err)
@@ -130,43 +136,44 @@ func testIdemForget(t *testing.T, idem commerce.Idempotency) {
 	gone, err = idem.Forget(ctx, "k", mine)
 	require.NoError(t, err)
 	require.True(t, gone)
-	_, err = idem.Get(ctx, "k")
+	_, err = idem.Get(ctx, "k", orderOf("k"))
 	require.ErrorIs(t, err, commerce.ErrNotFound, "forgotten")
 
 	_, _, err = idem.Reserve(ctx, "k", mine)
 	require.NoError(t, err)
-	require.NoError(t, idem.MarkStarted(ctx, "k", "order-1"))
+	require.NoError(t, idem.MarkStarted(ctx, "k", orderOf("k")))
 	gone, err = idem.Forget(ctx, "k", mine)
 	require.NoError(t, err)
 	require.False(t, gone, "a started mapping is never forgotten")
-	m, err := idem.Get(ctx, "k")
+	m, err := idem.Get(ctx, "k", orderOf("k"))
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingStarted, m.Status)
 }
 
 func testIdemMarkStarted(t *testing.T, idem commerce.Idempotency) {
 	ctx := ctxT(t)
-	_, err := idem.Get(ctx, "k")
+	_, err := idem.Get(ctx, "k", orderOf("k"))
 	require.ErrorIs(t, err, commerce.ErrNotFound)
-	require.ErrorIs(t, idem.MarkStarted(ctx, "k", "order-1"), commerce.ErrNotFound, "unknown key")
+	require.ErrorIs(t, idem.MarkStarted(ctx, "k", orderOf("k")), commerce.ErrNotFound, "unknown key")
 
-	_, created, err := idem.Reserve(ctx, "k", commerce.Mapping{OrderID: "order-1", Fingerprint: "fp"})
+	_, created, err := idem.Reserve(ctx, "k", commerce.Mapping{OrderID: orderOf("k"), Fingerprint: "fp"})
 	require.NoError(t, err)
 	require.True(t, created)
 
-	require.ErrorIs(t, idem.MarkStarted(ctx, "k", "order-2"), commerce.ErrNotFound, "key maps to another order")
-	m, err := idem.Get(ctx, "k")
+	require.ErrorIs(t, idem.MarkStarted(ctx, "k", orderOf("k2")), commerce.ErrNotFound, "key maps to another order")
+	require.ErrorIs(t, idem.MarkStarted(ctx, "k2", orderOf("k")), commerce.ErrNotFound, "the order's mapping is another key's")
+	m, err := idem.Get(ctx, "k", orderOf("k"))
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingPending, m.Status, "a refused MarkStarted changes nothing")
 
-	require.NoError(t, idem.MarkStarted(ctx, "k", "order-1"))
-	require.NoError(t, idem.MarkStarted(ctx, "k", "order-1"), "idempotent")
-	started := commerce.Mapping{OrderID: "order-1", Status: commerce.MappingStarted, Fingerprint: "fp"}
-	m, err = idem.Get(ctx, "k")
+	require.NoError(t, idem.MarkStarted(ctx, "k", orderOf("k")))
+	require.NoError(t, idem.MarkStarted(ctx, "k", orderOf("k")), "idempotent")
+	started := commerce.Mapping{OrderID: orderOf("k"), Status: commerce.MappingStarted, Fingerprint: "fp"}
+	m, err = idem.Get(ctx, "k", orderOf("k"))
 	require.NoError(t, err)
 	require.Equal(t, started, m)
 
-	m, created, err = idem.Reserve(ctx, "k", commerce.Mapping{OrderID: "order-3", Fingerprint: "other"})
+	m, created, err = idem.Reserve(ctx, "k", commerce.Mapping{OrderID: orderOf("k"), Fingerprint: "other"})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, started, m, "a later reserve sees the started mapping, not its candidate")

@@ -46,6 +46,8 @@ type Common struct {
 	ClusterTLS cluster.TLS
 	// StockLedgerMax is commerce.Config.LedgerMaxLen.
 	StockLedgerMax int64
+	// IdempotencyLegacyRead is !commerce.Config.SkipLegacyIdempotency.
+	IdempotencyLegacyRead bool
 	// RequireDurableStore refuses to start on a Redis master that would
 	// lose acknowledged writes, and turns the process unready when one
 	// appears later (node.WaitConfig.RequireDurable, node.WatchDurable).
@@ -92,6 +94,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.BoolVar(&c.RequireDurableStore, "require-durable-store", false, "refuse to start when a store's Redis master runs without the append-only file, with appendfsync no, or with an eviction policy other than noeviction; checked again every 10s while running (unready when it fails)")
 	fs.IntVar(&c.RedisWaitReplicas, "redis-wait-replicas", 0, "replicas of each store's Redis that must hold a write (WAIT) before it is acknowledged; fewer in time is 503 STORE_UNAVAILABLE and the step retries; 0 sends no WAIT")
 	fs.DurationVar(&c.RedisWaitTimeout, "redis-wait-timeout", time.Second, "how long one WAIT for -redis-wait-replicas may take")
+	fs.BoolVar(&c.IdempotencyLegacyRead, "idempotency-legacy-read", true, "read an idempotency key's mapping in the layout before it moved under its order's tag (sm:cs:idem:{<key>}) when the new one is missing: one command more per new start; set false once every order started before that layout is terminal and past its clients' retries")
 	fs.Int64Var(&c.StockLedgerMax, "stock-ledger-max", 0, "movements kept per SKU in the stock ledger, about (older ones are trimmed as new ones are appended); 0 = 10000, negative = keep every movement")
 }
 
@@ -238,7 +241,7 @@ func (c *Common) Open() (*Process, error) {
 	rep := c.Replication()
 	rep.Shortfalls = reg.ReplicaShortfalls()
 	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax,
-		Replication: rep, Fixtures: c.Fixtures})
+		SkipLegacyIdempotency: !c.IdempotencyLegacyRead, Replication: rep, Fixtures: c.Fixtures})
 	if err != nil {
 		return nil, err
 	}

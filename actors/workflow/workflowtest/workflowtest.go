@@ -496,7 +496,7 @@ func (i *Idempotency) Reserve(_ context.Context, key string, candidate commerce.
 	return candidate, true, nil
 }
 
-func (i *Idempotency) Get(_ context.Context, key string) (commerce.Mapping, error) {
+func (i *Idempotency) Get(_ context.Context, key, _ string) (commerce.Mapping, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	m, ok := i.mappings[key]

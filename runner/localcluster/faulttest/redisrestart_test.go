@@ -291,7 +291,7 @@ func checkStore(t *testing.T, ctx context.Context, f *fixture, keys []string, ac
 	mapping := map[string]string{} // key -> order id its mapping names
 	var mapProblems []string
 	for _, key := range keys {
-		m, err := idem.Get(ctx, key)
+		m, err := idem.Get(ctx, key, order.OrderIDFor(f.c.OrderIDSecret(), key))
 		if errors.Is(err, commerce.ErrNotFound) {
 			if id, ok := ackedID[key]; ok {
 				mapProblems = append(mapProblems, fmt.Sprintf("%s: acknowledged as %s but has no mapping (%s)", key, id, describe(key)))
