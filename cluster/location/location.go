@@ -224,6 +224,13 @@ type TakeoverIndex interface {
 	// operators, never for a request path. A record may change while the
 	// scan runs; fn sees each as it was read.
 	ScanRecords(ctx context.Context, kind string, fn func(id string, rec Record) error) error
+	// Reindex adds, from a ScanRecords, the index entry of every record of
+	// kind that names an owner (Ready or Moving): it repairs entries that
+	// a lost write left out, and returns how many records it indexed. It
+	// drops nothing: an entry the records contradict is a takeover's to
+	// drop, after it checked the record. Like ScanRecords it reads the
+	// whole keyspace, and is for the index reconciler and operators.
+	Reindex(ctx context.Context, kind string) (int, error)
 	// ResetTakenOver makes the identity Missing at newGeneration, marked
 	// TakenOver, if the record still names owner (a member id) at
 	// oldGeneration, Ready or Moving, or names nobody at oldGeneration;

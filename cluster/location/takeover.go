@@ -85,6 +85,23 @@ func (s *Redis) Unindex(ctx context.Context, memberID, kind, id string) error {
 	return translate(s.rdb.SRem(ctx, s.keys.owned(memberID), ownedEntry(kind, id)).Err())
 }
 
+// Reindex implements TakeoverIndex: one SADD per owned record, on top of
+// the scan's read of it.
+func (s *Redis) Reindex(ctx context.Context, kind string) (int, error) {
+	n := 0
+	err := s.ScanRecords(ctx, kind, func(id string, rec Record) error {
+		if rec.Owner == "" || (rec.Status != Ready && rec.Status != Moving) {
+			return nil
+		}
+		if err := s.rdb.SAdd(ctx, s.keys.owned(rec.Owner), ownedEntry(kind, id)).Err(); err != nil {
+			return translate(err)
+		}
+		n++
+		return nil
+	})
+	return n, err
+}
+
 // ScanRecords calls fn with every record of kind in the store, in no
 // particular order, by SCAN (on every master of a Redis Cluster). It is
 // the fallback of a takeover that cannot trust the index: it reads the

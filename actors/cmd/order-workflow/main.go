@@ -84,7 +84,7 @@ type options struct {
 	procflags.Common
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
-	lease                              time.Duration
+	lease, reconcileEvery              time.Duration
 	opsHTTP, adminToken                string
 	limits                             placement.Limits
 }
@@ -100,6 +100,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.limits.MailboxCapacity, "mailbox-capacity", placement.DefaultLimits.MailboxCapacity, "requests one order's mailbox holds; the next is answered 503 OVERLOADED at once")
 	fs.IntVar(&o.limits.MaxHosted, "max-hosted", placement.DefaultLimits.MaxHosted, "orders this member hosts; beyond it finished orders are passivated to make room, and with none to passivate new activations are refused OVERLOADED")
 	fs.IntVar(&o.limits.MaxActivations, "max-activations", placement.DefaultLimits.MaxActivations, "activations (and passivations to make room) this member runs at once; the next is refused OVERLOADED")
+	fs.DurationVar(&o.reconcileEvery, "reconcile-every", node.DefaultReconcileEvery, "time between two passes of the index reconciler, which adds back every entry of the active and per-member indexes a lost write left out, from a scan of the per-order records (the first pass at a random point of the first period; 0 = none)")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
 	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz, /debug/pprof/); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the ops listener's /debug/pprof/ requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
@@ -177,6 +178,7 @@ func run(args []string) error {
 	defer stopWatch()
 	fenced := make(chan error, 1)
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
+	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, Logger: log})
 	select {
 	case err := <-fenced:
 		if err != nil {

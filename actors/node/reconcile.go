@@ -1,0 +1,122 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
+)
+
+// The cross-order indexes and their reconciler (issue 50, point 2).
+//
+// Two indexes span orders: the active index (readmodel, sorted sets
+// <prefix>active:{<shard>}, the non-terminal orders the stuck-order report
+// starts from) and the per-member index (cluster/location,
+// <prefix>owned:<memberId>, the orders a member takeover starts from).
+// Neither can share an order's hash slot, so neither can be part of an
+// order's commit. The one rule for both:
+//
+//   - written beside the order's commit, best effort, erring towards
+//     listing too much (an entry is added before or with the commit and
+//     dropped only after the record stops needing it);
+//   - never the truth: the report and a takeover check each entry against
+//     the order's own record (the read model's, the Location record) and
+//     drop entries the record contradicts;
+//   - repaired by the reconciler, which rebuilds every missing entry from
+//     the per-order records: a SCAN of the read model's records and one of
+//     the Location records, on every master of a Redis Cluster.
+//
+// So an entry lost with a write (a failover, a timeout after the commit)
+// is back after the next pass, and the report and a takeover find the
+// order then. Every workflow member runs a pass every ReconcileEvery (its
+// first at a random point of the first period, so that members started
+// together spread out): with M members a lost entry is back within
+// ReconcileEvery, after ReconcileEvery/M on average. A pass costs, per
+// order held in Redis, one record read and one index write per index,
+// plus the SCAN pages (500 keys each): about 4 commands per order; it
+// reads the whole keyspace, finished orders included, until they leave
+// Redis for the archive.
+
+// DefaultReconcileEvery is a member's time between two passes.
+const DefaultReconcileEvery = 10 * time.Minute
+
+// Reconciled is one pass's outcome.
+type Reconciled struct {
+	// Active is how many non-terminal orders the active index holds
+	// after the pass; Owned how many owned records the per-member index
+	// lists.
+	Active, Owned int
+	Took          time.Duration
+}
+
+// ErrNoActiveIndex: the read model keeps no active index to reconcile.
+var ErrNoActiveIndex = errors.New("node: the read model keeps no active index")
+
+// ReconcileIndexes runs one pass: every missing entry of the active index
+// and of the per-member index is added back from the per-order records.
+// Both scans run even when the first fails; the error joins theirs.
+func (s *Stores) ReconcileIndexes(ctx context.Context) (Reconciled, error) {
+	began := time.Now()
+	var out Reconciled
+	var errActive, errOwned error
+	if ai, ok := s.ReadModel.(readmodel.ActiveIndex); ok {
+		out.Active, errActive = ai.RebuildActiveIndex(ctx)
+		if errActive != nil {
+			errActive = fmt.Errorf("reconcile the active index: %w", errActive)
+		}
+	} else {
+		errActive = ErrNoActiveIndex
+	}
+	out.Owned, errOwned = s.Location.Reindex(ctx, grain.KindName)
+	if errOwned != nil {
+		errOwned = fmt.Errorf("reconcile the per-member index: %w", errOwned)
+	}
+	out.Took = time.Since(began)
+	return out, errors.Join(errActive, errOwned)
+}
+
+// ReconcileConfig is RunReconciler's.
+type ReconcileConfig struct {
+	// Every is the time between two passes; 0 or less runs none.
+	Every  time.Duration
+	Logger *slog.Logger
+}
+
+// RunReconciler runs a pass every cfg.Every until ctx ends, the first at
+// a random point of the first period. A failed pass is logged and the
+// next one runs as planned: the indexes only find candidates, and the
+// records stay the truth meanwhile.
+func (s *Stores) RunReconciler(ctx context.Context, cfg ReconcileConfig) {
+	if cfg.Every <= 0 {
+		return
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	wait := time.Duration(rand.Int64N(int64(cfg.Every)))
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		r, err := s.ReconcileIndexes(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Warn("index reconciler pass failed", slog.Any("error", err), slog.Duration("took", r.Took))
+		} else {
+			log.Info("index reconciler pass", slog.Int("activeOrders", r.Active), slog.Int("ownedOrders", r.Owned), slog.Duration("took", r.Took))
+		}
+		wait = cfg.Every
+	}
+}
