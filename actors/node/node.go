@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,12 +146,54 @@ type StoreOptions struct {
 	Fixtures bool
 }
 
+// ErrSplitDeployment: the stores that hold one order's keys are not one
+// Redis deployment and database, so no one script could commit an
+// order's write. The error names the URLs and says what to set.
+var ErrSplitDeployment = errors.New("node: the stores are split over several Redis deployments")
+
+// oneDeployment refuses URLs that put the stores on more than one Redis
+// deployment or database (redisurl.URL.Deployment). Every store holds a
+// part of each order (its stream, record, Location and Relocation
+// records, idempotency mapping), and commerce also holds the modules'
+// records, which none may keep elsewhere either: this project commits an
+// order's write in one script. The Relocation Store shares the
+// deployment, under its own prefix.
+func oneDeployment(urls RedisURLs) error {
+	stores := []struct{ flag, url string }{
+		{"-redis-events", urls.Events}, {"-redis-readmodel", urls.ReadModel}, {"-redis-commerce", urls.Commerce},
+		{"-redis-location", urls.Location}, {"-redis-relocation", urls.Relocation},
+	}
+	var deps []string
+	var named []string
+	for _, st := range stores {
+		u := cmp.Or(st.url, urls.Default)
+		p, err := redisurl.Parse(u)
+		if err != nil {
+			return err
+		}
+		d := p.Deployment()
+		if !slices.Contains(deps, d) {
+			deps = append(deps, d)
+		}
+		named = append(named, fmt.Sprintf("%s %s (%s)", st.flag, redisurl.Redact(u), d))
+	}
+	if len(deps) > 1 {
+		return fmt.Errorf("%w: one order's keys must be committable by one script, so every store must be one Redis deployment and database, but %s; set -redis alone, or every -redis-<store> to a URL of the same deployment and database",
+			ErrSplitDeployment, strings.Join(named, ", "))
+	}
+	return nil
+}
+
 // NewStores builds one client per distinct URL without contacting Redis.
 // go-redis dials on first use and redials after a failure by itself, so a
 // process can be started before its Redis answers and wait with
-// WaitStores; only a malformed URL fails here.
+// WaitStores; only a malformed URL, or stores split over several
+// deployments (ErrSplitDeployment), fail here.
 func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	if err := opt.Replication.Validate(); err != nil {
+		return nil, err
+	}
+	if err := oneDeployment(urls); err != nil {
 		return nil, err
 	}
 	s := &Stores{}
@@ -211,17 +255,14 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 			return nil, err
 		}
 	}
-	// On one Redis a step's event and its projection are one script
-	// (readmodel.ProjectedAppend); apart, the workflow writes them one
-	// after the other and the read model converges (see there).
-	if cmp.Or(urls.Events, urls.Default) == cmp.Or(urls.ReadModel, urls.Default) {
-		pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: events, ReadModel: projections})
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.ProjectedAppend = pa
+	// Every store is on one deployment (oneDeployment): a step's event
+	// and its projection are one script (readmodel.ProjectedAppend).
+	pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: events, ReadModel: projections})
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
+	s.ProjectedAppend = pa
 	locations, err5 := location.NewRedis(location.Config{Client: loc})
 	relocations, err6 := relocation.NewRedis(relocation.Config{Client: rel})
 	if err := errors.Join(err5, err6); err != nil {
@@ -239,15 +280,15 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		s.Close()
 		return nil, err
 	}
-	if cmp.Or(urls.Commerce, urls.Default) == cmp.Or(urls.Location, urls.Default) && commerceStore.SingleServer() && locations.SingleServer() {
+	// On one Redis server a start's writes of several stores are one
+	// script; a Redis Cluster keeps them apart until each store's keys of
+	// an order share its slot.
+	if commerceStore.SingleServer() && locations.SingleServer() {
 		s.CreationLocks = locations
 	}
-	same := cmp.Or(urls.Events, urls.Default)
-	if pa, ok := s.ProjectedAppend.(*readmodel.ProjectedAppend); ok && pa.Companions() &&
-		cmp.Or(urls.Commerce, urls.Default) == same && cmp.Or(urls.Relocation, urls.Default) == same &&
-		commerceStore.SingleServer() && relocations.SingleServer() {
+	if pa.Companions() && commerceStore.SingleServer() && relocations.SingleServer() {
 		s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
-		s.ReadyInStart = cmp.Or(urls.Location, urls.Default) == same && locations.SingleServer()
+		s.ReadyInStart = locations.SingleServer()
 	}
 	return s, nil
 }

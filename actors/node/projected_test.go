@@ -40,33 +40,41 @@ func TestOneRedisWiresTheProjectedAppend(t *testing.T) {
 	require.Equal(t, contracts.OrderStatus_Created, got.GetStatus())
 }
 
-// Split deployments keep separate writes: the read model apart, no
-// projected append; commerce apart, the projected append but no start
-// step (its mapping lives elsewhere); the Location Store apart, the start
-// step but without the grain's Ready commit in it.
-func TestSplitStoresKeepSeparateWrites(t *testing.T) {
+// A split deployment is refused at start, naming the URLs and what to
+// set: any store apart (a server, or another database of the same
+// server). One deployment spelled differently (client options) is one,
+// and gets every one-script path.
+func TestSplitStoresAreRefused(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
 	for _, tc := range []struct {
-		name                     string
-		urls                     func(a, b string) RedisURLs
-		projected, starts, ready bool
+		name string
+		urls RedisURLs
 	}{
-		{"read model apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, ReadModel: b} }, false, false, false},
-		{"commerce apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Commerce: b} }, true, false, false},
-		{"location apart", func(a, b string) RedisURLs { return RedisURLs{Default: a, Location: b} }, true, true, false},
-		{"one server", func(a, _ string) RedisURLs { return RedisURLs{Default: a} }, true, true, true},
+		{"read model apart", RedisURLs{Default: a.URL(), ReadModel: b.URL()}},
+		{"commerce apart", RedisURLs{Default: a.URL(), Commerce: b.URL()}},
+		{"location apart", RedisURLs{Default: a.URL(), Location: b.URL()}},
+		{"relocation apart", RedisURLs{Default: a.URL(), Relocation: b.URL()}},
+		{"events apart", RedisURLs{Default: a.URL(), Events: b.URL()}},
+		{"another database", RedisURLs{Default: "redis://127.0.0.1:6379/0", Location: "redis://127.0.0.1:6379/1"}},
+		{"sentinel and direct", RedisURLs{Default: "redis://127.0.0.1:6379/0", Events: "redis+sentinel://127.0.0.1:26379/0?master_name=mall"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := redistest.Start(t), redistest.Start(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			st, err := OpenStores(ctx, tc.urls(a.URL(), b.URL()), StoreOptions{})
-			require.NoError(t, err)
-			defer st.Close()
-			require.Equal(t, tc.projected, st.ProjectedAppend != nil)
-			require.Equal(t, tc.starts, st.StartAppend != nil)
-			require.Equal(t, tc.ready, st.ReadyInStart)
+			_, err := NewStores(tc.urls, StoreOptions{})
+			require.ErrorIs(t, err, ErrSplitDeployment)
+			require.ErrorContains(t, err, "set -redis alone")
+			require.ErrorContains(t, err, "-redis-location")
 		})
 	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := OpenStores(ctx, RedisURLs{Default: a.URL(), Location: a.URL() + "&client_name=loc", Events: a.URL() + "&pool_size=4"}, StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NotNil(t, st.ProjectedAppend)
+	require.NotNil(t, st.StartAppend)
+	require.NotNil(t, st.CreationLocks)
+	require.True(t, st.ReadyInStart)
 }
 
 // One Redis for every store: a start's envelope and started mapping ride

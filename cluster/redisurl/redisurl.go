@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sort"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -82,6 +83,42 @@ type URL struct {
 	Server   *redis.Options
 	Cluster  *redis.ClusterOptions
 	Sentinel *redis.FailoverOptions
+}
+
+// Deployment names the Redis deployment and database u's keys live in,
+// for telling whether two URLs reach one keyspace: its kind, whether it
+// speaks TLS, its hosts (a server's address, a cluster's seeds, the
+// sentinels, each list sorted) and, for a sentinel, the primary's name,
+// and the database number. User info, timeouts and pool options are left
+// out: they change how a client talks, not where the keys are. It is
+// conservative: two spellings of one deployment that name other hosts (a
+// cluster's other seeds, "localhost" for 127.0.0.1) read as two.
+func (u URL) Deployment() string {
+	tls := func(on bool) string {
+		if on {
+			return "+tls"
+		}
+		return ""
+	}
+	switch u.Kind {
+	case Server:
+		o := u.Server
+		network := o.Network
+		if network == "" {
+			network = "tcp"
+		}
+		return fmt.Sprintf("server%s %s:%s db=%d", tls(o.TLSConfig != nil), network, o.Addr, o.DB)
+	case Cluster:
+		addrs := append([]string(nil), u.Cluster.Addrs...)
+		sort.Strings(addrs)
+		return fmt.Sprintf("cluster%s %s", tls(u.Cluster.TLSConfig != nil), strings.Join(addrs, ","))
+	case Sentinel:
+		o := u.Sentinel
+		addrs := append([]string(nil), o.SentinelAddrs...)
+		sort.Strings(addrs)
+		return fmt.Sprintf("sentinel%s %s master=%s db=%d", tls(o.TLSConfig != nil), strings.Join(addrs, ","), o.MasterName, o.DB)
+	}
+	return ""
 }
 
 // KindOf is the deployment u's scheme names, without parsing the rest;

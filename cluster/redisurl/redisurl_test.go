@@ -252,3 +252,36 @@ func TestClientsHonourTheDeadlineOfASilentServer(t *testing.T) {
 		require.Less(t, took, time.Second, "the call outlived its 200ms deadline")
 	}
 }
+
+// Deployment tells keyspaces apart by kind, TLS, hosts and database, and
+// ignores credentials and client options.
+func TestDeploymentTellsKeyspacesApart(t *testing.T) {
+	dep := func(u string) string {
+		t.Helper()
+		p, err := Parse(u)
+		require.NoError(t, err, u)
+		return p.Deployment()
+	}
+	same := [][2]string{
+		{"redis://127.0.0.1:6379", "redis://:secret@127.0.0.1:6379/0?dial_timeout=3s"},
+		{"redis://127.0.0.1:6379/2", "redis://user:pw@127.0.0.1:6379/2?pool_size=5"},
+		{"unix:///tmp/r.sock", "unix://:pw@/tmp/r.sock?db=0"},
+		{"redis+cluster://10.0.0.1:7000?addr=10.0.0.2:7000", "redis+cluster://:pw@10.0.0.2:7000?addr=10.0.0.1:7000"},
+		{"redis+sentinel://s1:26379,s2:26379/0?master_name=mall", "redis+sentinel://:pw@s2:26379,s1:26379?master_name=mall"},
+	}
+	for _, c := range same {
+		require.Equal(t, dep(c[0]), dep(c[1]), "%s and %s", c[0], c[1])
+	}
+	apart := [][2]string{
+		{"redis://127.0.0.1:6379", "redis://127.0.0.1:6380"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/1"},
+		{"redis://127.0.0.1:6379", "rediss://127.0.0.1:6379"},
+		{"unix:///tmp/r.sock", "unix:///tmp/r.sock?db=3"},
+		{"redis://127.0.0.1:26379", "redis+sentinel://127.0.0.1:26379?master_name=mall"},
+		{"redis+sentinel://s1:26379?master_name=mall", "redis+sentinel://s1:26379?master_name=other"},
+		{"redis+cluster://10.0.0.1:7000", "redis://10.0.0.1:7000"},
+	}
+	for _, c := range apart {
+		require.NotEqual(t, dep(c[0]), dep(c[1]), "%s and %s", c[0], c[1])
+	}
+}

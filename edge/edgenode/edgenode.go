@@ -339,16 +339,14 @@ func streams(st *node.Stores) edge.Streams {
 }
 
 // cartReserver is the commerce store as the edge's one-step cart read and
-// key reservation where its client talks to one server; nil (two round
-// trips) on a Redis Cluster, where the two keys are in different slots.
-// Where the Location Store shares that server, the step also takes the
-// minted order's creation lock (lockingReserver).
+// key reservation, which also takes the minted order's creation lock
+// (lockingReserver), where the stores are one Redis server; nil (two
+// round trips) on a Redis Cluster, where the keys are in different slots.
+// The stores are never split (node.ErrSplitDeployment), so one server
+// for commerce is one for the Location Store.
 func cartReserver(st *node.Stores, ttl time.Duration) edge.CartReserver {
-	if !st.Commerce.SingleServer() {
+	if !st.Commerce.SingleServer() || st.CreationLocks == nil {
 		return nil
-	}
-	if st.CreationLocks == nil {
-		return st.Commerce
 	}
 	return lockingReserver{Redis: st.Commerce, locks: st.CreationLocks, ttl: ttl}
 }
