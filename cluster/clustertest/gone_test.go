@@ -230,10 +230,14 @@ func TestSelfFenceOnOwnGoneRecordStopsGrainsWithoutTouchingRecords(t *testing.T)
 // own process runs.
 func TestLostLocationStoreForTheLeaseSuspendsTheMember(t *testing.T) {
 	h := newHarness(t)
+	// Every store of workflow-c on a Redis of its own (a process's stores
+	// are one deployment), which the test stops: its Location Store with
+	// them, while the harness' Redis keeps answering.
 	locSrv := redistest.Start(t)
-	stores, err := node.OpenStores(ctxT(t, 10*time.Second), node.RedisURLs{Default: h.redis.URL(), Location: locSrv.URL()}, node.StoreOptions{})
+	stores, err := node.OpenStores(ctxT(t, 10*time.Second), node.RedisURLs{Default: locSrv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(stores.Close)
+	require.NoError(t, stores.Commerce.ApplySeed(ctxT(t, 10*time.Second), commerce.DemoSeed()))
 	w, err := node.StartWorkflow(ctxT(t, 20*time.Second), node.WorkflowConfig{
 		Cluster: cluster.Config{
 			NodeName: "workflow-c", Provider: cluster.ProviderTest, TestAgent: h.agent,
@@ -243,10 +247,10 @@ func TestLostLocationStoreForTheLeaseSuspendsTheMember(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(w.Member.Crash)
-	req := h.startReq(t, commerce.DemoCartOK, commerce.DemoMethodOK)
+	req := startReqOn(t, stores, commerce.DemoCartOK, commerce.DemoMethodOK)
 	_, _, err = w.Client.StartOrderWorkflow(ctxT(t, 10*time.Second), req)
 	require.NoError(t, err)
-	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
+	waitStatusOn(t, stores, req.OrderId, contracts.OrderStatus_Confirmed)
 	require.EqualValues(t, 1, grainCount(w))
 
 	const lease = time.Second

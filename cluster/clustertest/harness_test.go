@@ -166,16 +166,21 @@ var orderSeq struct {
 
 // startReq builds a start command for a fresh order of the demo catalogue.
 func (h *harness) startReq(t testing.TB, cartID, method string) *contracts.StartOrderWorkflowReq {
+	return startReqOn(t, h.stores, cartID, method)
+}
+
+// startReqOn is startReq on stores of their own.
+func startReqOn(t testing.TB, stores *node.Stores, cartID, method string) *contracts.StartOrderWorkflowReq {
 	orderSeq.Lock()
 	orderSeq.n++
 	n := orderSeq.n
 	orderSeq.Unlock()
 	ctx := ctxT(t, 5*time.Second)
-	cart, err := h.stores.Commerce.Carts().GetCart(ctx, cartID)
+	cart, err := stores.Commerce.Carts().GetCart(ctx, cartID)
 	require.NoError(t, err)
 	key := fmt.Sprintf("%s-key-%d-%d", t.Name(), n, time.Now().UnixNano())
 	orderID := fmt.Sprintf("ord-%d-%d", n, time.Now().UnixNano())
-	_, _, err = h.stores.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{
+	_, _, err = stores.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{
 		OrderID: orderID, Status: commerce.MappingPending,
 		Fingerprint: commerce.Fingerprint(cartID, "addr-1", method),
 	})
@@ -202,9 +207,15 @@ func (h *harness) eventTypes(t *testing.T, orderID string) []string {
 // waitStatus polls the read model until the order reaches status.
 func (h *harness) waitStatus(t *testing.T, orderID string, status contracts.OrderStatus) *contracts.OrderState {
 	t.Helper()
+	return waitStatusOn(t, h.stores, orderID, status)
+}
+
+// waitStatusOn is waitStatus on stores of their own.
+func waitStatusOn(t *testing.T, stores *node.Stores, orderID string, status contracts.OrderStatus) *contracts.OrderState {
+	t.Helper()
 	var last *contracts.OrderState
 	require.Eventually(t, func() bool {
-		st, _, err := h.stores.ReadModel.Get(context.Background(), orderID)
+		st, _, err := stores.ReadModel.Get(context.Background(), orderID)
 		if err == nil {
 			last = st
 		}
