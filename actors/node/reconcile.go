@@ -42,8 +42,13 @@ import (
 // reads the whole keyspace, finished orders included, until they leave
 // Redis for the archive.
 
-// DefaultReconcileEvery is a member's time between two passes.
-const DefaultReconcileEvery = 10 * time.Minute
+// DefaultReconcileEvery is a member's time between two passes. A pass
+// reads every order held in Redis, one command at a time: over the 70,750
+// orders of a 10-minute soak it took 25.8 s, some 11,000 commands a
+// second while it ran, on a machine whose order load sent about 8,000.
+// Every 30 minutes per member keeps that to a few percent of the load on
+// average; lost entries are rare (a failover, a timeout after a commit).
+const DefaultReconcileEvery = 30 * time.Minute
 
 // Reconciled is one pass's outcome.
 type Reconciled struct {
