@@ -46,16 +46,14 @@ type ProjectedAppendConfig struct {
 // AppendProjected carrying this store's record (key, fields, encoded
 // state) as an eventstore.Projection, whose guard is Put's.
 //
-// It exists only where the event store and the read model share a Redis
-// server. Where they live on different servers one script cannot write
-// both, and the fallback is two writes: the caller appends, then Puts.
-// If the Put is lost (an outage, a crash between the two) the record lags
-// the stream; it converges because every Put is guarded by the stream
-// version, so a late or repeated write never goes back, and because the
-// record is repaired: the owner re-projects an order whose projection
-// write failed before its next step, Continue re-projects a terminal order
-// whose record is missing or older than its fold, and Rebuild rewrites it
-// from the stream alone.
+// It is the only way an event is recorded with its projection: the two
+// stores are one deployment (a split is refused at start), and an order's
+// keys of both share its hash slot, so this is one script on a lone
+// server, on Sentinel and on Redis Cluster alike. A record still lags its
+// stream only where a step was recorded without it on purpose (the
+// interrupt fixtures) or a failover lost writes; Continue then re-projects
+// a terminal order whose record is missing or older than its fold, and
+// Rebuild rewrites it from the stream alone.
 type ProjectedAppend struct {
 	events  *eventstore.Redis
 	records *Redis
@@ -68,7 +66,7 @@ var _ ProjectedAppender = (*ProjectedAppend)(nil)
 
 // NewProjectedAppend returns the projected append over cfg's stores, or an
 // error wrapping ErrConfig when one is missing. It cannot tell whether the
-// two share a server; the caller wires it only when they do.
+// two are one deployment; the caller checks that first.
 func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 	if cfg.Events == nil || cfg.ReadModel == nil {
 		return nil, fmt.Errorf("%w: ProjectedAppendConfig needs both Events and ReadModel", ErrConfig)

@@ -72,8 +72,8 @@ type Stores struct {
 	// StoreOptions.Fixtures asked for it (never in production).
 	Fixtures *fixture.Store
 	// ProjectedAppend records an event and its projection in one round
-	// trip; nil when the event store and the read model live on
-	// different Redis deployments.
+	// trip; always set, since the stores are one deployment
+	// (ErrSplitDeployment).
 	ProjectedAppend workflow.ProjectedAppender
 	// StartAppend records a new order's start, envelope and started
 	// mapping in one round trip; nil unless the event store, the read
@@ -520,9 +520,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		Logger:      cfg.Logger,
 		Metrics:     cfg.Metrics,
 	}
-	if cfg.Stores.ProjectedAppend != nil {
-		wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
-	}
+	wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
 	wcfg.StartAppend = cfg.Stores.StartAppend
 	wcfg.Barrier = cfg.Stores.Barrier
 	svc, err := workflow.New(wcfg)

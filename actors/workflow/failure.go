@@ -38,25 +38,18 @@ func Permanent(err error) bool {
 	return false
 }
 
-// repair finishes what an earlier command left half done once the event
-// itself was recorded: a projection write that failed, and the start's
-// idempotency mapping that was not marked started. Both writes are
-// idempotent, so repeating them after an unknown outcome is harmless.
+// repair finishes what an earlier start left half done once its event
+// was recorded: the idempotency mapping that was not marked started (the
+// projection rode in the event's append). The write is idempotent, so
+// repeating it after an unknown outcome is harmless.
 func (s *Service) repair(ctx context.Context, o *Order) error {
 	if req := o.startInDoubt; req != nil && !o.stale {
 		o.startInDoubt = nil
 		if o.state.Started && o.state.StartSourceCommandID == req.SourceCommandId {
 			// It landed: finish it as the start itself would have.
 			o.start = req
-			o.projectionBehind = true
 			o.unmarkedKey = req.IdempotencyKey
 		}
-	}
-	if o.projectionBehind {
-		if err := s.project(ctx, o.state); err != nil {
-			return err
-		}
-		o.projectionBehind = false
 	}
 	if o.unmarkedKey != "" {
 		if err := s.cfg.Idempotency.MarkStarted(ctx, o.unmarkedKey, o.id); err != nil {
@@ -69,12 +62,12 @@ func (s *Service) repair(ctx context.Context, o *Order) error {
 
 // NeedsWork reports whether the owner has something left to do for the
 // order without being asked: a step the fold decides, or a repair of a
-// write that failed after its event was recorded.
+// start whose mapping was not marked started.
 func (s *Service) NeedsWork(o *Order) bool {
 	if o == nil || (!o.Exists() && !o.stale) {
 		return false
 	}
-	if o.stale || o.projectionBehind || o.unmarkedKey != "" {
+	if o.stale || o.unmarkedKey != "" {
 		return true
 	}
 	return !o.state.Status.Terminal()

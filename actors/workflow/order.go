@@ -28,9 +28,6 @@ type Order struct {
 	// stream may hold an event the fold lacks, so the next command reloads
 	// before deciding, instead of calling a module a second time.
 	stale bool
-	// projectionBehind is set when an event was recorded but its
-	// projection write failed; the owner's next step writes it.
-	projectionBehind bool
 	// unmarkedKey is the start's idempotency key while marking it started
 	// failed; the owner's next step marks it.
 	unmarkedKey string

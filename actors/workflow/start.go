@@ -24,9 +24,9 @@ import (
 // idempotency key with another cart, shipping address or payment method
 // is ErrKeyReused (see sameRequest).
 //
-// Round trips for a new order: SaveFirst + append + projection +
-// MarkStarted = 4; 2 with a ProjectedAppender, 1 with a StartAppender.
-// For a repeated start: projection + MarkStarted = 2.
+// Round trips for a new order: SaveFirst + projected append +
+// MarkStarted = 3; 1 with a StartAppender. For a repeated start:
+// projection + MarkStarted = 2.
 //
 // A non-nil error means the command did not complete; recorded still
 // tells whether this call appended the event, and state is the fold when
@@ -68,13 +68,6 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	}
 	now := s.cfg.Now()
 	marked, err := s.appendWith(ctx, o, Project, req, pending{ev: ev, sourceCommandID: req.SourceCommandId, at: now})
-	if errors.Is(err, errRecordedNotProjected) {
-		o.start = req
-		o.projectionBehind = true
-		o.unmarkedKey = req.IdempotencyKey
-		s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
-		return view(o.state), true, err
-	}
 	if err != nil {
 		if carried {
 			// The writes it carried say whether this order may write at
@@ -135,7 +128,6 @@ func (s *Service) startAgain(ctx context.Context, o *Order, req *contracts.Start
 	if err := s.project(ctx, o.state); err != nil {
 		return nil, err
 	}
-	o.projectionBehind = false
 	if err := s.cfg.Idempotency.MarkStarted(ctx, req.IdempotencyKey, o.id); err != nil {
 		o.unmarkedKey = req.IdempotencyKey
 		return nil, fmt.Errorf("mark idempotency key of order %s started: %w", o.id, err)
@@ -248,15 +240,13 @@ type pending struct {
 }
 
 // append records evs as the next events, in one append, under the owner's
-// fence and, on success, folds them in. With Project it also writes the
-// projection of the new fold, in the same round trip when a
-// ProjectedAppender is wired, else right after. The events are folded
-// before they are written, so the stream never holds an event the domain
-// cannot replay. A lost race comes back as the store's
+// fence and, on success, folds them in. With Project the append carries
+// the projection of the new fold (ProjectedAppender). The events are
+// folded before they are written, so the stream never holds an event the
+// domain cannot replay. A lost race comes back as the store's
 // ErrDuplicateCommand or ErrVersionConflict; a fenced owner as ErrFenced;
-// an unknown outcome marks the fold stale. An error after the events were
-// recorded (the separate projection write) leaves the fold at the new
-// version.
+// an unknown outcome marks the fold stale. Any error means the fold is
+// where it was.
 func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pending) error {
 	_, err := s.appendWith(ctx, o, p, nil, evs...)
 	return err
@@ -289,10 +279,8 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	// others or not at all.
 	doubt := &inDoubt{version: o.state.Version + 1, eventID: envs[0].EventID, eventTypes: types}
 	var version int64
-	projected := p == Project && s.cfg.ProjectedAppend != nil
 	switch {
 	case p == Project && start != nil && s.cfg.StartAppend != nil:
-		projected = true
 		with := o.firstWrite
 		o.firstWrite = nil
 		version, marked, err = s.cfg.StartAppend.AppendStart(ctx, o.id, o.state.Version, o.fence, envs, view(next), start, with)
@@ -306,7 +294,7 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 			// No answer the script gave: the writes may stand.
 			o.firstWritten = FirstWriteInDoubt
 		}
-	case projected:
+	case p == Project:
 		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
 	default:
 		version, err = s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, envs)
@@ -339,14 +327,5 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	for _, t := range types {
 		s.metrics.recorded(t)
 	}
-	if p == Project && !projected {
-		if err := s.project(ctx, o.state); err != nil {
-			return false, fmt.Errorf("%w: %w", errRecordedNotProjected, err)
-		}
-	}
 	return marked, nil
 }
-
-// errRecordedNotProjected: the event is recorded and folded; only the
-// separate projection write after it failed (a later write repairs it).
-var errRecordedNotProjected = errors.New("workflow: event recorded, projection not written")

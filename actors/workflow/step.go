@@ -20,9 +20,7 @@ import (
 // payment, fail after a refused reservation or a release) records that
 // step's event in the same append (withFollowUp).
 //
-// Round trips per step, with a ProjectedAppender wired (one round trip
-// for the append and its projection), one more for the projection
-// without:
+// Round trips per step (the append carries its projection):
 //   - reserve inventory: Reserve + append = 2
 //   - authorize payment: Authorize + append = 2, plus one LoadFirst when
 //     this activation did not record the start itself
@@ -32,9 +30,8 @@ import (
 // It reports progressed=false with no error when there is nothing to do,
 // or when the append lost to an event already in the stream (a retried
 // append that landed): the fold is then reloaded, one more round trip.
-// ErrFenced means a newer owner exists and the caller must stop. An error
-// with progressed=true means the event is recorded but the projection
-// write failed; the next projection write repairs it.
+// ErrFenced means a newer owner exists and the caller must stop. Any
+// error comes with progressed=false.
 func (s *Service) Step(ctx context.Context, o *Order) (progressed bool, err error) {
 	eff, err := s.MakeEffect(ctx, o)
 	if err != nil || eff == nil {
@@ -81,9 +78,8 @@ func (e *Effect) Step() order.Step { return e.step }
 type Projection int
 
 const (
-	// Project writes the projection of the new fold with the event: in
-	// the same round trip when a ProjectedAppender is wired, else right
-	// after it.
+	// Project writes the projection of the new fold in the event's own
+	// append (ProjectedAppender).
 	Project Projection = iota
 	// LeaveProjectionBehind records the event alone. The projection stays
 	// at the previous version — the state a process stopped between the
@@ -236,11 +232,6 @@ func (s *Service) Record(ctx context.Context, o *Order, e *Effect, p Projection)
 			}
 			s.log.Info("step already recorded; fold reloaded", "order", o.id, "step", step.String(), "version", o.state.Version)
 			return false, nil
-		}
-		if errors.Is(err, errRecordedNotProjected) {
-			o.projectionBehind = true
-			s.metrics.stepDone(step, e.began)
-			return true, err
 		}
 		if errors.Is(err, ErrFenced) {
 			// A newer owner took the order (relocation or takeover):

@@ -73,10 +73,10 @@ type Envelopes interface {
 }
 
 // ProjectedAppender records events and the projection of the fold they
-// lead to in one atomic step — one round trip where an append followed by
-// a projection write takes two. Wired only when the event store and the
-// read model share a Redis. Its errors are the event store's; when it
-// fails, nothing was written.
+// lead to in one atomic step, so the read model never lags a recorded
+// event by a write of its own (the stores are one deployment: a split is
+// refused at start). Its errors are the event store's; when it fails,
+// nothing was written.
 type ProjectedAppender interface {
 	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
 }
@@ -107,8 +107,9 @@ type Config struct {
 	Inventory   commerce.Inventory
 	Payment     commerce.Payment
 	Envelopes   Envelopes
-	// ProjectedAppend is optional: with it each event and its projection
-	// are recorded in one round trip instead of two.
+	// ProjectedAppend records each event with its projection; only a
+	// step left behind on purpose (LeaveProjectionBehind) appends through
+	// Events alone.
 	ProjectedAppend ProjectedAppender
 	// StartAppend is optional: with it a new order's start is one round
 	// trip instead of three.
@@ -167,6 +168,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Envelopes == nil {
 		missing = append(missing, "Envelopes")
+	}
+	if cfg.ProjectedAppend == nil {
+		missing = append(missing, "ProjectedAppend")
 	}
 	if cfg.Now == nil {
 		missing = append(missing, "Now")

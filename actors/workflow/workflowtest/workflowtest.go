@@ -42,8 +42,10 @@ type Deps struct {
 	Inventory   *Inventory
 	Payment     *Payment
 	Envelopes   *Envelopes
-	Clock       *Clock
-	Evidence    *Evidence
+	// Projected is the projected append over Events and ReadModel.
+	Projected *ProjectedAppender
+	Clock     *Clock
+	Evidence  *Evidence
 	// Config uses every fake above.
 	Config workflow.Config
 }
@@ -62,16 +64,18 @@ func NewDeps() *Deps {
 		Clock:       NewClock(1_700_000_000_000, 1),
 		Evidence:    &Evidence{},
 	}
+	d.Projected = &ProjectedAppender{Events: d.Events, ReadModel: d.ReadModel}
 	d.Config = workflow.Config{
-		Kind:        Kind,
-		Events:      d.Events,
-		ReadModel:   d.ReadModel,
-		Idempotency: d.Idempotency,
-		Inventory:   d.Inventory,
-		Payment:     d.Payment,
-		Envelopes:   d.Envelopes,
-		Now:         d.Clock.Now,
-		Evidence:    d.Evidence,
+		Kind:            Kind,
+		Events:          d.Events,
+		ReadModel:       d.ReadModel,
+		Idempotency:     d.Idempotency,
+		Inventory:       d.Inventory,
+		Payment:         d.Payment,
+		Envelopes:       d.Envelopes,
+		ProjectedAppend: d.Projected,
+		Now:             d.Clock.Now,
+		Evidence:        d.Evidence,
 	}
 	return d
 }
@@ -477,6 +481,7 @@ func (r *ReadModel) Lookup(orderID string) (*contracts.OrderState, int64, bool) 
 type Idempotency struct {
 	mu       sync.Mutex
 	mappings map[string]commerce.Mapping
+	failMark error
 
 	ReserveCalls, MarkStartedCalls atomic.Int64
 }
@@ -510,6 +515,10 @@ func (i *Idempotency) MarkStarted(_ context.Context, key, orderID string) error 
 	i.MarkStartedCalls.Add(1)
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if err := i.failMark; err != nil {
+		i.failMark = nil
+		return err
+	}
 	m, ok := i.mappings[key]
 	if !ok || m.OrderID != orderID {
 		return fmt.Errorf("key %q for order %q: %w", key, orderID, commerce.ErrNotFound)
@@ -528,6 +537,14 @@ func (i *Idempotency) Forget(_ context.Context, key string, m commerce.Mapping) 
 	}
 	delete(i.mappings, key)
 	return true, nil
+}
+
+// FailNextMarkStarted makes the next MarkStarted fail with err, writing
+// nothing: a start interrupted after its event was recorded.
+func (i *Idempotency) FailNextMarkStarted(err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.failMark = err
 }
 
 // Seed stores a mapping without counting a write.
