@@ -129,6 +129,29 @@ func goneFrom(id, v string) GoneMember {
 // A member with no heartbeat at all (it died before its first probe, or it
 // hosts nothing and never beats) is judged stale: the topology's verdict
 // alone decides for it, as before heartbeats existed.
+//
+// A heartbeat's age counts time in which the member could not beat
+// because the store itself was down, restarting (LOADING) or failing
+// over: right after such an outage every member's heartbeat is "stale",
+// and an observer that lost sight of a member then (a partition in the
+// same minute) would record a live member gone. So the store keeps its
+// own run of beats beside them, written by every beat:
+//
+//	"~up" -> "<since ms>:<last ms>"  the newest beat by any member (last)
+//	                                 and when the current unbroken run of
+//	                                 beats began (since): a beat that
+//	                                 comes more than its bound after the
+//	                                 last one starts a new run
+//
+// A stale heartbeat is acted on at once only while the store is steady:
+// somebody beat within the member's bound, and the run is older than that
+// bound, so the member had a whole bound of store time to beat and did
+// not. Otherwise (a run that just began, or nobody beating: the store
+// came back, or every member is down) the first stale verdict opens a
+// window of one bound, kept in "~judge:<member id>" by Redis' clock, and
+// only a heartbeat still stale when it has passed is recorded; a beat in
+// between closes it. The cost is one bound's delay in recording a member
+// gone when no other member beats, and none in the common case.
 
 // HeartbeatVerdict is what MarkGoneIfStale found.
 type HeartbeatVerdict struct {
@@ -140,9 +163,20 @@ type HeartbeatVerdict struct {
 	// written; Age is its age by Redis' clock and Bound the bound it
 	// published.
 	Fresh bool
-	Age   time.Duration
-	Bound time.Duration
+	// Pending: the heartbeat is stale but the store is not steady (it
+	// just came back, or nobody beats), so nothing was written yet: ask
+	// again; it is recorded once it stays stale for Bound.
+	Pending bool
+	Age     time.Duration
+	Bound   time.Duration
 }
+
+// Fields of the heartbeat hash that are not member ids (member ids never
+// begin with "~").
+const (
+	heartbeatRun   = "~up"
+	heartbeatJudge = "~judge:"
+)
 
 var probeSelf = redis.NewScript(`#!lua
 local g = redis.call('HGET', KEYS[1], ARGV[1])
@@ -150,7 +184,16 @@ if g then return g end
 if ARGV[2] ~= '' then
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  redis.call('HSET', KEYS[2], ARGV[1], now .. ':' .. ARGV[2])
+  local since = now
+  local up = redis.call('HGET', KEYS[2], ARGV[3])
+  if up then
+    local sep = string.find(up, ':', 1, true)
+    local s0 = tonumber(string.sub(up, 1, sep - 1))
+    local last = tonumber(string.sub(up, sep + 1))
+    if s0 and last and now - last <= tonumber(ARGV[2]) then since = s0 end
+  end
+  redis.call('HSET', KEYS[2], ARGV[1], now .. ':' .. ARGV[2], ARGV[3], since .. ':' .. now)
+  redis.call('HDEL', KEYS[2], ARGV[4] .. ARGV[1])
 end
 return false
 `)
@@ -175,7 +218,7 @@ func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Durat
 		// write is refused before it runs, while this read still answers.
 		v, err = s.rdb.HGet(ctx, s.keys.gone(), memberID).Result()
 	} else {
-		v, err = probeSelf.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, b).Text()
+		v, err = probeSelf.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, b, heartbeatRun, heartbeatJudge).Text()
 	}
 	if errors.Is(err, redis.Nil) {
 		return GoneMember{}, false, nil
@@ -188,10 +231,12 @@ func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Durat
 
 // markGoneIfStale returns {1} when it wrote the record, {2} when the
 // member was already recorded, {0, age, bound} when its heartbeat is
-// fresh. The heartbeat field goes with the record: a gone member never
-// beats again.
+// fresh, {3, age, bound} when it is stale but the store is not steady and
+// the judging window is open. The heartbeat field and the window go with
+// the record: a gone member never beats again.
 var markGoneIfStale = redis.NewScript(`#!lua
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {2} end
+local judge = ARGV[4] .. ARGV[1]
 local hb = redis.call('HGET', KEYS[2], ARGV[1])
 if hb then
   local sep = string.find(hb, ':', 1, true)
@@ -199,16 +244,39 @@ if hb then
   local bound = tonumber(string.sub(hb, sep + 1))
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  if at and bound and now - at <= bound then return {0, now - at, bound} end
+  if at and bound then
+    if now - at <= bound then
+      redis.call('HDEL', KEYS[2], judge)
+      return {0, now - at, bound}
+    end
+    local steady = false
+    local up = redis.call('HGET', KEYS[2], ARGV[3])
+    if up then
+      local s = string.find(up, ':', 1, true)
+      local since = tonumber(string.sub(up, 1, s - 1))
+      local last = tonumber(string.sub(up, s + 1))
+      steady = since and last and now - last <= bound and now - since > bound
+    end
+    if not steady then
+      local opened = tonumber(redis.call('HGET', KEYS[2], judge))
+      if not opened then
+        redis.call('HSET', KEYS[2], judge, now)
+        return {3, now - at, bound}
+      end
+      if now - opened <= bound then return {3, now - at, bound} end
+    end
+  end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], judge)
 return {1}
 `)
 
 // MarkGoneIfStale is MarkGone gated by the member's heartbeat: it records
 // memberID gone only when its heartbeat is older than the bound it
-// published (or it has none). The first record of a member id wins.
+// published (or it has none), and, unless the store is steady, has stayed
+// so for one bound since the first such verdict (Pending until then). The
+// first record of a member id wins.
 func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, leftAtUnixMs int64) (HeartbeatVerdict, error) {
 	if memberID == "" {
 		return HeartbeatVerdict{}, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
@@ -217,7 +285,7 @@ func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, left
 	if err != nil {
 		return HeartbeatVerdict{}, err
 	}
-	r, err := markGoneIfStale.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v)).Int64Slice()
+	r, err := markGoneIfStale.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v), heartbeatRun, heartbeatJudge).Int64Slice()
 	if err != nil {
 		return HeartbeatVerdict{}, translateGone(err)
 	}
@@ -226,8 +294,10 @@ func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, left
 		return HeartbeatVerdict{Won: true, Gone: true}, nil
 	case len(r) == 1 && r[0] == 2:
 		return HeartbeatVerdict{Gone: true}, nil
-	case len(r) == 3:
+	case len(r) == 3 && r[0] == 0:
 		return HeartbeatVerdict{Fresh: true, Age: time.Duration(r[1]) * time.Millisecond, Bound: time.Duration(r[2]) * time.Millisecond}, nil
+	case len(r) == 3 && r[0] == 3:
+		return HeartbeatVerdict{Pending: true, Age: time.Duration(r[1]) * time.Millisecond, Bound: time.Duration(r[2]) * time.Millisecond}, nil
 	}
 	return HeartbeatVerdict{}, fmt.Errorf("%w: unexpected mark-gone reply %v", ErrStoreUnavailable, r)
 }

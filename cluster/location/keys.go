@@ -19,7 +19,8 @@ const DefaultKeyPrefix = "sm:loc:"
 //
 //	<prefix>members                hash: member id -> node name
 //	<prefix>gone                   hash: member id -> GoneMember (JSON)
-//	<prefix>{<prefix>gone}heartbeat hash: member id -> "<ms>:<bound ms>" (gone.go),
+//	<prefix>{<prefix>gone}heartbeat hash: member id -> "<ms>:<bound ms>", and
+//	                               "~up" and "~judge:<member id>" (gone.go),
 //	                               in the gone record's slot
 //	<prefix>owned:<memberId>       set: "<kind>/<id>" the member was made owner of
 type keys struct{ prefix string }

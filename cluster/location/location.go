@@ -195,7 +195,9 @@ type Members interface {
 	ProbeSelf(ctx context.Context, memberID string, bound time.Duration) (GoneMember, bool, error)
 	// MarkGoneIfStale is MarkGone only when memberID's heartbeat is older
 	// than its bound by the store's clock, checked and written in one
-	// atomic step; a fresh heartbeat writes nothing (gone.go).
+	// atomic step; a fresh heartbeat writes nothing, and a stale one
+	// while the store is not steady (it just came back) is Pending for
+	// one bound before it counts (gone.go).
 	MarkGoneIfStale(ctx context.Context, memberID, node string, leftAtUnixMs int64) (HeartbeatVerdict, error)
 }
 

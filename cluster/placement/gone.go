@@ -468,9 +468,10 @@ func (l *Lookup) OnLostMemberReachable(f func(memberID, address string)) {
 // lands: the Location Store may be down when the member leaves, and the
 // record is what every other lookup and the member itself go by. The
 // record is written only once the member's heartbeat is stale (one
-// observer's loss of sight is no evidence); while it is fresh the
-// observer asks again every goneRecheck, as long as the member is not
-// back in its topology.
+// observer's loss of sight is no evidence) by store time (a heartbeat the
+// member could not write while the store was down does not count, see
+// location.HeartbeatVerdict.Pending); until then the observer asks again
+// every goneRecheck, as long as the member is not back in its topology.
 func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 	defer l.gone.recording.Delete(memberID)
 	// Whatever ends this, nobody waits for a verdict any longer.
@@ -481,7 +482,7 @@ func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 	// orders become Unavailable rather than unanswered, a timing this
 	// loop owns (100 ms doubling to 5 s, then goneRecheck while fresh).
 	backoff := 100 * time.Millisecond
-	told, fresh := false, 0
+	told, fresh, pending := false, 0, 0
 	for attempt := 1; ; attempt++ {
 		if l.stopped() {
 			return
@@ -506,6 +507,15 @@ func (l *Lookup) recordGone(memberID string, lm *lostMember, leftAt time.Time) {
 			lm.judge(false)
 			l.gone.unreachable.Delete(memberID)
 			return
+		case v.Pending:
+			// Stale, but the store just came back (or nobody beats):
+			// the member gets one bound of store time to beat before it
+			// counts. No verdict yet: its callers wait as for the first.
+			pending++
+			if pending == 1 {
+				l.log.Info("a lost member's heartbeat is stale but the store was not steady; asking again before recording it gone",
+					slog.String("member", memberID), slog.Duration("age", v.Age), slog.Duration("bound", v.Bound))
+			}
 		case v.Fresh:
 			lm.judge(true)
 			fresh++
