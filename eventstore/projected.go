@@ -48,9 +48,11 @@ type Projection struct {
 // step once the append passed its checks, whether or not the guard let
 // the record be written, so that a step spanning three stores is still
 // one atomic round trip. Its owner names the key and the values; this
-// package only runs the op. Like an Index entry its key need not carry
-// the order's hash tag, so only a client that talks to one server may
-// carry companions: AppendProjectedWith refuses them otherwise.
+// package only runs the op. A companion whose key's hash tag is the
+// order's id (…{<orderId>}…) shares the order's slot and rides on every
+// client, a Redis Cluster's included; any other key only on a client
+// that talks to one server: AppendProjectedWith refuses it otherwise,
+// before anything is sent.
 //
 // A Require companion is the other way round: a condition of another
 // store's that the step checks before anything else, so that the append
@@ -267,8 +269,8 @@ func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVer
 // tells, per companion, whether it wrote (SetIfAbsent always counts as
 // applied: its key holds the first write either way). When a check fails
 // no companion runs; a failed Require is ErrPrecondition, checked before
-// the append's own checks. Companions need a single-server client
-// (ErrConfig otherwise).
+// the append's own checks. A companion outside the order's hash slot
+// needs a single-server client (ErrConfig otherwise).
 func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection, companions []Companion) (version int64, applied []bool, err error) {
 	k, err := r.keys.order(orderID)
 	if err != nil {
@@ -286,13 +288,17 @@ func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expecte
 	keys := make([]string, 0, 5+len(companions))
 	keys = append(keys, k.stream, k.fence, k.cmds, proj.Key)
 	ix := proj.Index
-	if (ix.Op != IndexNone || len(companions) > 0) && !singleServer(r.client) {
-		return 0, nil, fmt.Errorf("%w: append %s: an index entry or a companion write in the append needs a single-server client, not %T", ErrConfig, orderID, r.client)
+	one := singleServer(r.client)
+	if ix.Op != IndexNone && !one {
+		return 0, nil, fmt.Errorf("%w: append %s: an index entry in the append needs a single-server client, not %T", ErrConfig, orderID, r.client)
 	}
 	compArgs := make([]any, 0, companionArgs*len(companions))
 	for i, c := range companions {
 		if !c.valid() {
 			return 0, nil, fmt.Errorf("eventstore: append %s: companion %d needs an op, a key and what its op uses (fields, a cap)", orderID, i)
+		}
+		if !one && HashTag(c.Key) != orderID {
+			return 0, nil, fmt.Errorf("%w: append %s: companion %d's key %q is outside the order's hash slot, which only a single-server client may write in the append, not %T", ErrConfig, orderID, i, c.Key, r.client)
 		}
 		keys = append(keys, c.Key)
 		compArgs = append(compArgs, c.Op.luaOp(), c.Value, c.Field, c.IfField, c.ifValue())
@@ -338,6 +344,19 @@ func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expecte
 	return version, applied, nil
 }
 
+// HashTag is the part of key that Redis Cluster hashes to find its slot:
+// the text between the first "{" and the first "}" after it, when that
+// is not empty, else the whole key. Keys with the same tag share a slot,
+// so one script may write them on a Redis Cluster.
+func HashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
 // singleServer reports whether every key the client names lives on one
 // server, so that a script may touch keys of different hash slots.
 func singleServer(c redis.UniversalClient) bool {
@@ -347,5 +366,6 @@ func singleServer(c redis.UniversalClient) bool {
 
 // SingleServer reports whether the store's client talks to one server (a
 // plain client, not a Redis Cluster or a ring): only then may a
-// Projection carry an Index entry.
+// Projection carry an Index entry, or a companion a key outside the
+// order's hash slot.
 func (r *Redis) SingleServer() bool { return singleServer(r.client) }

@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -27,15 +28,41 @@ func TestIndexEntryNeedsASingleServerClient(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrConfig)
 }
 
-// Companions need one server for the same reason.
-func TestCompanionsNeedASingleServerClient(t *testing.T) {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+// A companion outside the order's hash slot needs one server for the
+// same reason; one with the order's tag rides on a cluster client too
+// (the unreachable address then answers, not the config check).
+func TestCompanionsOutsideTheOrdersSlotNeedASingleServerClient(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRedirects: -1})
 	t.Cleanup(func() { c.Close() })
 	s, err := eventstore.NewRedis(eventstore.Config{Client: c})
 	require.NoError(t, err)
-	_, _, err = s.AppendProjectedWith(context.Background(), "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
-		[]eventstore.Envelope{{EventID: "e1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
-		eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")},
-		[]eventstore.Companion{{Op: eventstore.SetIfAbsent, Key: "env:{o1}", Value: []byte("x")}})
-	require.ErrorIs(t, err, eventstore.ErrConfig)
+	appendWith := func(key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _, err := s.AppendProjectedWith(ctx, "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
+			[]eventstore.Envelope{{EventID: "e1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
+			eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")},
+			[]eventstore.Companion{{Op: eventstore.SetIfAbsent, Key: key, Value: []byte("x")}})
+		return err
+	}
+	for _, key := range []string{"env:o1", "env:{o2}", "owned:m-1", "env:{}{o1}"} {
+		require.ErrorIs(t, appendWith(key), eventstore.ErrConfig, key)
+	}
+	err = appendWith("env:{o1}")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, eventstore.ErrConfig)
+}
+
+func TestHashTagIsWhatRedisClusterHashes(t *testing.T) {
+	for key, tag := range map[string]string{
+		"sm:es:{o1}":                    "o1",
+		"a{o1}b{o2}":                    "o1",
+		"no-tag":                        "no-tag",
+		"empty{}tag":                    "empty{}tag",
+		"{}{o1}":                        "{}{o1}",
+		"open{only":                     "open{only",
+		"sm:loc:{sm:loc:gone}heartbeat": "sm:loc:gone",
+	} {
+		require.Equal(t, tag, eventstore.HashTag(key), key)
+	}
 }

@@ -85,12 +85,9 @@ func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, e
 
 // AppendProjectedWith is AppendProjected carrying other stores' writes
 // in the same step: eventstore.Redis.AppendProjectedWith's companions,
-// with its applied report. Only where both stores share one server
-// (ErrConfig otherwise, before anything is sent).
+// with its applied report. On a Redis Cluster only companions in the
+// order's hash slot (ErrConfig otherwise, before anything is sent).
 func (p *ProjectedAppend) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, companions []eventstore.Companion) (int64, []bool, error) {
-	if len(companions) > 0 && !p.inScript {
-		return 0, nil, fmt.Errorf("%w: append %s: companion writes need the event store and the read model on one server", ErrConfig, orderID)
-	}
 	key, encoded, err := p.records.encode(orderID, state)
 	if err != nil {
 		return 0, nil, err
@@ -129,6 +126,7 @@ func (p *ProjectedAppend) AppendProjectedWith(ctx context.Context, orderID strin
 	return v, applied, nil
 }
 
-// Companions reports whether AppendProjectedWith may carry companion
-// writes: both stores talk to one server.
-func (p *ProjectedAppend) Companions() bool { return p.inScript }
+// AnySlotCompanions reports whether AppendProjectedWith may carry
+// companions outside the order's hash slot: both stores talk to one
+// server.
+func (p *ProjectedAppend) AnySlotCompanions() bool { return p.inScript }

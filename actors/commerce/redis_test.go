@@ -14,6 +14,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce/commercetest"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -151,17 +152,6 @@ func TestInventory_InsufficientStockReason(t *testing.T) {
 	require.Equal(t, "insufficient stock for b: requested 2, available 1", res.GetReason())
 }
 
-// hashTag returns what Redis Cluster hashes for key: the content of the
-// first non-empty {...}, or the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
 func TestKeyLayout_EachKeyTaggedByItsOwnID(t *testing.T) {
 	store, raw := newStore(t)
 	ctx := t.Context()
@@ -186,17 +176,17 @@ func TestKeyLayout_EachKeyTaggedByItsOwnID(t *testing.T) {
 		byKind[kind]++
 		switch kind {
 		case "stock", "stockledger", "hold":
-			require.True(t, skus[hashTag(k)], "%s is tagged by its SKU", k)
+			require.True(t, skus[eventstore.HashTag(k)], "%s is tagged by its SKU", k)
 		case "reservation":
-			require.Equal(t, "res-1", hashTag(k), k)
+			require.Equal(t, "res-1", eventstore.HashTag(k), k)
 		case "payment":
-			require.Equal(t, "pay-1", hashTag(k), k)
+			require.Equal(t, "pay-1", eventstore.HashTag(k), k)
 		case "paymethod":
-			require.Contains(t, []string{commerce.DemoMethodOK, commerce.DemoMethodDeclined}, hashTag(k), k)
+			require.Contains(t, []string{commerce.DemoMethodOK, commerce.DemoMethodDeclined}, eventstore.HashTag(k), k)
 		case "idem":
-			require.Equal(t, "o", hashTag(k), "%s is tagged by the key's order", k)
+			require.Equal(t, "o", eventstore.HashTag(k), "%s is tagged by the key's order", k)
 		case "cart":
-			require.Contains(t, []string{commerce.DemoCartOK, commerce.DemoCartNoStock}, hashTag(k), k)
+			require.Contains(t, []string{commerce.DemoCartOK, commerce.DemoCartNoStock}, eventstore.HashTag(k), k)
 		default:
 			t.Errorf("unexpected key %q", k)
 		}
@@ -281,7 +271,7 @@ func (h sameTagHook) check(cmd redis.Cmder) {
 	}
 	tags := map[string]bool{}
 	for _, k := range args[3 : 3+numKeys] {
-		tags[hashTag(k.(string))] = true
+		tags[eventstore.HashTag(k.(string))] = true
 	}
 	if len(tags) > 1 {
 		h.t.Errorf("a script spans hash tags %v: %v", tags, args[3:3+numKeys])

@@ -76,8 +76,8 @@ type Stores struct {
 	// (ErrSplitDeployment).
 	ProjectedAppend workflow.ProjectedAppender
 	// StartAppend records a new order's start, envelope and started
-	// mapping in one round trip; nil unless the event store, the read
-	// model, commerce and the Relocation Store share one Redis server.
+	// mapping in one round trip, on one server and on a Redis Cluster
+	// alike (each of those keys is in the order's hash slot).
 	StartAppend workflow.StartAppender
 	// CreationLocks is the Location Store when it shares commerce's one
 	// Redis server: a start's key reservation may then take the order's
@@ -89,9 +89,9 @@ type Stores struct {
 	// and the edge pass it before acknowledging state they did not write
 	// (eventstore.Barrier).
 	Barrier eventstore.Barrier
-	// ReadyInStart: the Location Store shares the one Redis server of
-	// StartAppend, so a new order's start may carry its grain's Ready
-	// commit (grain.Config.ReadyInStart).
+	// ReadyInStart: the stores talk to one Redis server, so a new
+	// order's start may carry its grain's Ready commit, whose owned-set
+	// entry is in another hash slot (grain.Config.ReadyInStart).
 	ReadyInStart bool
 	// Probe is the Location Store on a client of its own (a
 	// redisurl.Options.Probe client)
@@ -286,15 +286,17 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	if commerceStore.SingleServer() && locations.SingleServer() {
 		s.CreationLocks = locations
 	}
-	if pa.Companions() && commerceStore.SingleServer() && relocations.SingleServer() {
-		s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
-		s.ReadyInStart = locations.SingleServer()
-	}
+	// A start's own companions (the first envelope, the mapping's mark)
+	// sit in the order's hash slot: one script on every topology. The
+	// Ready commit it may carry adds the member's owned set, another
+	// slot, so only on one server.
+	s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
+	s.ReadyInStart = pa.AnySlotCompanions() && locations.SingleServer()
 	return s, nil
 }
 
-// startAppend is workflow.StartAppender on one Redis server: the
-// projected append of the start event carrying, as companions, the
+// startAppend is workflow.StartAppender: the projected append of the
+// start event carrying, as companions in the order's hash slot, the
 // Relocation Store's first envelope (SET NX, as SaveFirst) and the
 // idempotency mapping's started mark (as MarkStarted).
 type startAppend struct {

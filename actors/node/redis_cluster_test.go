@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
@@ -58,4 +59,57 @@ func TestStoresOnARedisCluster(t *testing.T) {
 	n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: StoreLocation, "command": "evalsha"})
 	require.NoError(t, err)
 	require.Equal(t, 30.0, n, "the Location Store's scripts, counted under its label")
+}
+
+// On a Redis Cluster a new order's start is one script too: the start
+// event, its Created projection, the first activation envelope and the
+// mapping's started mark all carry the order's hash tag, so they ride in
+// the event store's script (StartAppend) and neither commerce nor the
+// Relocation Store sends a command of its own. StartCluster fails the test
+// on any CROSSSLOT reply.
+func TestAStartIsOneScriptOnARedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := telemetry.NewRegistry()
+	st, err := OpenStores(ctx, RedisURLs{Default: rc.URL()}, StoreOptions{StoreHook: reg.RedisHook, PoolSize: 4})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NotNil(t, st.StartAppend, "wired on a cluster")
+	require.False(t, st.ReadyInStart, "the Ready commit's owned set is another slot")
+
+	commands := func(store string) float64 {
+		n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: store})
+		require.NoError(t, err)
+		return n
+	}
+	for i := range 20 {
+		id, key := fmt.Sprintf("ord-s%d", i), fmt.Sprintf("key-s%d", i)
+		_, won, err := st.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{OrderID: id, Fingerprint: "fp"})
+		require.NoError(t, err)
+		require.True(t, won)
+		fence, _, err := st.Events.Open(ctx, id, 1)
+		require.NoError(t, err)
+		req := &contracts.StartOrderWorkflowReq{OrderId: id, CartId: "cart", ShippingAddressId: "addr", PaymentMethodId: "pm",
+			IdempotencyKey: key, SourceCommandId: "start-" + key}
+		cs, rel := commands(StoreCommerce), commands(StoreRelocation)
+		v, marked, err := st.StartAppend.AppendStart(ctx, id, 0, fence,
+			[]eventstore.Envelope{{EventID: id + "-e1", OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
+			&contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5}, req, nil)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, v)
+		require.True(t, marked, "the mark rode in the start's script")
+		require.Equal(t, cs, commands(StoreCommerce), "commerce sent nothing itself")
+		require.Equal(t, rel, commands(StoreRelocation), "the Relocation Store sent nothing itself")
+
+		m, err := st.Commerce.Idempotency().Get(ctx, key, id)
+		require.NoError(t, err)
+		require.Equal(t, commerce.MappingStarted, m.Status)
+		env, err := Envelopes{Store: st.Relocation}.LoadFirst(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "pm", env.GetPaymentMethodId())
+		_, pv, err := st.ReadModel.Get(ctx, id)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, pv)
+	}
 }

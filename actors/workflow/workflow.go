@@ -87,8 +87,7 @@ type ProjectedAppender interface {
 // turned started (commerce.Idempotency.MarkStarted's), where separately
 // they take three more round trips. Nothing is written when the append's
 // checks fail. marked is false when the mapping is not this order's; the
-// caller then marks it separately, which reports why. Wired only when
-// every store involved lives on one Redis server.
+// caller then marks it separately, which reports why.
 //
 // with are more companions for the same step (Order.CarryFirstWrite):
 // they run after the start's own, and a Require among them is checked

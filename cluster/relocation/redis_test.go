@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
@@ -151,23 +152,9 @@ func TestKeysCarryHashTagAndPrefix(t *testing.T) {
 		require.True(t, strings.HasPrefix(k, "sm:rel:"), k)
 		require.False(t, strings.HasPrefix(k, "sm:loc:"), "%s is in the Location Store keyspace", k)
 		if strings.Contains(k, "order-k") {
-			require.Equal(t, "order-k", hashTag(k), "per-order key %s must hash by its order", k)
+			require.Equal(t, "order-k", eventstore.HashTag(k), "per-order key %s must hash by its order", k)
 		}
 	}
-}
-
-// hashTag is the part of a key Redis Cluster hashes: the text between the
-// first '{' and the next '}', when not empty.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return key[open+1 : open+1+end]
 }
 
 func TestCustomKeyPrefix(t *testing.T) {
