@@ -36,8 +36,9 @@
 // works, and a wiring mistake stops the process at start-up instead of
 // failing every call or panicking.
 //
-// A store's scripts touch only its own keys. A write that spans two stores
-// is one named operation in one owning package whose doc states both
-// contracts: the projected append, owned by readmodel (ProjectedAppend),
-// rides on this package's AppendProjected.
+// A store's scripts touch only its own keys. A write that spans stores is
+// one order's Unit (unit.go): each store adds its own writes to it through
+// a method of its own package, and this package commits it as one script
+// (Commit); the read model's part, with the rule for its index, is
+// readmodel.ProjectedAppend.Commit.
 package eventstore

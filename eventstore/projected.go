@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Projection is another store's record that AppendProjected writes in the
+// Projection is another store's record that a Unit writes in the
 // same atomic step as the append. Its owner names the key and both
 // fields; this package applies only the guard stated here, which the
 // owner's own writes of the record must share: the hash at Key gets
@@ -32,11 +32,13 @@ import (
 // unless a greater score is stored (ZADD GT), IndexRemove drops it. Its
 // key need not carry the order's hash tag, so only an owner whose client
 // talks to one server (not a Redis Cluster, not a ring) may set it:
-// AppendProjected refuses it otherwise.
+// Commit refuses it otherwise.
 type Projection struct {
-	Key           string
-	VersionField  string
-	StateField    string
+	Key          string
+	VersionField string
+	StateField   string
+	// Version is the stream version the record reflects: the unit's
+	// (Unit.Project sets it).
 	Version       int64
 	State         []byte
 	Notify        string
@@ -44,14 +46,14 @@ type Projection struct {
 	Index         IndexEntry
 }
 
-// Companion is a third store's write that rides in AppendProjected's
+// Companion is a third store's write that rides in a Unit's
 // step once the append passed its checks, whether or not the guard let
 // the record be written, so that a step spanning three stores is still
 // one atomic round trip. Its owner names the key and the values; this
 // package only runs the op. A companion whose key's hash tag is the
 // order's id (…{<orderId>}…) shares the order's slot and rides on every
 // client, a Redis Cluster's included; any other key only on a client
-// that talks to one server: AppendProjectedWith refuses it otherwise,
+// that talks to one server: Commit refuses it otherwise,
 // before anything is sent.
 //
 // A Require companion is the other way round: a condition of another
@@ -252,26 +254,24 @@ return {0, version, applied}
 
 // AppendProjected is Append (same checks in the same order, same errors)
 // that also writes proj, another store's record of the fold the events
-// lead to, in the same script: one round trip records an event and its
-// projection, and nothing is written when a check fails. proj.Version
-// must be the stream's new version; an empty batch writes nothing.
-//
-// It is this store's half of the one write that spans two stores; the
-// owner of that write, readmodel.ProjectedAppend, builds proj from its own
-// record contract. Plain Append never writes outside this store.
+// lead to, in the same script: a Unit of the events and proj alone
+// (Commit). proj's Version is the stream's new version.
 func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
-	v, _, err := r.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, proj, nil)
-	return v, err
+	u := NewUnit(orderID, expectedVersion, fence, events)
+	u.Project(proj)
+	out, err := r.Commit(ctx, u)
+	return out.Version, err
 }
 
-// AppendProjectedWith is AppendProjected that also runs companions, in
-// order, in the same script once the append's checks passed; applied
+// appendProjectedWith is Commit's script: the append and proj, and the
+// companions, in order, in the same script once the append's checks
+// passed; applied
 // tells, per companion, whether it wrote (SetIfAbsent always counts as
 // applied: its key holds the first write either way). When a check fails
 // no companion runs; a failed Require is ErrPrecondition, checked before
 // the append's own checks. A companion outside the order's hash slot
 // needs a single-server client (ErrConfig otherwise).
-func (r *Redis) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection, companions []Companion) (version int64, applied []bool, err error) {
+func (r *Redis) appendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection, companions []Companion) (version int64, applied []bool, err error) {
 	k, err := r.keys.order(orderID)
 	if err != nil {
 		return 0, nil, err

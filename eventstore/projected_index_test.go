@@ -39,10 +39,11 @@ func TestCompanionsOutsideTheOrdersSlotNeedASingleServerClient(t *testing.T) {
 	appendWith := func(key string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, _, err := s.AppendProjectedWith(ctx, "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
-			[]eventstore.Envelope{{EventID: "e1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
-			eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")},
-			[]eventstore.Companion{{Op: eventstore.SetIfAbsent, Key: key, Value: []byte("x")}})
+		u := eventstore.NewUnit("o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
+			[]eventstore.Envelope{{EventID: "e1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}})
+		u.Project(eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", State: []byte("s")})
+		u.SetIfAbsent(key, []byte("x"))
+		_, err := s.Commit(ctx, u)
 		return err
 	}
 	for _, key := range []string{"env:o1", "env:{o2}", "owned:m-1", "env:{}{o1}"} {

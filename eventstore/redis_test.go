@@ -342,7 +342,8 @@ func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
 }
 
 // A projected append refuses a projection that cannot share the script's
-// slot or that describes another version, before anything is written.
+// slot or lacks its fields, before anything is written. (Its version is
+// the unit's: Unit.Project sets it.)
 func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
@@ -353,10 +354,6 @@ func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
 	_, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
 	if !errors.Is(err, eventstore.ErrInvalidOrderID) {
 		t.Fatalf("projection key without the hash tag: got %v", err)
-	}
-	_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 2, State: []byte("s")})
-	if err == nil {
-		t.Fatal("projection of the wrong version accepted")
 	}
 	for _, fields := range [][2]string{{"", "state"}, {"version", ""}, {"v", "v"}} {
 		_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: fields[0], StateField: fields[1], Version: 1, State: []byte("s")})
@@ -419,7 +416,7 @@ func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
 // SetIfAbsent keeps the first value, HashSetIf writes only under its
 // condition and says so; a refused append runs none of them, and an
 // index entry still finds its key behind them.
-func TestRedisAppendProjectedWithCompanions(t *testing.T) {
+func TestRedisCommitWithCompanions(t *testing.T) {
 	s, c, ctx, f := openedO1(t)
 	ev := oneEvent
 	proj := func(v int64) eventstore.Projection {
@@ -437,12 +434,12 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 	}
 
 	// A refused append runs no companion.
-	_, _, err := s.AppendProjectedWith(ctx, "o1", 5, f, ev("e1"), proj(6), comps("first"))
+	_, _, err := commit(ctx, s, "o1", 5, f, ev("e1"), proj(6), comps("first"))
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 	require.Zero(t, c.Exists(ctx, "env:o1").Val())
 	require.Equal(t, "pending", c.HGet(ctx, "map:k", "status").Val())
 
-	v, applied, err := s.AppendProjectedWith(ctx, "o1", 0, f, ev("e1"), proj(1), comps("first"))
+	v, applied, err := commit(ctx, s, "o1", 0, f, ev("e1"), proj(1), comps("first"))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), v)
 	require.Equal(t, []bool{true, true, false}, applied)
@@ -451,13 +448,13 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 	require.Equal(t, "pending", c.HGet(ctx, "map:other", "status").Val(), "a failed condition writes nothing")
 	require.Equal(t, float64(1), c.ZScore(ctx, "active", "o1").Val(), "the index key sits behind the companions")
 
-	v, applied, err = s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), proj(2), comps("second"))
+	v, applied, err = commit(ctx, s, "o1", 1, f, ev("e2"), proj(2), comps("second"))
 	require.NoError(t, err)
 	require.Equal(t, int64(2), v)
 	require.Equal(t, []bool{true, true, false}, applied)
 	require.Equal(t, "first", c.Get(ctx, "env:o1").Val(), "the first value wins")
 
-	_, _, err = s.AppendProjectedWith(ctx, "o1", 2, f, ev("e3"), proj(3), []eventstore.Companion{{Op: eventstore.HashSetIf, Key: "map:k"}})
+	_, _, err = commit(ctx, s, "o1", 2, f, ev("e3"), proj(3), []eventstore.Companion{{Op: eventstore.HashSetIf, Key: "map:k"}})
 	require.Error(t, err, "a HashSetIf without fields is refused")
 	got, err := s.Load(ctx, "o1")
 	require.NoError(t, err)
@@ -469,7 +466,7 @@ func TestRedisAppendProjectedWithCompanions(t *testing.T) {
 // and the error says so before any of the append's own checks; once it
 // holds the value, the plain writes (HashSet, HashDelete, Delete,
 // ListPushCapped, SetAdd) all land with the append.
-func TestRedisAppendProjectedWithRequire(t *testing.T) {
+func TestRedisCommitWithRequire(t *testing.T) {
 	s, c, ctx, f := openedO1(t)
 	ev := oneEvent
 	proj := eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")}
@@ -487,7 +484,7 @@ func TestRedisAppendProjectedWithRequire(t *testing.T) {
 
 	// Another token: nothing at all, even with a wrong expected version.
 	for _, expected := range []int64{0, 7} {
-		_, _, err := s.AppendProjectedWith(ctx, "o1", expected, f, ev("e1"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: expected + 1, State: []byte("s")}, comps)
+		_, _, err := commit(ctx, s, "o1", expected, f, ev("e1"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: expected + 1, State: []byte("s")}, comps)
 		require.ErrorIs(t, err, eventstore.ErrPrecondition)
 	}
 	require.Zero(t, c.Exists(ctx, "rm:{o1}", "owned", "sm:es:{o1}:stream").Val())
@@ -497,7 +494,7 @@ func TestRedisAppendProjectedWithRequire(t *testing.T) {
 
 	// The required value: everything lands in the one step.
 	require.NoError(t, c.Set(ctx, "lock", "my-token", 0).Err())
-	v, applied, err := s.AppendProjectedWith(ctx, "o1", 0, f, ev("e1"), proj, comps)
+	v, applied, err := commit(ctx, s, "o1", 0, f, ev("e1"), proj, comps)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), v)
 	require.Equal(t, []bool{true, true, true, true, true, true}, applied)
@@ -508,7 +505,7 @@ func TestRedisAppendProjectedWithRequire(t *testing.T) {
 	require.Equal(t, "1", c.HGet(ctx, "rm:{o1}", "version").Val())
 
 	// A step whose lock is gone now fails again, and appends nothing.
-	_, _, err = s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, comps)
+	_, _, err = commit(ctx, s, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, comps)
 	require.ErrorIs(t, err, eventstore.ErrPrecondition)
 	got, err := s.Load(ctx, "o1")
 	require.NoError(t, err)
@@ -520,10 +517,21 @@ func TestRedisAppendProjectedWithRequire(t *testing.T) {
 		{Op: eventstore.ListPushCapped, Key: "hist", Value: []byte("x")},
 		{Op: eventstore.Require},
 	} {
-		_, _, err := s.AppendProjectedWith(ctx, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, []eventstore.Companion{bad})
+		_, _, err := commit(ctx, s, "o1", 1, f, ev("e2"), eventstore.Projection{Key: proj.Key, VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}, []eventstore.Companion{bad})
 		require.Error(t, err, "%+v is refused", bad)
 		require.NotErrorIs(t, err, eventstore.ErrPrecondition)
 	}
+}
+
+// commit commits the unit of evs at expected under f, with proj and comps
+// (eventstore.Unit), and returns the new version and what each companion
+// wrote.
+func commit(ctx context.Context, s *eventstore.Redis, orderID string, expected int64, f eventstore.Fence, evs []eventstore.Envelope, proj eventstore.Projection, comps []eventstore.Companion) (int64, []bool, error) {
+	u := eventstore.NewUnit(orderID, expected, f, evs)
+	u.Project(proj)
+	u.Add(comps...)
+	out, err := s.Commit(ctx, u)
+	return out.Version, out.Applied, err
 }
 
 // openedO1 is a store on a fresh redis-server, its raw client, and the

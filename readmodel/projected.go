@@ -42,9 +42,9 @@ type ProjectedAppendConfig struct {
 	ReadModel *Redis
 }
 
-// ProjectedAppend is ProjectedAppender on Redis: eventstore's
-// AppendProjected carrying this store's record (key, fields, encoded
-// state) as an eventstore.Projection, whose guard is Put's.
+// ProjectedAppend is ProjectedAppender on Redis: the read model's part of
+// an order's eventstore.Unit, this store's record (key, fields, encoded
+// state) as the unit's eventstore.Projection, whose guard is Put's.
 //
 // It is the only way an event is recorded with its projection: the two
 // stores are one deployment (a split is refused at start), and an order's
@@ -77,20 +77,23 @@ func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 	}, nil
 }
 
-// AppendProjected implements ProjectedAppender.
+// AppendProjected implements ProjectedAppender: a unit of the events and
+// their projection alone.
 func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
-	v, _, err := p.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, nil)
-	return v, err
+	out, err := p.Commit(ctx, eventstore.NewUnit(orderID, expectedVersion, fence, events), state)
+	return out.Version, err
 }
 
-// AppendProjectedWith is AppendProjected carrying other stores' writes
-// in the same step: eventstore.Redis.AppendProjectedWith's companions,
-// with its applied report. On a Redis Cluster only companions in the
-// order's hash slot (ErrConfig otherwise, before anything is sent).
-func (p *ProjectedAppend) AppendProjectedWith(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, companions []eventstore.Companion) (int64, []bool, error) {
+// Commit adds this store's record of state, the fold the unit's events
+// lead to, to u and commits u through the event store
+// (eventstore.Redis.Commit): one script with whatever other stores added.
+// On a Redis Cluster only companions in the order's hash slot
+// (eventstore.ErrConfig otherwise, before anything is sent).
+func (p *ProjectedAppend) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
+	orderID := u.OrderID()
 	key, encoded, err := p.records.encode(orderID, state)
 	if err != nil {
-		return 0, nil, err
+		return eventstore.Outcome{}, err
 	}
 	// Only the first and the last projection touch the index: two index
 	// commands per order instead of one per event. In between the entry
@@ -100,33 +103,34 @@ func (p *ProjectedAppend) AppendProjectedWith(ctx context.Context, orderID strin
 	indexed := st == contracts.OrderStatus_Created || Terminal(st)
 	// On one server the index entry rides in the append's script: no round
 	// trip of its own. On a Redis Cluster its shard is another slot than
-	// the order's keys, so it stays a command of its own after the append.
+	// the order's keys, so it stays a command of its own after the append
+	// (a cross-order index is derived: the reconciler repairs a lost one).
 	var entry eventstore.IndexEntry
 	inScript := indexed && p.inScript
 	if inScript {
 		entry = p.records.indexEntry(orderID, state)
 	}
-	v, applied, err := p.events.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, eventstore.Projection{
+	u.Project(eventstore.Projection{
 		Key:           key,
 		VersionField:  fieldVersion,
 		StateField:    fieldState,
-		Version:       expectedVersion + int64(len(events)),
 		State:         encoded,
 		Notify:        p.records.noticeChannel(state),
 		NotifyMessage: p.records.notice(orderID, state, encoded),
 		Index:         entry,
-	}, companions)
+	})
+	out, err := p.events.Commit(ctx, u)
 	if err != nil || !indexed || inScript {
-		return v, applied, err
+		return out, err
 	}
 	if ierr := p.records.IndexActive(ctx, orderID, state); ierr != nil {
 		p.records.log.Warn("active-order index not updated; the append and its projection are",
 			slog.String("order", orderID), slog.Any("error", ierr))
 	}
-	return v, applied, nil
+	return out, nil
 }
 
-// AnySlotCompanions reports whether AppendProjectedWith may carry
+// AnySlotCompanions reports whether a committed unit may carry
 // companions outside the order's hash slot: both stores talk to one
 // server.
 func (p *ProjectedAppend) AnySlotCompanions() bool { return p.inScript }

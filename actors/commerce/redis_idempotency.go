@@ -143,22 +143,28 @@ func (r *Redis) legacyGet(ctx context.Context, key string) (Mapping, error) {
 	return m, nil
 }
 
-// ConditionalHashWrite is one write of this store's that another store's
-// script may run for it on the same server: set Field to Value in the
-// hash at Key if, and only if, its IfField holds IfValue.
-type ConditionalHashWrite struct {
-	Key, IfField, IfValue, Field, Value string
+// Unit is the part of an order's unit of work (eventstore.Unit) that the
+// mapping's started mark rides in.
+type Unit interface {
+	// OrderID is the order the unit writes.
+	OrderID() string
+	// HashSetIf adds a write of field = value in the hash at key if, and
+	// only if, its ifField holds ifValue, and returns its position in the
+	// unit, by which the committed unit tells whether it wrote.
+	HashSetIf(key, ifField, ifValue, field string, value []byte) int
 }
 
-// StartedMark is MarkStarted as a ConditionalHashWrite, for a step that
-// marks the mapping in the same script as the start it records (the
-// caller checks the client is a single server). Not applied means what
-// MarkStarted's ErrNotFound means.
-func (r *Redis) StartedMark(key, orderID string) (ConditionalHashWrite, error) {
+// AddStartedMark adds MarkStarted's write for key's mapping of u's order
+// to u, in the order's hash slot, and returns its position in u: not
+// written means what MarkStarted's ErrNotFound means (no mapping of the
+// new layout names this order; MarkStarted itself then also tries the
+// old layout, which lives in another slot).
+func (r *Redis) AddStartedMark(u Unit, key string) (int, error) {
+	orderID := u.OrderID()
 	if key == "" || orderID == "" {
-		return ConditionalHashWrite{}, invalid("idempotency key and orderId are required")
+		return 0, invalid("idempotency key and orderId are required")
 	}
-	return ConditionalHashWrite{Key: r.keys.idem(orderID), IfField: "orderId", IfValue: orderID, Field: "status", Value: string(MappingStarted)}, nil
+	return u.HashSetIf(r.keys.idem(orderID), "orderId", orderID, "status", []byte(MappingStarted)), nil
 }
 
 // SingleServer reports whether the store's client talks to one server,

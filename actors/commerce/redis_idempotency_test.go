@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
 // oldMapping writes key's mapping as the layout before the order's tag
@@ -94,4 +95,52 @@ func TestSkipLegacyIdempotencyReadsOnlyTheNewLayout(t *testing.T) {
 	_, _, err = withLegacy.Idempotency().Reserve(ctx, "k-other", commerce.Mapping{OrderID: "ord-k-other", Fingerprint: "fp"})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, cmds.Load()-before, "reading the old layout first costs a stepped reservation a round trip")
+}
+
+// The started mark rides in an order's unit of work (eventstore.Unit):
+// committed with the start, it turns the key's pending mapping of that
+// order started, and reports not written for a mapping of another order
+// (MarkStarted's ErrNotFound), which it leaves as it is.
+func TestAddStartedMarkRidesInTheOrdersUnit(t *testing.T) {
+	store, raw := newStore(t)
+	ctx := t.Context()
+	es, err := eventstore.NewRedis(eventstore.Config{Client: raw})
+	require.NoError(t, err)
+	idem := store.Idempotency()
+	for _, m := range []struct{ key, order string }{{"k-mine", "o-mine"}, {"k-other", "o-other"}} {
+		_, won, err := idem.Reserve(ctx, m.key, commerce.Mapping{OrderID: m.order, Fingerprint: "fp"})
+		require.NoError(t, err)
+		require.True(t, won)
+	}
+	commit := func(orderID, key string) (bool, error) {
+		f, _, err := es.Open(ctx, orderID, 1)
+		require.NoError(t, err)
+		u := eventstore.NewUnit(orderID, 0, f, []eventstore.Envelope{{EventID: orderID + "-e1", OrderID: orderID, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}})
+		u.Project(eventstore.Projection{Key: "rm:{" + orderID + "}", VersionField: "v", StateField: "s", State: []byte("s")})
+		at, err := store.AddStartedMark(u, key)
+		if err != nil {
+			return false, err
+		}
+		out, err := es.Commit(ctx, u)
+		require.NoError(t, err)
+		return out.Wrote(at), nil
+	}
+
+	wrote, err := commit("o-mine", "k-mine")
+	require.NoError(t, err)
+	require.True(t, wrote)
+	m, err := idem.Get(ctx, "k-mine", "o-mine")
+	require.NoError(t, err)
+	require.Equal(t, commerce.MappingStarted, m.Status)
+
+	// o-stray has no mapping of its own under its tag.
+	wrote, err = commit("o-stray", "k-other")
+	require.NoError(t, err)
+	require.False(t, wrote)
+	m, err = idem.Get(ctx, "k-other", "o-other")
+	require.NoError(t, err)
+	require.Equal(t, commerce.MappingPending, m.Status)
+
+	_, err = store.AddStartedMark(eventstore.NewUnit("o-x", 0, eventstore.Fence{}, nil), "")
+	require.ErrorIs(t, err, commerce.ErrInvalidArgument)
 }

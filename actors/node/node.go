@@ -21,8 +21,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/fixture"
@@ -295,10 +293,12 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	return s, nil
 }
 
-// startAppend is workflow.StartAppender: the projected append of the
-// start event carrying, as companions in the order's hash slot, the
-// Relocation Store's first envelope (SET NX, as SaveFirst) and the
-// idempotency mapping's started mark (as MarkStarted).
+// startAppend is workflow.StartAppender: the start's unit of work
+// (eventstore.Unit), to which each store adds its own writes: the
+// Relocation Store its first envelope (SET NX, as SaveFirst), commerce
+// the mapping's started mark (as MarkStarted), then whatever the start
+// carries (with), and the read model its Created projection as it
+// commits the unit. Every key but with's has the order's hash tag.
 type startAppend struct {
 	projected *readmodel.ProjectedAppend
 	idem      *commerce.Redis
@@ -307,27 +307,24 @@ type startAppend struct {
 
 // AppendStart implements workflow.StartAppender.
 func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
-	envelope, err := proto.Marshal(start)
+	envelope, err := workflow.EncodeEnvelope(start)
 	if err != nil {
 		return 0, false, err
 	}
-	envKey, err := a.envelopes.EnvelopeKey(orderID)
+	u := eventstore.NewUnit(orderID, expectedVersion, fence, events)
+	if err := a.envelopes.AddFirstEnvelope(u, envelope); err != nil {
+		return 0, false, err
+	}
+	mark, err := a.idem.AddStartedMark(u, start.GetIdempotencyKey())
 	if err != nil {
 		return 0, false, err
 	}
-	mark, err := a.idem.StartedMark(start.GetIdempotencyKey(), orderID)
+	u.Add(with...)
+	out, err := a.projected.Commit(ctx, u, state)
 	if err != nil {
-		return 0, false, err
+		return out.Version, false, err
 	}
-	companions := make([]eventstore.Companion, 0, 2+len(with))
-	companions = append(companions,
-		eventstore.Companion{Op: eventstore.SetIfAbsent, Key: envKey, Value: envelope},
-		eventstore.Companion{Op: eventstore.HashSetIf, Key: mark.Key, IfField: mark.IfField, IfValue: mark.IfValue, Field: mark.Field, Value: []byte(mark.Value)})
-	v, applied, err := a.projected.AppendProjectedWith(ctx, orderID, expectedVersion, fence, events, state, append(companions, with...))
-	if err != nil {
-		return v, false, err
-	}
-	return v, len(applied) >= 2 && applied[1], nil
+	return out.Version, out.Wrote(mark), nil
 }
 
 // OpenStores is NewStores followed by one Ping, for callers (tests, tools)
@@ -438,7 +435,7 @@ type Envelopes struct{ Store relocation.Store }
 
 // SaveFirst implements workflow.Envelopes.
 func (e Envelopes) SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error {
-	b, err := proto.Marshal(req)
+	b, err := workflow.EncodeEnvelope(req)
 	if err != nil {
 		return err
 	}
@@ -454,11 +451,7 @@ func (e Envelopes) LoadFirst(ctx context.Context, orderID string) (*contracts.St
 	if err != nil {
 		return nil, err
 	}
-	req := &contracts.StartOrderWorkflowReq{}
-	if err := proto.Unmarshal(b, req); err != nil {
-		return nil, fmt.Errorf("first activation envelope of %s: %w", orderID, err)
-	}
-	return req, nil
+	return workflow.DecodeEnvelope(orderID, b)
 }
 
 // ErrFixturesMissing: a member was asked to answer the runner's

@@ -267,3 +267,23 @@ func deref[T order.Event](p *T) order.Event {
 	}
 	return *p
 }
+
+// EncodeEnvelope is the stored form of a first activation envelope (the
+// Relocation Store keeps it as opaque bytes): the request's protobuf
+// encoding.
+func EncodeEnvelope(req *contracts.StartOrderWorkflowReq) ([]byte, error) {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode first envelope of order %s: %w", ErrInvalidArgument, req.GetOrderId(), err)
+	}
+	return b, nil
+}
+
+// DecodeEnvelope reads what EncodeEnvelope stored for orderID.
+func DecodeEnvelope(orderID string, b []byte) (*contracts.StartOrderWorkflowReq, error) {
+	req := &contracts.StartOrderWorkflowReq{}
+	if err := proto.Unmarshal(b, req); err != nil {
+		return nil, fmt.Errorf("first activation envelope of %s: %w", orderID, err)
+	}
+	return req, nil
+}

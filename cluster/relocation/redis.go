@@ -85,19 +85,29 @@ func (s *Redis) SaveFirst(ctx context.Context, orderID string, envelope []byte) 
 	return nil
 }
 
-// EnvelopeKey is the key SaveFirst writes with SET NX, for a step that
-// saves the envelope in another store's script on the same server.
-func (s *Redis) EnvelopeKey(orderID string) (string, error) {
-	if err := checkID("order", orderID); err != nil {
-		return "", err
-	}
-	return s.keys.envelope(orderID), nil
+// Unit is the part of an order's unit of work (eventstore.Unit, which
+// this store does not import) that SaveFirst's write rides in.
+type Unit interface {
+	// OrderID is the order the unit writes.
+	OrderID() string
+	// SetIfAbsent adds a write of value at key unless the key exists,
+	// and returns its position in the unit.
+	SetIfAbsent(key string, value []byte) int
 }
 
-// SingleServer reports whether the store's client talks to one server.
-func (s *Redis) SingleServer() bool {
-	_, ok := s.rdb.(*redis.Client)
-	return ok
+// AddFirstEnvelope adds SaveFirst's write of envelope, as the first
+// activation envelope of u's order, to u: the same SET NX on the same
+// key, in the order's hash slot, committed with the rest of u.
+func (s *Redis) AddFirstEnvelope(u Unit, envelope []byte) error {
+	orderID := u.OrderID()
+	if err := checkID("order", orderID); err != nil {
+		return err
+	}
+	if len(envelope) == 0 {
+		return fmt.Errorf("%w: empty envelope for order %q", ErrInvalidArgument, orderID)
+	}
+	u.SetIfAbsent(s.keys.envelope(orderID), envelope)
+	return nil
 }
 
 // LoadFirst returns the order's first activation envelope, or ErrNotFound.

@@ -224,3 +224,27 @@ func TestRedisFailureIsUnavailable(t *testing.T) {
 	_, err = store.Operations(ctx, "order-c")
 	require.ErrorIs(t, err, relocation.ErrUnavailable)
 }
+
+// The first envelope rides in an order's unit of work (eventstore.Unit)
+// as SaveFirst's write: the first committed unit's envelope is the one
+// LoadFirst returns, a later one changes nothing, and an empty envelope
+// is refused before anything is added.
+func TestAddFirstEnvelopeRidesInTheOrdersUnit(t *testing.T) {
+	s, rdb, _ := newStore(t)
+	ctx := testCtx(t)
+	es, err := eventstore.NewRedis(eventstore.Config{Client: rdb})
+	require.NoError(t, err)
+	f, _, err := es.Open(ctx, "o1", 1)
+	require.NoError(t, err)
+	for v, envelope := range []string{"first", "second"} {
+		u := eventstore.NewUnit("o1", int64(v), f, []eventstore.Envelope{{EventID: envelope, OrderID: "o1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}})
+		u.Project(eventstore.Projection{Key: "rm:{o1}", VersionField: "v", StateField: "s", State: []byte("s")})
+		require.NoError(t, s.AddFirstEnvelope(u, []byte(envelope)))
+		_, err := es.Commit(ctx, u)
+		require.NoError(t, err)
+		got, err := s.LoadFirst(ctx, "o1")
+		require.NoError(t, err)
+		require.Equal(t, "first", string(got))
+	}
+	require.ErrorIs(t, s.AddFirstEnvelope(eventstore.NewUnit("o1", 2, f, nil), nil), relocation.ErrInvalidArgument)
+}
