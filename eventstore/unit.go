@@ -32,7 +32,9 @@ type Unit struct {
 	events   []Envelope
 
 	projection *Projection
-	with       []Companion
+	// Writes are the companions, in the order added; a unit takes them
+	// through the methods of Writes (SetIfAbsent, HashSetIf, ...).
+	Writes
 }
 
 // NewUnit starts a unit that appends events to orderID's stream at
@@ -55,26 +57,61 @@ func (u *Unit) Project(p Projection) {
 	u.projection = &p
 }
 
-// Add appends companions, which run in the order added once the append's
-// checks passed, and returns the position of the first of them
-// (Outcome.Wrote).
-func (u *Unit) Add(c ...Companion) int {
-	at := len(u.with)
-	u.with = append(u.with, c...)
+// Writes collects companion writes in the order they are to run, each
+// method adding one and returning its position (Outcome.Wrote): a Unit's
+// own, or writes a store hands to a unit it does not build (an order's
+// first append carrying an activation's Ready, workflow.Order's
+// CarryFirstWrite). A store adds its writes through an interface of its
+// own with the methods it uses, which *Writes and *Unit both have.
+type Writes []Companion
+
+// Add appends companions and returns the position of the first of them.
+func (w *Writes) Add(c ...Companion) int {
+	at := len(*w)
+	*w = append(*w, c...)
 	return at
 }
 
-// SetIfAbsent adds a SetIfAbsent companion: value at key unless the key
-// exists (the first write wins). It returns its position.
-func (u *Unit) SetIfAbsent(key string, value []byte) int {
-	return u.Add(Companion{Op: SetIfAbsent, Key: key, Value: value})
+// SetIfAbsent adds value at key unless the key exists (the first write
+// wins).
+func (w *Writes) SetIfAbsent(key string, value []byte) int {
+	return w.Add(Companion{Op: SetIfAbsent, Key: key, Value: value})
 }
 
-// HashSetIf adds a HashSetIf companion: field = value in the hash at key
-// if, and only if, its ifField holds ifValue. It returns its position;
-// Outcome.Wrote tells whether the condition held.
-func (u *Unit) HashSetIf(key, ifField, ifValue, field string, value []byte) int {
-	return u.Add(Companion{Op: HashSetIf, Key: key, IfField: ifField, IfValue: ifValue, Field: field, Value: value})
+// HashSetIf adds field = value in the hash at key if, and only if, its
+// ifField holds ifValue; Outcome.Wrote tells whether the condition held.
+func (w *Writes) HashSetIf(key, ifField, ifValue, field string, value []byte) int {
+	return w.Add(Companion{Op: HashSetIf, Key: key, IfField: ifField, IfValue: ifValue, Field: field, Value: value})
+}
+
+// HashSet adds field = value in the hash at key.
+func (w *Writes) HashSet(key, field string, value []byte) int {
+	return w.Add(Companion{Op: HashSet, Key: key, Field: field, Value: value})
+}
+
+// HashDelete adds the removal of field from the hash at key.
+func (w *Writes) HashDelete(key, field string) int {
+	return w.Add(Companion{Op: HashDelete, Key: key, Field: field})
+}
+
+// Delete adds the removal of key.
+func (w *Writes) Delete(key string) int { return w.Add(Companion{Op: Delete, Key: key}) }
+
+// ListPushCapped adds value to the list at key, keeping its newest
+// capacity entries.
+func (w *Writes) ListPushCapped(key string, value []byte, capacity int) int {
+	return w.Add(Companion{Op: ListPushCapped, Key: key, Value: value, Cap: capacity})
+}
+
+// SetAdd adds value to the set at key.
+func (w *Writes) SetAdd(key string, value []byte) int {
+	return w.Add(Companion{Op: SetAdd, Key: key, Value: value})
+}
+
+// Require adds a condition, checked before anything of the unit is
+// written: the string at key holds value (ErrPrecondition otherwise).
+func (w *Writes) Require(key string, value []byte) int {
+	return w.Add(Companion{Op: Require, Key: key, Value: value})
 }
 
 // Outcome is what a committed unit wrote.
@@ -106,6 +143,6 @@ func (r *Redis) Commit(ctx context.Context, u *Unit) (Outcome, error) {
 	if u.projection == nil {
 		return Outcome{}, fmt.Errorf("%w (order %s)", ErrNoProjection, u.orderID)
 	}
-	v, applied, err := r.appendProjectedWith(ctx, u.orderID, u.expected, u.fence, u.events, *u.projection, u.with)
+	v, applied, err := r.appendProjectedWith(ctx, u.orderID, u.expected, u.fence, u.events, *u.projection, u.Writes)
 	return Outcome{Version: v, Applied: applied}, err
 }

@@ -31,21 +31,12 @@ func (g *orderGrain) carryReady(starting bool) bool {
 	return true
 }
 
-// readyCompanions spells w out as companions of the start's append: the
-// lock's check first, then the writes in the order ReadyWrites gives.
+// readyCompanions is w as the writes of the start's append, as the
+// Location Store spells them (location.ReadyWrites.AddTo).
 func readyCompanions(w location.ReadyWrites) []eventstore.Companion {
-	c := make([]eventstore.Companion, 0, 5+len(w.Set)+len(w.Clear))
-	c = append(c, eventstore.Companion{Op: eventstore.Require, Key: w.Lock, Value: []byte(w.Token)})
-	for _, f := range w.Set {
-		c = append(c, eventstore.Companion{Op: eventstore.HashSet, Key: w.Record, Field: f[0], Value: []byte(f[1])})
-	}
-	for _, f := range w.Clear {
-		c = append(c, eventstore.Companion{Op: eventstore.HashDelete, Key: w.Record, Field: f})
-	}
-	return append(c,
-		eventstore.Companion{Op: eventstore.Delete, Key: w.Lock},
-		eventstore.Companion{Op: eventstore.ListPushCapped, Key: w.History, Value: []byte(w.HistoryEntry), Cap: w.HistoryCap},
-		eventstore.Companion{Op: eventstore.SetAdd, Key: w.Owned, Value: []byte(w.OwnedEntry)})
+	var ws eventstore.Writes
+	w.AddTo(&ws)
+	return ws
 }
 
 // readyWrite tells the activation what came of the writes a start

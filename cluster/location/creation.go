@@ -60,6 +60,34 @@ type ReadyWrites struct {
 	OwnedEntry   string
 }
 
+// Writer is the part of an order's unit of work (eventstore.Writes and
+// eventstore.Unit, which this store does not import) that a Ready commit
+// rides in: each method adds one write and returns its position.
+type Writer interface {
+	Require(key string, value []byte) int
+	HashSet(key, field string, value []byte) int
+	HashDelete(key, field string) int
+	Delete(key string) int
+	ListPushCapped(key string, value []byte, capacity int) int
+	SetAdd(key string, value []byte) int
+}
+
+// AddTo adds w to u in the order the type's doc gives: the lock's check
+// first, then Set, Clear, the lock's removal, the history entry and the
+// owner's index entry. This package alone spells them.
+func (w ReadyWrites) AddTo(u Writer) {
+	u.Require(w.Lock, []byte(w.Token))
+	for _, f := range w.Set {
+		u.HashSet(w.Record, f[0], []byte(f[1]))
+	}
+	for _, f := range w.Clear {
+		u.HashDelete(w.Record, f)
+	}
+	u.Delete(w.Lock)
+	u.ListPushCapped(w.History, []byte(w.HistoryEntry), w.HistoryCap)
+	u.SetAdd(w.Owned, []byte(w.OwnedEntry))
+}
+
 // ReadyWritesFor returns CommitReady(kind, id, token, rec) as
 // ReadyWrites, or false when the store's client is not one server or id
 // is not a valid identity (as CreationFor).

@@ -1,6 +1,7 @@
 package location
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -69,8 +70,8 @@ func TestCreationNeedsASingleServer(t *testing.T) {
 	require.False(t, s.SingleServer())
 }
 
-// ReadyWrites applied as they say (the lock checked first, then each
-// write in order) leave what CommitReady leaves: the same record, no
+// ReadyWrites added to a unit (AddTo) and applied as it says (the lock
+// checked first, then each write in order) leave what CommitReady leaves: the same record, no
 // lock, the same history entry and index entry; with another token in
 // the lock they must not be applied, as CommitReady's ErrLockLost.
 func TestReadyWritesAreCommitReady(t *testing.T) {
@@ -88,18 +89,16 @@ func TestReadyWritesAreCommitReady(t *testing.T) {
 	require.True(t, ok)
 	_, ok = s.ReadyWritesFor(kind, "o2", "", rec)
 	require.False(t, ok, "no token, no writes")
+	pw := &pipeWriter{}
+	w.AddTo(pw)
+	require.Equal(t, []string{"require", "hset", "hset", "hset", "hset", "hset", "hdel", "del", "rpushcap", "sadd"}, pw.ops,
+		"the lock's check first, then the writes in the order ReadyWrites gives")
+	require.Equal(t, []string{w.Lock, "held-o2"}, pw.required)
 	require.Equal(t, "held-o2", s.rdb.Get(ctx(t), w.Lock).Val(), "the lock the writes must check")
 	_, err := s.rdb.TxPipelined(ctx(t), func(p redis.Pipeliner) error {
-		for _, f := range w.Set {
-			p.HSet(ctx(t), w.Record, f[0], f[1])
+		for _, f := range pw.apply {
+			f(ctx(t), p)
 		}
-		for _, f := range w.Clear {
-			p.HDel(ctx(t), w.Record, f)
-		}
-		p.Del(ctx(t), w.Lock)
-		p.RPush(ctx(t), w.History, w.HistoryEntry)
-		p.LTrim(ctx(t), w.History, int64(-w.HistoryCap), -1)
-		p.SAdd(ctx(t), w.Owned, w.OwnedEntry)
 		return nil
 	})
 	require.NoError(t, err)
@@ -127,4 +126,48 @@ func TestReadyWritesAreCommitReady(t *testing.T) {
 	a, _ := s.rdb.HGetAll(ctx(t), s.keys.record(kind, "o1")).Result()
 	b, _ := s.rdb.HGetAll(ctx(t), s.keys.record(kind, "o2")).Result()
 	require.Equal(t, a, b, "field for field the same record")
+}
+
+// pipeWriter is a Writer that keeps each write as a command for a
+// pipeline, and the ops in the order added.
+type pipeWriter struct {
+	ops      []string
+	required []string
+	apply    []func(context.Context, redis.Pipeliner)
+}
+
+func (w *pipeWriter) add(op string, f func(context.Context, redis.Pipeliner)) int {
+	w.ops = append(w.ops, op)
+	if f != nil {
+		w.apply = append(w.apply, f)
+	}
+	return len(w.ops) - 1
+}
+
+func (w *pipeWriter) Require(key string, value []byte) int {
+	w.required = append(w.required, key, string(value))
+	return w.add("require", nil)
+}
+
+func (w *pipeWriter) HashSet(key, field string, value []byte) int {
+	return w.add("hset", func(c context.Context, p redis.Pipeliner) { p.HSet(c, key, field, value) })
+}
+
+func (w *pipeWriter) HashDelete(key, field string) int {
+	return w.add("hdel", func(c context.Context, p redis.Pipeliner) { p.HDel(c, key, field) })
+}
+
+func (w *pipeWriter) Delete(key string) int {
+	return w.add("del", func(c context.Context, p redis.Pipeliner) { p.Del(c, key) })
+}
+
+func (w *pipeWriter) ListPushCapped(key string, value []byte, capacity int) int {
+	return w.add("rpushcap", func(c context.Context, p redis.Pipeliner) {
+		p.RPush(c, key, value)
+		p.LTrim(c, key, int64(-capacity), -1)
+	})
+}
+
+func (w *pipeWriter) SetAdd(key string, value []byte) int {
+	return w.add("sadd", func(c context.Context, p redis.Pipeliner) { p.SAdd(c, key, value) })
 }
