@@ -178,20 +178,30 @@ const (
 	heartbeatJudge = "~judge:"
 )
 
-var probeSelf = redis.NewScript(`#!lua
+// heartbeatLua is the heartbeat scripts' Redis clock in milliseconds and
+// their reading of a "<a>:<b>" pair of numbers (nil, nil when the value
+// is missing or not such a pair).
+const heartbeatLua = `
+local function nowMs()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local function pair(v)
+  if not v then return nil, nil end
+  local sep = string.find(v, ':', 1, true)
+  if not sep then return nil, nil end
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+end
+`
+
+var probeSelf = redis.NewScript("#!lua\n" + heartbeatLua + `
 local g = redis.call('HGET', KEYS[1], ARGV[1])
 if g then return g end
 if ARGV[2] ~= '' then
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local now = nowMs()
   local since = now
-  local up = redis.call('HGET', KEYS[2], ARGV[3])
-  if up then
-    local sep = string.find(up, ':', 1, true)
-    local s0 = tonumber(string.sub(up, 1, sep - 1))
-    local last = tonumber(string.sub(up, sep + 1))
-    if s0 and last and now - last <= tonumber(ARGV[2]) then since = s0 end
-  end
+  local s0, last = pair(redis.call('HGET', KEYS[2], ARGV[3]))
+  if s0 and last and now - last <= tonumber(ARGV[2]) then since = s0 end
   redis.call('HSET', KEYS[2], ARGV[1], now .. ':' .. ARGV[2], ARGV[3], since .. ':' .. now)
   redis.call('HDEL', KEYS[2], ARGV[4] .. ARGV[1])
 end
@@ -234,37 +244,25 @@ func (s *Redis) ProbeSelf(ctx context.Context, memberID string, bound time.Durat
 // fresh, {3, age, bound} when it is stale but the store is not steady and
 // the judging window is open. The heartbeat field and the window go with
 // the record: a gone member never beats again.
-var markGoneIfStale = redis.NewScript(`#!lua
+var markGoneIfStale = redis.NewScript("#!lua\n" + heartbeatLua + `
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {2} end
 local judge = ARGV[4] .. ARGV[1]
-local hb = redis.call('HGET', KEYS[2], ARGV[1])
-if hb then
-  local sep = string.find(hb, ':', 1, true)
-  local at = tonumber(string.sub(hb, 1, sep - 1))
-  local bound = tonumber(string.sub(hb, sep + 1))
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  if at and bound then
-    if now - at <= bound then
-      redis.call('HDEL', KEYS[2], judge)
-      return {0, now - at, bound}
+local at, bound = pair(redis.call('HGET', KEYS[2], ARGV[1]))
+if at and bound then
+  local now = nowMs()
+  if now - at <= bound then
+    redis.call('HDEL', KEYS[2], judge)
+    return {0, now - at, bound}
+  end
+  local since, last = pair(redis.call('HGET', KEYS[2], ARGV[3]))
+  local steady = since and last and now - last <= bound and now - since > bound
+  if not steady then
+    local opened = tonumber(redis.call('HGET', KEYS[2], judge))
+    if not opened then
+      redis.call('HSET', KEYS[2], judge, now)
+      return {3, now - at, bound}
     end
-    local steady = false
-    local up = redis.call('HGET', KEYS[2], ARGV[3])
-    if up then
-      local s = string.find(up, ':', 1, true)
-      local since = tonumber(string.sub(up, 1, s - 1))
-      local last = tonumber(string.sub(up, s + 1))
-      steady = since and last and now - last <= bound and now - since > bound
-    end
-    if not steady then
-      local opened = tonumber(redis.call('HGET', KEYS[2], judge))
-      if not opened then
-        redis.call('HSET', KEYS[2], judge, now)
-        return {3, now - at, bound}
-      end
-      if now - opened <= bound then return {3, now - at, bound} end
-    end
+    if now - opened <= bound then return {3, now - at, bound} end
   end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
