@@ -279,7 +279,11 @@ func TestInterruptedRelocationIsCompletedByRepeating(t *testing.T) {
 	require.Equal(t, relocation.OpCommitted, op.State)
 	require.Eventually(t, func() bool { return hostedOf{ws[source].Member.Lookup}.hostedCountOf(req.OrderId) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"the fenced source stops")
-	require.Equal(t, 1, h.evidence(target).Count(fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)))
+	// The target writes its replay line as its grain opens, which need not
+	// come before the answers above: wait for it, then count it once.
+	replayed := fmt.Sprintf("shoppingmall-order replayed order=%s generation=%d", req.OrderId, rec.Generation)
+	require.Eventually(t, func() bool { return h.evidence(target).Count(replayed) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, h.evidence(target).Count(replayed))
 
 	require.NoError(t, h.stores.Fixtures.ReleaseGate(ctx, req.IdempotencyKey))
 	_, err = a.client.ResumeOrder(ctx, &contracts.ResumeOrderReq{OrderId: req.OrderId})
