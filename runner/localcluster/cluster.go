@@ -393,8 +393,10 @@ func (c *Cluster) redisPIDPath() string { return filepath.Join(c.cfg.RunDir, "pi
 // ephemeral range may meanwhile become the local end of any outgoing
 // connection or a port-0 listener (Redis clients, metrics listeners); the
 // kernel hands out nothing below that range on its own, so only another
-// explicit pick can take such a port. Each candidate is checked by binding
-// it, then released.
+// explicit pick can take such a port, and redisserver.FreePorts keeps every
+// pick locked, across processes, for as long as this process lives: a
+// package running beside this one cannot take a port between its check
+// and a node's bind, nor while a killed node waits to be restarted on it.
 func freePorts(n int) ([]int, error) { return redisserver.FreePorts(n) }
 
 // reservePorts reserves, in one freePorts call, the ports of a cluster of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -675,51 +674,6 @@ func parseErrorStats(info string) map[string]int64 {
 		}
 	}
 	return out
-}
-
-// FreePorts reserves n distinct free TCP ports on 127.0.0.1, from below
-// the kernel's ephemeral range (where no outgoing connection or port-0
-// listener takes one meanwhile), each checked by binding it, then
-// released for the caller's processes to bind.
-func FreePorts(n int) ([]int, error) {
-	lo, hi := explicitPortRange()
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 200*n {
-			return nil, fmt.Errorf("redisserver: no %d free ports in %d-%d", n, lo, hi)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo+1))))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// explicitPortRange is from 10000 up to just below the kernel's ephemeral
-// ports (32768 when it cannot be read).
-func explicitPortRange() (lo, hi int) {
-	lo, hi = 10000, 32767
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return lo, hi
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return lo, hi
-	}
-	if first, err := strconv.Atoi(f[0]); err == nil && first-1 > lo+1000 {
-		hi = first - 1
-	}
-	return lo, hi
 }
 
 // infoField is the value of field in a CLUSTER INFO reply ("" if absent).
