@@ -20,6 +20,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -136,7 +137,7 @@ func (w *redisWaits) project(ctx context.Context, orderID string, st contracts.O
 	}
 	v := w.versions[orderID]
 	id := fmt.Sprintf("%s-e%d", orderID, v+1)
-	_, err := w.append.AppendProjected(ctx, orderID, v, f,
+	_, err := readmodeltest.Commit(ctx, w.append, orderID, v, f,
 		[]eventstore.Envelope{{EventID: id, OrderID: orderID, EventType: "X", SourceCommandID: "cmd-" + id, CreatedAtUnixMs: 1, Data: []byte("{}")}},
 		&contracts.OrderState{OrderId: orderID, Status: st, UpdatedAtUnixMs: v + 1})
 	if err == nil {

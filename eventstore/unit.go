@@ -46,6 +46,15 @@ func NewUnit(orderID string, expectedVersion int64, fence Fence, events []Envelo
 // OrderID is the order the unit writes.
 func (u *Unit) OrderID() string { return u.orderID }
 
+// ExpectedVersion is the stream version the append expects to find.
+func (u *Unit) ExpectedVersion() int64 { return u.expected }
+
+// Fence is the owner's fence the append runs under.
+func (u *Unit) Fence() Fence { return u.fence }
+
+// Events are the events the unit appends, in order.
+func (u *Unit) Events() []Envelope { return u.events }
+
 // Version is the stream version the unit leads to.
 func (u *Unit) Version() int64 { return u.expected + int64(len(u.events)) }
 

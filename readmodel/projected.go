@@ -9,14 +9,15 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 )
 
-// ProjectedAppender is the one write that spans two stores: an order's
-// events and the read-model record of the fold they lead to, in one atomic
+// Committer is the one write of an order's state: the order's unit of
+// work (eventstore.Unit), its events and whatever other stores added, with
+// the read-model record of the fold the events lead to, in one atomic
 // step, so a step records its event and its projection in one round trip
 // instead of two. This package owns it because the record is its own.
 //
 // Its contract is both stores' contracts in one:
 //
-//   - The events: eventstore.Store.Append's contract. The same checks
+//   - The events: eventstore.Store.Append's contract (eventstore.Redis.Commit). The same checks
 //     apply in the same order (fence, expected version, source command)
 //     with the same errors and the returned new version; when a check
 //     fails nothing at all is written, the record included.
@@ -30,8 +31,10 @@ import (
 //     write. On a single server it is written in the same atomic step as
 //     the append, once its checks passed; on a Redis Cluster (the index
 //     shard is another slot) best-effort right after the write landed.
-type ProjectedAppender interface {
-	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
+//   - The other stores' writes: each store's contract for what it adds;
+//     each reports, by its position, whether it wrote (Outcome.Wrote).
+type Committer interface {
+	Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error)
 }
 
 // ProjectedAppendConfig wires a ProjectedAppend.
@@ -42,7 +45,7 @@ type ProjectedAppendConfig struct {
 	ReadModel *Redis
 }
 
-// ProjectedAppend is ProjectedAppender on Redis: the read model's part of
+// ProjectedAppend is Committer on Redis: the read model's part of
 // an order's eventstore.Unit, this store's record (key, fields, encoded
 // state) as the unit's eventstore.Projection, whose guard is Put's.
 //
@@ -62,7 +65,7 @@ type ProjectedAppend struct {
 	inScript bool
 }
 
-var _ ProjectedAppender = (*ProjectedAppend)(nil)
+var _ Committer = (*ProjectedAppend)(nil)
 
 // NewProjectedAppend returns the projected append over cfg's stores, or an
 // error wrapping ErrConfig when one is missing. It cannot tell whether the
@@ -77,14 +80,7 @@ func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 	}, nil
 }
 
-// AppendProjected implements ProjectedAppender: a unit of the events and
-// their projection alone.
-func (p *ProjectedAppend) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
-	out, err := p.Commit(ctx, eventstore.NewUnit(orderID, expectedVersion, fence, events), state)
-	return out.Version, err
-}
-
-// Commit adds this store's record of state, the fold the unit's events
+// Commit implements Committer: it adds this store's record of state, the fold the unit's events
 // lead to, to u and commits u through the event store
 // (eventstore.Redis.Commit): one script with whatever other stores added.
 // On a Redis Cluster only companions in the order's hash slot

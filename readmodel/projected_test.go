@@ -26,7 +26,7 @@ func newProjected(t *testing.T, c redis.UniversalClient, esPrefix, rmPrefix stri
 	return readmodeltest.Projected{Append: pa, Events: es, ReadModel: rm}
 }
 
-// The ProjectedAppender contract on a real redis-server, each subtest
+// The Committer contract on a real redis-server, each subtest
 // under key prefixes of its own.
 func TestRedisProjectedAppendContract(t *testing.T) {
 	srv := redistest.Start(t)
@@ -69,11 +69,11 @@ func TestProjectedAppendKeepsTheActiveIndex(t *testing.T) {
 	fence, _, err := p.Events.Open(ctx, "o-ix", 1)
 	require.NoError(t, err)
 	at := time.UnixMilli(1_700_000_000_000)
-	_, err = p.Append.AppendProjected(ctx, "o-ix", 0, fence, env("e1"),
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-ix", 0, fence, env("e1"),
 		&contracts.OrderState{OrderId: "o-ix", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: at.Add(-time.Second).UnixMilli()})
 	require.NoError(t, err)
 	require.True(t, indexed(t, c, "o-ix"), "the Created projection is indexed")
-	_, err = p.Append.AppendProjected(ctx, "o-ix", 1, fence, env("e1b"),
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-ix", 1, fence, env("e1b"),
 		&contracts.OrderState{OrderId: "o-ix", Status: contracts.OrderStatus_InventoryReserved, UpdatedAtUnixMs: at.UnixMilli()})
 	require.NoError(t, err)
 	stuck, err := idx.Stuck(ctx, time.Minute, at.Add(2*time.Minute), 0)
@@ -86,7 +86,7 @@ func TestProjectedAppendKeepsTheActiveIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, recent, "30 s after its last change it is not stuck")
 
-	_, err = p.Append.AppendProjected(ctx, "o-ix", 2, fence, env("e2"),
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-ix", 2, fence, env("e2"),
 		&contracts.OrderState{OrderId: "o-ix", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: at.Add(time.Second).UnixMilli()})
 	require.NoError(t, err)
 	stuck, err = idx.Stuck(ctx, time.Minute, at.Add(2*time.Minute), 0)
@@ -110,16 +110,16 @@ func TestProjectedAppendIndexesInTheSameRoundTripOnOneServer(t *testing.T) {
 	fence, _, err := p.Events.Open(ctx, "o-rt", 1)
 	require.NoError(t, err)
 	// The script is loaded: from here each append is one EVALSHA.
-	_, err = p.Append.AppendProjected(ctx, "o-rt", 0, fence, env("e1"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5})
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-rt", 0, fence, env("e1"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5})
 	require.NoError(t, err)
 	require.True(t, indexed(t, c, "o-rt"))
 
-	_, err = p.Append.AppendProjected(ctx, "o-rt", 0, fence, env("e1x"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 6})
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-rt", 0, fence, env("e1x"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 6})
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 	require.True(t, indexed(t, c, "o-rt"), "a refused terminal append leaves the index entry")
 
 	before := hook.Count()
-	_, err = p.Append.AppendProjected(ctx, "o-rt", 1, fence, env("e2"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Failed, UpdatedAtUnixMs: 7})
+	_, err = readmodeltest.Commit(ctx, p.Append, "o-rt", 1, fence, env("e2"), &contracts.OrderState{OrderId: "o-rt", Status: contracts.OrderStatus_Failed, UpdatedAtUnixMs: 7})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, hook.Count()-before, "the terminal append, its projection and the index update are one round trip")
 	require.False(t, indexed(t, c, "o-rt"), "a terminal order leaves the index")

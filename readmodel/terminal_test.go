@@ -96,17 +96,17 @@ func TestTerminalNoticesOnlyForTerminalWrites(t *testing.T) {
 	}
 	fa, _, err := p.Events.Open(ctx, "a1", 1)
 	require.NoError(t, err)
-	_, err = p.Append.AppendProjected(ctx, "a1", 0, fa, ev("a1", "e1"), st("a1", contracts.OrderStatus_Created))
+	_, err = readmodeltest.Commit(ctx, p.Append, "a1", 0, fa, ev("a1", "e1"), st("a1", contracts.OrderStatus_Created))
 	require.NoError(t, err)
-	_, err = p.Append.AppendProjected(ctx, "a1", 0, fa, ev("a1", "e2"), st("a1", contracts.OrderStatus_Failed))
+	_, err = readmodeltest.Commit(ctx, p.Append, "a1", 0, fa, ev("a1", "e2"), st("a1", contracts.OrderStatus_Failed))
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict, "a refused append announces nothing")
-	_, err = p.Append.AppendProjected(ctx, "a1", 1, fa, ev("a1", "e2"), st("a1", contracts.OrderStatus_Failed)) // notice: a1
+	_, err = readmodeltest.Commit(ctx, p.Append, "a1", 1, fa, ev("a1", "e2"), st("a1", contracts.OrderStatus_Failed)) // notice: a1
 	require.NoError(t, err)
 
 	require.True(t, put("b1", 9, contracts.OrderStatus_Confirmed)) // notice: b1
 	fb, _, err := p.Events.Open(ctx, "b1", 1)
 	require.NoError(t, err)
-	_, err = p.Append.AppendProjected(ctx, "b1", 0, fb, ev("b1", "x"), st("b1", contracts.OrderStatus_Confirmed))
+	_, err = readmodeltest.Commit(ctx, p.Append, "b1", 0, fb, ev("b1", "x"), st("b1", contracts.OrderStatus_Confirmed))
 	require.NoError(t, err, "the guard keeps b1's newer record: the append stands, the record is not written, nothing is announced")
 
 	// The end marker: everything published before it has arrived.

@@ -144,6 +144,12 @@ type Idempotency interface {
 	// MarkStarted sets the status to started if the key maps to orderID.
 	// It is idempotent; a key mapped to another order is ErrNotFound.
 	MarkStarted(ctx context.Context, key, orderID string) error
+	// AddStartedMark adds MarkStarted(key, u's order) to u, the unit of
+	// work that records the order's start, and returns its position in
+	// u: the committed unit tells whether it wrote, and not written means
+	// no mapping the write could reach names the order (MarkStarted then
+	// says why). Nothing is written until u is committed.
+	AddStartedMark(u Unit, key string) (int, error)
 	// Forget deletes key's mapping if, and only if, it is still m and
 	// pending, atomically, and reports whether it did: the caller that
 	// reserved m gives it back after the order refused the request (a

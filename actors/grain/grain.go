@@ -44,7 +44,7 @@ type Config struct {
 	// RelocateOrderReq.
 	Relocations relocation.Store
 	// ReadyInStart: the Location Store shares the Redis server of the
-	// start's append (workflow.StartAppender), so a new order's start may
+	// start's unit of work (workflow.Service.Start), so a new order's start may
 	// carry the grain's Ready commit when its activator leaves it to the
 	// grain (ready.go). Without it the grain commits before its first
 	// write, a round trip of its own.

@@ -314,6 +314,8 @@ func TestStartWhoseMarkFailedIsRepairedByTheOwner(t *testing.T) {
 	require.NoError(t, e.waitOpened().err)
 
 	req := e.deps.StartReq("o-1", "key-1", "pm-ok")
+	// Only a mapping the start's unit cannot mark is marked on its own.
+	e.deps.Idempotency.MoveToOldLayout("key-1")
 	res, err := e.sys.Root.RequestFuture(pid, req, 2*time.Second).Result()
 	require.NoError(t, err)
 	_, isErr := res.(*contracts.WorkflowError)

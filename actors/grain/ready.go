@@ -14,7 +14,7 @@ import (
 // the start carries them; otherwise the caller makes sure of the record
 // before anything is written (placement.Activation.EnsureReady).
 func (g *orderGrain) carryReady(starting bool) bool {
-	if !g.cfg.ReadyInStart || !starting || !g.order.Deferred() || !g.cfg.Service.CarriesFirstWrite() {
+	if !g.cfg.ReadyInStart || !starting || !g.order.Deferred() {
 		return false
 	}
 	w, ok := g.act.TakeReady()

@@ -44,7 +44,7 @@ func TestARetryAfterAShortfallPassesTheBarrier(t *testing.T) {
 		s, err := workflow.New(workflow.Config{
 			Kind: "order", Events: st.Events, ReadModel: st.ReadModel, Idempotency: st.Commerce.Idempotency(),
 			Inventory: st.Commerce.Inventory(), Payment: st.Commerce.Payment(), Envelopes: Envelopes{Store: st.Relocation},
-			ProjectedAppend: st.ProjectedAppend, StartAppend: st.StartAppend, Barrier: barrier,
+			Commits: st.Commits, Barrier: barrier,
 			Now: func() int64 { return 1_000 },
 		})
 		require.NoError(t, err)

@@ -69,14 +69,11 @@ type Stores struct {
 	// Fixtures answers the runner's interrupt points; nil unless
 	// StoreOptions.Fixtures asked for it (never in production).
 	Fixtures *fixture.Store
-	// ProjectedAppend records an event and its projection in one round
-	// trip; always set, since the stores are one deployment
+	// Commits commits an order's unit of work (eventstore.Unit) with its
+	// projection, in one round trip on every topology: every key of the
+	// unit is in the order's hash slot, and the stores are one deployment
 	// (ErrSplitDeployment).
-	ProjectedAppend workflow.ProjectedAppender
-	// StartAppend records a new order's start, envelope and started
-	// mapping in one round trip, on one server and on a Redis Cluster
-	// alike (each of those keys is in the order's hash slot).
-	StartAppend workflow.StartAppender
+	Commits readmodel.Committer
 	// CreationLocks is the Location Store when it shares commerce's one
 	// Redis server: a start's key reservation may then take the order's
 	// creation lock in the same script (location.Redis.CreationFor);
@@ -254,13 +251,14 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		}
 	}
 	// Every store is on one deployment (oneDeployment): a step's event
-	// and its projection are one script (readmodel.ProjectedAppend).
+	// and its projection are one script (readmodel.ProjectedAppend), and
+	// so is a new order's start with the other stores' writes.
 	pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: events, ReadModel: projections})
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.ProjectedAppend = pa
+	s.Commits = pa
 	locations, err5 := location.NewRedis(location.Config{Client: loc})
 	relocations, err6 := relocation.NewRedis(relocation.Config{Client: rel})
 	if err := errors.Join(err5, err6); err != nil {
@@ -284,47 +282,10 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 	if commerceStore.SingleServer() && locations.SingleServer() {
 		s.CreationLocks = locations
 	}
-	// A start's own companions (the first envelope, the mapping's mark)
-	// sit in the order's hash slot: one script on every topology. The
-	// Ready commit it may carry adds the member's owned set, another
-	// slot, so only on one server.
-	s.StartAppend = startAppend{projected: pa, idem: commerceStore, envelopes: relocations}
+	// The Ready commit a start may carry adds the member's owned set,
+	// another slot, so only on one server.
 	s.ReadyInStart = pa.AnySlotCompanions() && locations.SingleServer()
 	return s, nil
-}
-
-// startAppend is workflow.StartAppender: the start's unit of work
-// (eventstore.Unit), to which each store adds its own writes: the
-// Relocation Store its first envelope (SET NX, as SaveFirst), commerce
-// the mapping's started mark (as MarkStarted), then whatever the start
-// carries (with), and the read model its Created projection as it
-// commits the unit. Every key but with's has the order's hash tag.
-type startAppend struct {
-	projected *readmodel.ProjectedAppend
-	idem      *commerce.Redis
-	envelopes *relocation.Redis
-}
-
-// AppendStart implements workflow.StartAppender.
-func (a startAppend) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
-	envelope, err := workflow.EncodeEnvelope(start)
-	if err != nil {
-		return 0, false, err
-	}
-	u := eventstore.NewUnit(orderID, expectedVersion, fence, events)
-	if err := a.envelopes.AddFirstEnvelope(u, envelope); err != nil {
-		return 0, false, err
-	}
-	mark, err := a.idem.AddStartedMark(u, start.GetIdempotencyKey())
-	if err != nil {
-		return 0, false, err
-	}
-	u.Add(with...)
-	out, err := a.projected.Commit(ctx, u, state)
-	if err != nil {
-		return out.Version, false, err
-	}
-	return out.Version, out.Wrote(mark), nil
 }
 
 // OpenStores is NewStores followed by one Ping, for callers (tests, tools)
@@ -433,13 +394,13 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 // envelopes to the workflow's typed ones.
 type Envelopes struct{ Store relocation.Store }
 
-// SaveFirst implements workflow.Envelopes.
-func (e Envelopes) SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error {
+// AddFirst implements workflow.Envelopes.
+func (e Envelopes) AddFirst(u *eventstore.Unit, req *contracts.StartOrderWorkflowReq) error {
 	b, err := workflow.EncodeEnvelope(req)
 	if err != nil {
 		return err
 	}
-	return e.Store.SaveFirst(ctx, req.GetOrderId(), b)
+	return e.Store.AddFirstEnvelope(u, b)
 }
 
 // LoadFirst implements workflow.Envelopes.
@@ -515,8 +476,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		Logger:      cfg.Logger,
 		Metrics:     cfg.Metrics,
 	}
-	wcfg.ProjectedAppend = cfg.Stores.ProjectedAppend
-	wcfg.StartAppend = cfg.Stores.StartAppend
+	wcfg.Commits = cfg.Stores.Commits
 	wcfg.Barrier = cfg.Stores.Barrier
 	svc, err := workflow.New(wcfg)
 	if err != nil {

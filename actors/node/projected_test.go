@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -9,8 +10,11 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -25,12 +29,12 @@ func TestOneRedisWiresTheProjectedAppend(t *testing.T) {
 	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
 	require.NoError(t, err)
 	defer st.Close()
-	require.IsType(t, &readmodel.ProjectedAppend{}, st.ProjectedAppend, "one Redis: projections travel with appends")
+	require.IsType(t, &readmodel.ProjectedAppend{}, st.Commits, "one Redis: projections travel with appends")
 
 	fence, _, err := st.Events.Open(ctx, "o1", 1)
 	require.NoError(t, err)
 	created := &contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5}
-	v, err := st.ProjectedAppend.AppendProjected(ctx, "o1", 0, fence,
+	v, err := readmodeltest.Commit(ctx, st.Commits, "o1", 0, fence,
 		[]eventstore.Envelope{{EventID: "e1", OrderID: "o1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}, created)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
@@ -71,66 +75,78 @@ func TestSplitStoresAreRefused(t *testing.T) {
 	st, err := OpenStores(ctx, RedisURLs{Default: a.URL(), Location: a.URL() + "&client_name=loc", Events: a.URL() + "&pool_size=4"}, StoreOptions{})
 	require.NoError(t, err)
 	defer st.Close()
-	require.NotNil(t, st.ProjectedAppend)
-	require.NotNil(t, st.StartAppend)
+	require.NotNil(t, st.Commits)
 	require.NotNil(t, st.CreationLocks)
 	require.True(t, st.ReadyInStart)
 }
 
-// One Redis for every store: a start's envelope and started mapping ride
-// in the append's script, and each store reads back what it would have
+// One Redis for every store: a new order's start is one unit of work
+// (workflow.Service.Start), whose envelope and started mapping ride in
+// the append's script, and each store reads back what it would have
 // written itself (Envelopes.LoadFirst, Idempotency.Get, ReadModel.Get).
 // A mapping of another order is left alone and reported unmarked.
-func TestOneRedisWiresTheStartAppend(t *testing.T) {
+func TestOneRedisRecordsAStartInOneUnit(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
 	require.NoError(t, err)
 	defer st.Close()
-	require.NotNil(t, st.StartAppend, "one Redis: a start is one script")
+	svc := workflowOver(t, st)
 
 	idem := st.Commerce.Idempotency()
-	for _, k := range []struct{ key, order string }{{"k1", "o1"}, {"k2", "someone-else"}} {
-		_, _, err := idem.Reserve(ctx, k.key, commerce.Mapping{OrderID: k.order, Status: commerce.MappingPending, Fingerprint: "fp"})
-		require.NoError(t, err)
-	}
-	start := func(id, key string) *contracts.StartOrderWorkflowReq {
-		return &contracts.StartOrderWorkflowReq{OrderId: id, CartId: "c", ShippingAddressId: "a", PaymentMethodId: "pm-" + id, IdempotencyKey: key}
-	}
-	ev := func(id string) []eventstore.Envelope {
-		return []eventstore.Envelope{{EventID: "e-" + id, OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
-	}
-	created := func(id string) *contracts.OrderState {
-		return &contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5}
-	}
-
-	fence, _, err := st.Events.Open(ctx, "o1", 1)
+	o1, req1 := reservedStart(ctx, t, st, "k1", "")
+	_, recorded, err := svc.Start(ctx, o1, req1)
 	require.NoError(t, err)
-	v, marked, err := st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"), nil)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, v)
-	require.True(t, marked)
-	m, err := idem.Get(ctx, "k1", "o1")
+	require.True(t, recorded)
+	m, err := idem.Get(ctx, "k1", req1.OrderId)
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingStarted, m.Status)
-	env, err := (Envelopes{Store: st.Relocation}).LoadFirst(ctx, "o1")
+	env, err := (Envelopes{Store: st.Relocation}).LoadFirst(ctx, req1.OrderId)
 	require.NoError(t, err)
-	require.Equal(t, "pm-o1", env.GetPaymentMethodId())
-	_, gv, err := st.ReadModel.Get(ctx, "o1")
+	require.Equal(t, req1.PaymentMethodId, env.GetPaymentMethodId())
+	_, gv, err := st.ReadModel.Get(ctx, req1.OrderId)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, gv)
 
-	// A refused append writes none of it.
-	_, _, err = st.StartAppend.AppendStart(ctx, "o1", 0, fence, ev("o1"), created("o1"), start("o1", "k1"), nil)
-	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
-
-	fence2, _, err := st.Events.Open(ctx, "o2", 1)
-	require.NoError(t, err)
-	_, marked, err = st.StartAppend.AppendStart(ctx, "o2", 0, fence2, ev("o2"), created("o2"), start("o2", "k2"), nil)
-	require.NoError(t, err)
-	require.False(t, marked, "k2 maps to another order")
+	o2, req2 := reservedStart(ctx, t, st, "k2", "someone-else")
+	_, recorded, err = svc.Start(ctx, o2, req2)
+	require.True(t, recorded)
+	require.ErrorIs(t, err, commerce.ErrNotFound, "k2 maps to another order: the separate mark says so")
 	m, err = idem.Get(ctx, "k2", "someone-else")
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingPending, m.Status)
+}
+
+// workflowOver is a workflow.Service over st, wired as StartWorkflow
+// wires one.
+func workflowOver(t *testing.T, st *Stores) *workflow.Service {
+	t.Helper()
+	s, err := workflow.New(workflow.Config{
+		Kind: "order", Events: st.Events, ReadModel: st.ReadModel, Idempotency: st.Commerce.Idempotency(),
+		Inventory: st.Commerce.Inventory(), Payment: st.Commerce.Payment(), Envelopes: Envelopes{Store: st.Relocation},
+		Commits: st.Commits, Barrier: st.Barrier,
+		Now: func() int64 { return 1_000 },
+	})
+	require.NoError(t, err)
+	return s
+}
+
+// reservedStart reserves key's mapping, as the API does, for key's
+// order, or for mappedTo when set, and returns that order's fresh
+// activation and its start request.
+func reservedStart(ctx context.Context, t *testing.T, st *Stores, key, mappedTo string) (*workflow.Order, *contracts.StartOrderWorkflowReq) {
+	t.Helper()
+	id := order.OrderIDFor([]byte("test-secret"), key)
+	req := &contracts.StartOrderWorkflowReq{
+		OrderId: id, CartId: "cart", ShippingAddressId: "addr", PaymentMethodId: "pm-" + key,
+		IdempotencyKey: key, SourceCommandId: order.StartSourceCommandID(key),
+		Lines: []*contracts.OrderLine{{Sku: "SKU-1", Quantity: 1}}, Amount: 100, Currency: "EUR",
+	}
+	_, won, err := st.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{OrderID: cmp.Or(mappedTo, id), Status: commerce.MappingPending, Fingerprint: "fp"})
+	require.NoError(t, err)
+	require.True(t, won)
+	o, err := workflowOver(t, st).OpenFresh(id, 1)
+	require.NoError(t, err)
+	return o, req
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -33,13 +34,13 @@ func TestStoresOnARedisCluster(t *testing.T) {
 	require.Len(t, st.clients, 1)
 	require.IsType(t, &redis.ClusterClient{}, st.clients[0].client)
 	require.Len(t, st.own, 5, "a hooked store on a cluster has a client of its own")
-	require.NotNil(t, st.ProjectedAppend)
+	require.NotNil(t, st.Commits)
 
 	for i := range 30 {
 		id := fmt.Sprintf("ord-%d", i)
 		fence, _, err := st.Events.Open(ctx, id, 1)
 		require.NoError(t, err)
-		_, err = st.ProjectedAppend.AppendProjected(ctx, id, 0, fence,
+		_, err = readmodeltest.Commit(ctx, st.Commits, id, 0, fence,
 			[]eventstore.Envelope{{EventID: id + "-e1", OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
 			&contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5})
 		require.NoError(t, err)
@@ -64,9 +65,9 @@ func TestStoresOnARedisCluster(t *testing.T) {
 // On a Redis Cluster a new order's start is one script too: the start
 // event, its Created projection, the first activation envelope and the
 // mapping's started mark all carry the order's hash tag, so they ride in
-// the event store's script (StartAppend) and neither commerce nor the
-// Relocation Store sends a command of its own. StartCluster fails the test
-// on any CROSSSLOT reply.
+// the start's unit of work (workflow.Service.Start) and neither commerce
+// nor the Relocation Store sends a command of its own. StartCluster fails
+// the test on any CROSSSLOT reply.
 func TestAStartIsOneScriptOnARedisCluster(t *testing.T) {
 	rc := redistest.StartCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -75,40 +76,37 @@ func TestAStartIsOneScriptOnARedisCluster(t *testing.T) {
 	st, err := OpenStores(ctx, RedisURLs{Default: rc.URL()}, StoreOptions{StoreHook: reg.RedisHook, PoolSize: 4})
 	require.NoError(t, err)
 	defer st.Close()
-	require.NotNil(t, st.StartAppend, "wired on a cluster")
 	require.False(t, st.ReadyInStart, "the Ready commit's owned set is another slot")
+	svc := workflowOver(t, st)
 
 	commands := func(store string) float64 {
 		n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: store})
 		require.NoError(t, err)
 		return n
 	}
+	scripts := func() float64 {
+		n, err := telemetry.Sum(reg.Gatherer(), telemetry.MetricRedisCommands, map[string]string{telemetry.LabelStore: StoreEvents, "command": "evalsha"})
+		require.NoError(t, err)
+		return n
+	}
 	for i := range 20 {
-		id, key := fmt.Sprintf("ord-s%d", i), fmt.Sprintf("key-s%d", i)
-		_, won, err := st.Commerce.Idempotency().Reserve(ctx, key, commerce.Mapping{OrderID: id, Fingerprint: "fp"})
+		key := fmt.Sprintf("key-s%d", i)
+		o, req := reservedStart(ctx, t, st, key, "")
+		cs, rel, ev := commands(StoreCommerce), commands(StoreRelocation), scripts()
+		_, recorded, err := svc.Start(ctx, o, req)
 		require.NoError(t, err)
-		require.True(t, won)
-		fence, _, err := st.Events.Open(ctx, id, 1)
-		require.NoError(t, err)
-		req := &contracts.StartOrderWorkflowReq{OrderId: id, CartId: "cart", ShippingAddressId: "addr", PaymentMethodId: "pm",
-			IdempotencyKey: key, SourceCommandId: "start-" + key}
-		cs, rel := commands(StoreCommerce), commands(StoreRelocation)
-		v, marked, err := st.StartAppend.AppendStart(ctx, id, 0, fence,
-			[]eventstore.Envelope{{EventID: id + "-e1", OrderID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
-			&contracts.OrderState{OrderId: id, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: 5}, req, nil)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, v)
-		require.True(t, marked, "the mark rode in the start's script")
-		require.Equal(t, cs, commands(StoreCommerce), "commerce sent nothing itself")
+		require.True(t, recorded)
+		require.Equal(t, cs, commands(StoreCommerce), "commerce sent nothing itself: the mark rode in the start's script")
 		require.Equal(t, rel, commands(StoreRelocation), "the Relocation Store sent nothing itself")
+		require.Equal(t, ev+1, scripts(), "the start is one script")
 
-		m, err := st.Commerce.Idempotency().Get(ctx, key, id)
+		m, err := st.Commerce.Idempotency().Get(ctx, key, req.OrderId)
 		require.NoError(t, err)
 		require.Equal(t, commerce.MappingStarted, m.Status)
-		env, err := Envelopes{Store: st.Relocation}.LoadFirst(ctx, id)
+		env, err := Envelopes{Store: st.Relocation}.LoadFirst(ctx, req.OrderId)
 		require.NoError(t, err)
-		require.Equal(t, "pm", env.GetPaymentMethodId())
-		_, pv, err := st.ReadModel.Get(ctx, id)
+		require.Equal(t, req.PaymentMethodId, env.GetPaymentMethodId())
+		_, pv, err := st.ReadModel.Get(ctx, req.OrderId)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, pv)
 	}

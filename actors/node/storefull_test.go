@@ -15,6 +15,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
@@ -57,7 +58,7 @@ func TestEveryStoreReportsAFullRedisAsStoreFull(t *testing.T) {
 	_, err = st.Events.Append(ctx, "o-full", 0, fence,
 		[]eventstore.Envelope{{EventID: "e1", OrderID: "o-full", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}})
 	full("event store append", eventstore.ErrUnavailable, err)
-	_, err = st.ProjectedAppend.AppendProjected(ctx, "o-full", 0, fence,
+	_, err = readmodeltest.Commit(ctx, st.Commits, "o-full", 0, fence,
 		[]eventstore.Envelope{{EventID: "e1", OrderID: "o-full", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
 		&contracts.OrderState{OrderId: "o-full", Status: contracts.OrderStatus_Created})
 	full("projected append", eventstore.ErrUnavailable, err)

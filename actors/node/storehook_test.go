@@ -27,7 +27,7 @@ func TestStoreHooksLabelEachStoreOnOnePool(t *testing.T) {
 	defer s.Close()
 	require.Len(t, s.clients, 1)
 	require.Empty(t, s.own)
-	require.NotNil(t, s.ProjectedAppend, "events and read model share one Redis")
+	require.NotNil(t, s.Commits, "events and read model share one Redis")
 
 	sum := func(name, store string) float64 {
 		v, err := telemetry.Sum(reg.Gatherer(), name, map[string]string{telemetry.LabelStore: store})

@@ -65,8 +65,8 @@ const (
 // CarryFirstWrite hands the order writes of another store's that must
 // land with its start's append, in the same atomic step, or not at all
 // (an activation recorded Ready by the write that records the order's
-// first event). Only a Deferred order takes them, on a Service with a
-// StartAppender (CarriesFirstWrite); it reports whether it took them.
+// first event). Only a Deferred order takes them; it reports whether it
+// took them.
 // While it carries them, Start writes nothing but that append: when the
 // append is refused or lost, Start returns its error and leaves the rest
 // to a later command. FirstWritten tells the outcome. A start that ends
@@ -80,10 +80,6 @@ func (o *Order) CarryFirstWrite(with []eventstore.Companion) bool {
 	o.firstWrite = with
 	return true
 }
-
-// CarriesFirstWrite reports whether the service's starts can carry
-// another store's writes (Order.CarryFirstWrite): it has a StartAppender.
-func (s *Service) CarriesFirstWrite() bool { return s.cfg.StartAppend != nil }
 
 // FirstWritten is what came of the writes CarryFirstWrite handed over.
 func (o *Order) FirstWritten() FirstWrite {

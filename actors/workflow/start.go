@@ -24,15 +24,15 @@ import (
 // idempotency key with another cart, shipping address or payment method
 // is ErrKeyReused (see sameRequest).
 //
-// Round trips for a new order: SaveFirst + projected append +
-// MarkStarted = 3; 1 with a StartAppender. For a repeated start:
-// projection + MarkStarted = 2.
+// A new order's start is one unit of work (readmodel.Committer): the event, its
+// projection, the first envelope and the mapping's started mark, one
+// round trip. For a repeated start: projection + MarkStarted = 2.
 //
 // A non-nil error means the command did not complete; recorded still
 // tells whether this call appended the event, and state is the fold when
 // it did.
 func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrderWorkflowReq) (state *contracts.OrderState, recorded bool, err error) {
-	carried := len(o.firstWrite) > 0 && s.cfg.StartAppend != nil
+	carried := len(o.firstWrite) > 0
 	// Carried writes ride in this start's append or in none.
 	defer func() { o.firstWrite = nil }()
 	if err := validateStart(o, req); err != nil {
@@ -46,14 +46,6 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 		return st, false, err
 	}
 
-	// The envelope goes first: once the event exists, any later owner must
-	// be able to find the payment method it needs. A StartAppender writes
-	// it in the append's own step.
-	if s.cfg.StartAppend == nil {
-		if err := s.cfg.Envelopes.SaveFirst(ctx, req); err != nil {
-			return nil, false, fmt.Errorf("save first envelope of order %s: %w", o.id, err)
-		}
-	}
 	cmd := order.StartOrder{
 		OrderID: req.OrderId, CartID: req.CartId, ShippingAddressID: req.ShippingAddressId,
 		SourceCommandID: req.SourceCommandId, Lines: domainLines(req.Lines),
@@ -105,8 +97,9 @@ func (s *Service) Start(ctx context.Context, o *Order, req *contracts.StartOrder
 	// started the order.
 	defer s.writeEvidence(fmt.Sprintf("shoppingmall-order started order=%s spot=%s", o.id, s.SpotID(o.id)))
 	// The mapping turns started only after the projection exists
-	// (docs/contract.md, "Idempotency mapping"), in the same step when a
-	// StartAppender recorded both.
+	// (docs/contract.md, "Idempotency mapping"): in the start's own step,
+	// unless the mapping that names this order is not where the step
+	// looked (one of the old layout), which MarkStarted also finds.
 	if marked {
 		return view(o.state), true, nil
 	}
@@ -241,7 +234,7 @@ type pending struct {
 
 // append records evs as the next events, in one append, under the owner's
 // fence and, on success, folds them in. With Project the append carries
-// the projection of the new fold (ProjectedAppender). The events are
+// the projection of the new fold (readmodel.Committer). The events are
 // folded before they are written, so the stream never holds an event the
 // domain cannot replay. A lost race comes back as the store's
 // ErrDuplicateCommand or ErrVersionConflict; a fenced owner as ErrFenced;
@@ -252,9 +245,12 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 	return err
 }
 
-// appendWith is append that, given the start request of a new order and
-// a StartAppender, also saves its envelope and marks its mapping started
-// in the same step; marked reports the latter. Without them it is append.
+// appendWith is append that, given the start request of a new order,
+// also saves its envelope (the first one: once the event exists, any
+// later owner must be able to find the payment method it needs) and
+// marks its mapping started in the same step, with the writes the order
+// carries (CarryFirstWrite); marked reports the mark. Without a request
+// it is append.
 func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start *contracts.StartOrderWorkflowReq, evs ...pending) (marked bool, err error) {
 	next := o.state
 	envs := make([]eventstore.Envelope, 0, len(evs))
@@ -280,10 +276,10 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	doubt := &inDoubt{version: o.state.Version + 1, eventID: envs[0].EventID, eventTypes: types}
 	var version int64
 	switch {
-	case p == Project && start != nil && s.cfg.StartAppend != nil:
+	case p == Project && start != nil:
 		with := o.firstWrite
 		o.firstWrite = nil
-		version, marked, err = s.cfg.StartAppend.AppendStart(ctx, o.id, o.state.Version, o.fence, envs, view(next), start, with)
+		version, marked, err = s.commitStart(ctx, o, envs, next, start, with)
 		switch {
 		case len(with) == 0:
 		case err == nil:
@@ -295,7 +291,9 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 			o.firstWritten = FirstWriteInDoubt
 		}
 	case p == Project:
-		version, err = s.cfg.ProjectedAppend.AppendProjected(ctx, o.id, o.state.Version, o.fence, envs, view(next))
+		var out eventstore.Outcome
+		out, err = s.cfg.Commits.Commit(ctx, eventstore.NewUnit(o.id, o.state.Version, o.fence, envs), view(next))
+		version = out.Version
 	default:
 		version, err = s.cfg.Events.Append(ctx, o.id, o.state.Version, o.fence, envs)
 	}
@@ -328,4 +326,25 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 		s.metrics.recorded(t)
 	}
 	return marked, nil
+}
+
+// commitStart commits a new order's start as one unit: the start's
+// events and the projection of next, the first envelope (SET NX), the
+// mapping's started mark, then with, the writes the order carried. Each
+// store adds its own writes; marked tells whether the mark wrote.
+func (s *Service) commitStart(ctx context.Context, o *Order, envs []eventstore.Envelope, next order.State, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (version int64, marked bool, err error) {
+	u := eventstore.NewUnit(o.id, o.state.Version, o.fence, envs)
+	if err := s.cfg.Envelopes.AddFirst(u, start); err != nil {
+		return 0, false, fmt.Errorf("first envelope of order %s: %w", o.id, err)
+	}
+	mark, err := s.cfg.Idempotency.AddStartedMark(u, start.GetIdempotencyKey())
+	if err != nil {
+		return 0, false, fmt.Errorf("started mark of order %s: %w", o.id, err)
+	}
+	u.Add(with...)
+	out, err := s.cfg.Commits.Commit(ctx, u, view(next))
+	if err != nil {
+		return out.Version, false, err
+	}
+	return out.Version, out.Wrote(mark), nil
 }

@@ -79,7 +79,7 @@ type Projection int
 
 const (
 	// Project writes the projection of the new fold in the event's own
-	// append (ProjectedAppender).
+	// append (readmodel.Committer).
 	Project Projection = iota
 	// LeaveProjectionBehind records the event alone. The projection stays
 	// at the previous version — the state a process stopped between the

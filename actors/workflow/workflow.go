@@ -64,36 +64,14 @@ var (
 // "StartOrderWorkflow"), so an owner that replays the stream (after a
 // relocation or a close) reads it here to authorize payment.
 type Envelopes interface {
-	// SaveFirst stores req as the order's first envelope unless one is
-	// already stored; the first write wins and repeating it is harmless.
-	SaveFirst(ctx context.Context, req *contracts.StartOrderWorkflowReq) error
+	// AddFirst adds to u, the unit that records req's order's start, the
+	// write of req as the order's first envelope unless one is already
+	// stored: the first write wins and repeating it is harmless. Nothing
+	// is written until u is committed, and then with the start.
+	AddFirst(u *eventstore.Unit, req *contracts.StartOrderWorkflowReq) error
 	// LoadFirst returns the order's first envelope, or an error wrapping
 	// ErrNotFound when none is stored.
 	LoadFirst(ctx context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error)
-}
-
-// ProjectedAppender records events and the projection of the fold they
-// lead to in one atomic step, so the read model never lags a recorded
-// event by a write of its own (the stores are one deployment: a split is
-// refused at start). Its errors are the event store's; when it fails,
-// nothing was written.
-type ProjectedAppender interface {
-	AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error)
-}
-
-// StartAppender records an order's start in one atomic step: the start
-// event and its projection (ProjectedAppender's contract), the first
-// activation envelope (Envelopes.SaveFirst's), and the idempotency mapping
-// turned started (commerce.Idempotency.MarkStarted's), where separately
-// they take three more round trips. Nothing is written when the append's
-// checks fail. marked is false when the mapping is not this order's; the
-// caller then marks it separately, which reports why.
-//
-// with are more companions for the same step (Order.CarryFirstWrite):
-// they run after the start's own, and a Require among them is checked
-// before anything is written (eventstore.ErrPrecondition otherwise).
-type StartAppender interface {
-	AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (version int64, marked bool, err error)
 }
 
 // Config wires a Service. Every field is required unless marked optional.
@@ -106,13 +84,12 @@ type Config struct {
 	Inventory   commerce.Inventory
 	Payment     commerce.Payment
 	Envelopes   Envelopes
-	// ProjectedAppend records each event with its projection; only a
-	// step left behind on purpose (LeaveProjectionBehind) appends through
-	// Events alone.
-	ProjectedAppend ProjectedAppender
-	// StartAppend is optional: with it a new order's start is one round
-	// trip instead of three.
-	StartAppend StartAppender
+	// Commits commits every write of an order's state, one unit of work
+	// (eventstore.Unit) each, as one atomic step: each step's events with
+	// their projection, and a new order's start with its first envelope
+	// and its mapping's started mark. Only a step left behind on purpose
+	// (LeaveProjectionBehind) appends through Events alone.
+	Commits readmodel.Committer
 	// Barrier is set when the stores' writes wait for replicas: an answer
 	// that acknowledges an order's state without writing it (a repeated
 	// start, a continue or rebuild with nothing to write) first passes it
@@ -168,8 +145,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Envelopes == nil {
 		missing = append(missing, "Envelopes")
 	}
-	if cfg.ProjectedAppend == nil {
-		missing = append(missing, "ProjectedAppend")
+	if cfg.Commits == nil {
+		missing = append(missing, "Commits")
 	}
 	if cfg.Now == nil {
 		missing = append(missing, "Now")

@@ -339,10 +339,14 @@ func TestStartWithSameCommandRecordsNothing(t *testing.T) {
 	assert.Len(t, e.d.Evidence.Lines(), 1)
 }
 
+// A start whose mapping its unit cannot mark (one of the old layout) marks
+// it separately; when that fails the start reports it, and the owner, or
+// the start's retry, repairs it.
 func TestStartRetryRepairsInterruptedStart(t *testing.T) {
 	e := newEnv(t)
 	o := e.open("ord-rep", 1)
 	req := e.d.StartReq("ord-rep", "key-rep", methodOK)
+	e.d.Idempotency.MoveToOldLayout("key-rep")
 	boom := errors.New("commerce store down")
 	e.d.Idempotency.FailNextMarkStarted(boom)
 
@@ -878,24 +882,19 @@ func TestOpenFreshDefersTheOpenToTheFirstAppend(t *testing.T) {
 	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
 }
 
-// With a StartAppender a new order's start is one step: no separate
-// envelope save, projection write or mapping mark, and what they would
-// have written is there. A mapping of another order is marked the
-// separate way, which says why it fails.
-func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
+// A new order's start is one unit of work: its envelope and its
+// mapping's mark are written in the unit, with the event and its
+// projection, and what they would have written is there. A mapping of
+// another order is marked the separate way, which says why it fails.
+func TestAStartIsOneUnit(t *testing.T) {
 	e := newEnv(t)
-	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
-	sa := &workflowtest.StartAppender{Projected: pa, Envelopes: e.d.Envelopes, Idempotency: e.d.Idempotency}
-	cfg := e.d.Config
-	cfg.ProjectedAppend, cfg.StartAppend = pa, sa
-	e.svc = mustService(t, cfg)
+	pa := e.d.Commits
 	saves, marks, puts := e.d.Envelopes.Saves.Load(), e.d.Idempotency.MarkStartedCalls.Load(), e.d.ReadModel.Puts.Load()
 
 	o, _ := e.start("ord-sa", "key-sa", methodOK)
-	assert.Equal(t, int64(1), sa.Calls.Load())
-	assert.Zero(t, pa.Calls.Load(), "the start is not a second projected append")
-	assert.Equal(t, saves, e.d.Envelopes.Saves.Load(), "no separate envelope save")
-	assert.Equal(t, marks, e.d.Idempotency.MarkStartedCalls.Load(), "no separate mark")
+	assert.Equal(t, int64(1), pa.Calls.Load(), "the start is one unit")
+	assert.Equal(t, saves+1, e.d.Envelopes.Saves.Load(), "one envelope save, in the unit")
+	assert.Equal(t, marks+1, e.d.Idempotency.MarkStartedCalls.Load(), "one mark, in the unit")
 	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
 	m, err := e.d.Idempotency.Get(e.ctx, "key-sa", "ord-sa")
 	require.NoError(t, err)
@@ -907,23 +906,22 @@ func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
 	assert.Equal(t, int64(1), v)
 	e.drive(o)
 	assert.Equal(t, successOrder, e.d.Events.Types("ord-sa"))
-	assert.Equal(t, int64(2), pa.Calls.Load(), "the later steps are projected appends")
+	assert.Equal(t, int64(3), pa.Calls.Load(), "the later steps are units too")
 
-	// A mapping that names another order is not marked in the step; the
-	// separate mark reports it, as without a StartAppender.
+	// A mapping that names another order is not marked in the unit; the
+	// separate mark reports it.
 	o2 := e.open("ord-sb", 1)
 	req := e.d.StartReq("ord-sb", "key-sb", methodOK)
 	e.d.Idempotency.Seed("key-sb", commerce.Mapping{OrderID: "ord-other", Status: commerce.MappingPending})
 	_, recorded, err := e.svc.Start(e.ctx, o2, req)
 	assert.True(t, recorded)
 	require.ErrorIs(t, err, commerce.ErrNotFound)
-	assert.Equal(t, marks+1, e.d.Idempotency.MarkStartedCalls.Load())
+	assert.Equal(t, marks+3, e.d.Idempotency.MarkStartedCalls.Load(), "the unit's mark, then the separate one")
 }
 
 // Writes an order carries into its start (CarryFirstWrite: another
 // store's, such as its activation's Ready commit) ride in the start's
-// append and nowhere else. Only a deferred order takes them, on a service
-// with a StartAppender. They land with the start; refused, nothing is
+// append and nowhere else. Only a deferred order takes them. They land with the start; refused, nothing is
 // written and nothing answered from the stream; unanswered, they are in
 // doubt; a start that loses the
 // append's race returns the race instead of answering from the stream
@@ -931,13 +929,7 @@ func TestStartAppendRecordsTheStartInOneStep(t *testing.T) {
 // start that never reaches its append drops them.
 func TestCarriedWritesRideInTheStartsAppendOnly(t *testing.T) {
 	e := newEnv(t)
-	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
-	sa := &workflowtest.StartAppender{Projected: pa, Envelopes: e.d.Envelopes, Idempotency: e.d.Idempotency}
-	require.False(t, e.svc.CarriesFirstWrite(), "no StartAppender")
-	cfg := e.d.Config
-	cfg.ProjectedAppend, cfg.StartAppend = pa, sa
-	e.svc = mustService(t, cfg)
-	require.True(t, e.svc.CarriesFirstWrite())
+	sa := e.d.Commits
 	carried := []eventstore.Companion{{Op: eventstore.Require, Key: "lock", Value: []byte("tok")}}
 	fresh := func(id string) *workflow.Order {
 		o, err := e.svc.OpenFresh(id, 1)
@@ -1002,16 +994,13 @@ func TestCarriedWritesRideInTheStartsAppendOnly(t *testing.T) {
 	assert.Empty(t, sa.With(), "nothing carried")
 }
 
-// With a ProjectedAppender every append travels with its projection: the
+// Every append travels with its projection: the
 // read model follows the stream append by append and no separate
 // projection write happens; a terminal append recorded with its
 // projection left behind leaves the read model at the version before it.
 func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	e := newEnv(t)
-	pa := &workflowtest.ProjectedAppender{Events: e.d.Events, ReadModel: e.d.ReadModel}
-	cfg := e.d.Config
-	cfg.ProjectedAppend = pa
-	e.svc = mustService(t, cfg)
+	pa := e.d.Commits
 	puts := e.d.ReadModel.Puts.Load()
 
 	o, _ := e.start("ord-pa", "key-pa", methodOK)
@@ -1023,7 +1012,7 @@ func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	p, v = e.projection("ord-pa")
 	assert.Equal(t, int64(4), v)
 	assert.True(t, proto.Equal(e.svc.View(o), p))
-	assert.Equal(t, int64(3), pa.Calls.Load(), "one projected append per append: start, reserve, authorize with confirm")
+	assert.Equal(t, int64(3), pa.Calls.Load(), "one unit per append: start, reserve, authorize with confirm")
 	assert.Equal(t, puts, e.d.ReadModel.Puts.Load(), "no separate projection write")
 
 	o2, _ := e.start("ord-pb", "key-pb", methodOK)

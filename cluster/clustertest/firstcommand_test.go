@@ -278,21 +278,32 @@ func TestSlowFirstCommandIsWaitedForNotRetriedElsewhere(t *testing.T) {
 	require.Equal(t, location.Ready, rec.Status)
 }
 
-// lostReplyStart is a StartAppender whose append lands, but whose reply
-// is lost when it carries a Ready commit, and with it the Location Store
-// (down): the one Redis went away right after running the script.
+// lostReplyStart is a Committer whose units land, but whose reply is
+// lost for a start that carries a Ready commit, and with it the Location
+// Store (down): the one Redis went away right after running the script.
 type lostReplyStart struct {
-	workflow.StartAppender
+	readmodel.Committer
 	down *atomic.Bool
 }
 
-func (s lostReplyStart) AppendStart(ctx context.Context, orderID string, expected int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
-	v, marked, err := s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
-	if err != nil || len(with) == 0 {
-		return v, marked, err
+func (s lostReplyStart) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
+	out, err := s.Committer.Commit(ctx, u, state)
+	if err != nil || !carriesReady(u) {
+		return out, err
 	}
 	s.down.Store(true)
-	return 0, false, fmt.Errorf("%w: connection reset after the script ran", eventstore.ErrUnavailable)
+	return eventstore.Outcome{}, fmt.Errorf("%w: connection reset after the script ran", eventstore.ErrUnavailable)
+}
+
+// carriesReady tells a unit that carries an activation's Ready commit,
+// whose writes begin with the creation lock's check.
+func carriesReady(u *eventstore.Unit) bool {
+	for _, c := range u.Writes {
+		if c.Op == eventstore.Require {
+			return true
+		}
+	}
+	return false
 }
 
 // downLocation is a Location Store whose record reads and commits fail
@@ -333,7 +344,7 @@ func TestMintedStartInDoubtKeepsItsGrain(t *testing.T) {
 	loc, ok := h.stores.Location.(*location.Redis)
 	require.True(t, ok)
 	stores := *h.stores
-	stores.StartAppend = lostReplyStart{StartAppender: h.stores.StartAppend, down: &down}
+	stores.Commits = lostReplyStart{Committer: h.stores.Commits, down: &down}
 	stores.Location = downLocation{Redis: loc, down: &down, refused: &refused}
 	require.True(t, stores.ReadyInStart)
 	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
@@ -354,25 +365,25 @@ func TestMintedStartInDoubtKeepsItsGrain(t *testing.T) {
 	require.Equal(t, success, h.eventTypes(t, req.OrderId))
 }
 
-// retriedStart runs a start's append twice, as go-redis does when the
+// retriedStart runs a start's unit twice, as go-redis does when the
 // first attempt's reply timed out although Redis ran it (a frozen store
 // that wakes up): the first lands, the second is refused by the creation
 // lock the first consumed, and the grain is told only the second.
 type retriedStart struct {
-	workflow.StartAppender
+	readmodel.Committer
 	refusals *atomic.Int32
 }
 
-func (s retriedStart) AppendStart(ctx context.Context, orderID string, expected int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
-	v, marked, err := s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
-	if err != nil || len(with) == 0 {
-		return v, marked, err
+func (s retriedStart) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
+	out, err := s.Committer.Commit(ctx, u, state)
+	if err != nil || !carriesReady(u) {
+		return out, err
 	}
-	v, marked, err = s.StartAppender.AppendStart(ctx, orderID, expected, fence, events, state, start, with)
+	out, err = s.Committer.Commit(ctx, u, state)
 	if err != nil {
 		s.refusals.Add(1)
 	}
-	return v, marked, err
+	return out, err
 }
 
 // A start whose carried Ready commit landed but whose answer was the
@@ -384,7 +395,7 @@ func TestMintedStartLandedButRetriedIsDrivenToTheEnd(t *testing.T) {
 	h := newHarness(t)
 	var refusals atomic.Int32
 	stores := *h.stores
-	stores.StartAppend = retriedStart{StartAppender: h.stores.StartAppend, refusals: &refusals}
+	stores.Commits = retriedStart{Committer: h.stores.Commits, refusals: &refusals}
 	require.True(t, stores.ReadyInStart)
 	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
 	a := h.startAPI("api-a")

@@ -13,7 +13,6 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
-	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
@@ -38,7 +37,9 @@ func (h *harness) writtenStart(t *testing.T, schema int) *contracts.StartOrderWo
 	require.NoError(t, err)
 	typ, data, err := workflow.EncodeEvent(ev)
 	require.NoError(t, err)
-	require.NoError(t, node.Envelopes{Store: h.stores.Relocation}.SaveFirst(ctx, req))
+	env, err := workflow.EncodeEnvelope(req)
+	require.NoError(t, err)
+	require.NoError(t, h.stores.Relocation.SaveFirst(ctx, req.OrderId, env))
 	c := h.redis.Client()
 	defer c.Close()
 	require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: "sm:es:{" + req.OrderId + "}:stream", Values: map[string]any{

@@ -114,6 +114,10 @@ type Envelopes interface {
 	// not an error: every activation may offer its envelope, and the
 	// first one wins. An empty envelope fails with ErrInvalidArgument.
 	SaveFirst(ctx context.Context, orderID string, envelope []byte) error
+	// AddFirstEnvelope adds SaveFirst(u's order, envelope) to u, the unit
+	// of work that records the order's start, to be written when u is
+	// committed, with the same first-write-wins rule.
+	AddFirstEnvelope(u Unit, envelope []byte) error
 	// LoadFirst returns the order's first activation envelope, byte for
 	// byte, or ErrNotFound.
 	LoadFirst(ctx context.Context, orderID string) ([]byte, error)

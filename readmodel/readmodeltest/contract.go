@@ -1,5 +1,5 @@
 // Package readmodeltest is the behavioural contract of readmodel.Store, of
-// readmodel.ProjectedAppender and of readmodel.TerminalWatcher, runnable
+// readmodel.Committer and of readmodel.TerminalWatcher, runnable
 // against any implementation: round trips, the version guard, deletes,
 // concurrent writers, the projected append's all-or-nothing step over both
 // stores, and the terminal notices of both writes (RunTerminalContract,
@@ -221,16 +221,17 @@ func testDelete(t *testing.T, s readmodel.Store) {
 	mustApply(t, s, "o1", 1, state("o1", contracts.OrderStatus_Created, 1))
 }
 
-// Projected are the stores a ProjectedAppender writes, as its contract
-// suite needs them: the appender and, to read what it wrote and to set up
+// Projected are the stores a Committer writes, as its contract suite
+// needs them: the committer and, to read what it wrote and to set up
 // records, the event store and the read model it writes to.
 type Projected struct {
-	Append    readmodel.ProjectedAppender
+	Append    readmodel.Committer
 	Events    eventstore.Store
 	ReadModel readmodel.Store
 }
 
-// RunProjectedAppendContract runs the ProjectedAppender contract as
+// RunProjectedAppendContract runs the Committer contract, for units of
+// events alone, as
 // subtests; newStores is called once per subtest and must return empty
 // stores (or ones whose keys no other subtest sees).
 func RunProjectedAppendContract(t *testing.T, newStores func(t *testing.T) Projected) {
@@ -282,7 +283,7 @@ func testProjectedRecords(t *testing.T, p Projected) {
 	ctx := ctxT(t)
 	f := open(t, p, "o1")
 	created := state("o1", contracts.OrderStatus_Created, 5)
-	v, err := p.Append.AppendProjected(ctx, "o1", 0, f, envs("o1", "e1"), created)
+	v, err := Commit(ctx, p.Append, "o1", 0, f, envs("o1", "e1"), created)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
 	require.Equal(t, []string{"e1"}, loadIDs(t, p, "o1"))
@@ -291,7 +292,7 @@ func testProjectedRecords(t *testing.T, p Projected) {
 	requireState(t, created, got, "projected record")
 
 	reserved := state("o1", contracts.OrderStatus_InventoryReserved, 6)
-	v, err = p.Append.AppendProjected(ctx, "o1", 1, f, envs("o1", "e2"), reserved)
+	v, err = Commit(ctx, p.Append, "o1", 1, f, envs("o1", "e2"), reserved)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, v)
 	got, gv = mustGet(t, p.ReadModel, "o1")
@@ -302,7 +303,7 @@ func testProjectedRecords(t *testing.T, p Projected) {
 func testProjectedBatch(t *testing.T, p Projected) {
 	f := open(t, p, "o1")
 	st := state("o1", contracts.OrderStatus_InventoryReserved, 7)
-	v, err := p.Append.AppendProjected(ctxT(t), "o1", 0, f, envs("o1", "e1", "e2", "e3"), st)
+	v, err := Commit(ctxT(t), p.Append, "o1", 0, f, envs("o1", "e1", "e2", "e3"), st)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, v)
 	require.Equal(t, []string{"e1", "e2", "e3"}, loadIDs(t, p, "o1"))
@@ -314,7 +315,7 @@ func testProjectedGuard(t *testing.T, p Projected) {
 	f := open(t, p, "o1")
 	newer := state("o1", contracts.OrderStatus_Confirmed, 9)
 	mustApply(t, p.ReadModel, "o1", 7, newer)
-	v, err := p.Append.AppendProjected(ctxT(t), "o1", 0, f, envs("o1", "e1"), state("o1", contracts.OrderStatus_Created, 1))
+	v, err := Commit(ctxT(t), p.Append, "o1", 0, f, envs("o1", "e1"), state("o1", contracts.OrderStatus_Created, 1))
 	require.NoError(t, err, "a record the guard refuses is no error")
 	require.EqualValues(t, 1, v)
 	require.Equal(t, []string{"e1"}, loadIDs(t, p, "o1"), "the append stands")
@@ -326,7 +327,7 @@ func testProjectedGuard(t *testing.T, p Projected) {
 	require.NoError(t, p.ReadModel.Delete(ctxT(t), "o1"))
 	mustApply(t, p.ReadModel, "o1", 2, state("o1", contracts.OrderStatus_Created, 1))
 	at2 := state("o1", contracts.OrderStatus_InventoryReserved, 2)
-	_, err = p.Append.AppendProjected(ctxT(t), "o1", 1, f, envs("o1", "e2"), at2)
+	_, err = Commit(ctxT(t), p.Append, "o1", 1, f, envs("o1", "e2"), at2)
 	require.NoError(t, err)
 	got, gv = mustGet(t, p.ReadModel, "o1")
 	require.EqualValues(t, 2, gv)
@@ -336,7 +337,7 @@ func testProjectedGuard(t *testing.T, p Projected) {
 func testProjectedRefused(t *testing.T, p Projected) {
 	f := open(t, p, "o1")
 	created := state("o1", contracts.OrderStatus_Created, 1)
-	_, err := p.Append.AppendProjected(ctxT(t), "o1", 0, f, envs("o1", "e1"), created)
+	_, err := Commit(ctxT(t), p.Append, "o1", 0, f, envs("o1", "e1"), created)
 	require.NoError(t, err)
 	require.NoError(t, p.ReadModel.Delete(ctxT(t), "o1"))
 
@@ -352,10 +353,18 @@ func testProjectedRefused(t *testing.T, p Projected) {
 		{"wrong fence", 1, eventstore.Fence{Generation: f.Generation, Epoch: f.Epoch + 1}, envs("o1", "e2"), eventstore.ErrFenced},
 		{"recorded source command", 1, f, envs("o1", "e1"), eventstore.ErrDuplicateCommand},
 	} {
-		_, err := p.Append.AppendProjected(ctxT(t), "o1", tc.expected, tc.fence, tc.events, later)
+		_, err := Commit(ctxT(t), p.Append, "o1", tc.expected, tc.fence, tc.events, later)
 		require.ErrorIs(t, err, tc.want, tc.name)
 		_, _, err = p.ReadModel.Get(ctxT(t), "o1")
 		require.True(t, errors.Is(err, readmodel.ErrNotFound), "%s: a refused append wrote the record (Get: %v)", tc.name, err)
 		require.Equal(t, []string{"e1"}, loadIDs(t, p, "o1"), tc.name)
 	}
+}
+
+// Commit commits a unit of events alone through c, with the projection
+// of state, and returns the stream's new version: the shape of a step's
+// write, for tests that need one.
+func Commit(ctx context.Context, c readmodel.Committer, orderID string, expected int64, f eventstore.Fence, evs []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
+	out, err := c.Commit(ctx, eventstore.NewUnit(orderID, expected, f, evs), state)
+	return out.Version, err
 }

@@ -22,12 +22,12 @@ type Watched struct {
 	Watcher   readmodel.TerminalWatcher
 	// Append and Events, optional (nil skips those cases): a projected
 	// append over ReadModel's records and the event store it appends to.
-	Append readmodel.ProjectedAppender
+	Append readmodel.Committer
 	Events eventstore.Store
 }
 
 // RunTerminalContract runs the TerminalWatcher contract, with the writes
-// of Store.Put and ProjectedAppender.AppendProjected that must announce
+// of Store.Put and Committer.Commit that must announce
 // terminal records, as subtests. newStores is called once per subtest and
 // must return empty stores (or ones whose keys no other subtest sees) and
 // a watcher of them alone.
@@ -228,12 +228,12 @@ func testTerminalProjectedAppend(t *testing.T, w Watched) {
 	ctx := budget(t)
 	f, _, err := w.Events.Open(ctx, "o1", 1)
 	require.NoError(t, err)
-	_, err = w.Append.AppendProjected(ctx, "o1", 0, f, envs("o1", "e1"), state("o1", contracts.OrderStatus_Created, 1))
+	_, err = Commit(ctx, w.Append, "o1", 0, f, envs("o1", "e1"), state("o1", contracts.OrderStatus_Created, 1))
 	require.NoError(t, err)
 	out := awaitAsync(ctx, w, "o1")
-	_, err = w.Append.AppendProjected(ctx, "o1", 1, f, envs("o1", "e2"), state("o1", contracts.OrderStatus_PaymentAuthorized, 2))
+	_, err = Commit(ctx, w.Append, "o1", 1, f, envs("o1", "e2"), state("o1", contracts.OrderStatus_PaymentAuthorized, 2))
 	require.NoError(t, err)
-	_, err = w.Append.AppendProjected(ctx, "o1", 2, f, envs("o1", "e3"), state("o1", contracts.OrderStatus_Confirmed, 3))
+	_, err = Commit(ctx, w.Append, "o1", 2, f, envs("o1", "e3"), state("o1", contracts.OrderStatus_Confirmed, 3))
 	require.NoError(t, err)
 	requireOutcome(t, out, contracts.OrderStatus_Confirmed, "waiter of the projected append")
 	got, v := mustGet(t, w.ReadModel, "o1")

@@ -23,9 +23,9 @@ func TestReadModelContract(t *testing.T) {
 	readmodeltest.RunContract(t, func(*testing.T) readmodel.Store { return workflowtest.NewReadModel() })
 }
 
-func TestProjectedAppenderContract(t *testing.T) {
+func TestCommitterContract(t *testing.T) {
 	readmodeltest.RunProjectedAppendContract(t, func(*testing.T) readmodeltest.Projected {
-		p := &workflowtest.ProjectedAppender{Events: workflowtest.NewEvents(), ReadModel: workflowtest.NewReadModel()}
+		p := workflowtest.NewDeps().Commits
 		return readmodeltest.Projected{Append: p, Events: p.Events, ReadModel: p.ReadModel}
 	})
 }
@@ -44,7 +44,7 @@ func TestPaymentContract(t *testing.T) {
 
 func TestTerminalWatcherContract(t *testing.T) {
 	readmodeltest.RunTerminalContract(t, func(*testing.T) readmodeltest.Watched {
-		p := &workflowtest.ProjectedAppender{Events: workflowtest.NewEvents(), ReadModel: workflowtest.NewReadModel()}
+		p := workflowtest.NewDeps().Commits
 		return readmodeltest.Watched{ReadModel: p.ReadModel, Watcher: p.ReadModel, Append: p, Events: p.Events}
 	})
 }

@@ -42,10 +42,11 @@ type Deps struct {
 	Inventory   *Inventory
 	Payment     *Payment
 	Envelopes   *Envelopes
-	// Projected is the projected append over Events and ReadModel.
-	Projected *ProjectedAppender
-	Clock     *Clock
-	Evidence  *Evidence
+	// Commits commits units over Events, ReadModel, Envelopes and
+	// Idempotency.
+	Commits  *Committer
+	Clock    *Clock
+	Evidence *Evidence
 	// Config uses every fake above.
 	Config workflow.Config
 }
@@ -64,18 +65,18 @@ func NewDeps() *Deps {
 		Clock:       NewClock(1_700_000_000_000, 1),
 		Evidence:    &Evidence{},
 	}
-	d.Projected = &ProjectedAppender{Events: d.Events, ReadModel: d.ReadModel}
+	d.Commits = &Committer{Events: d.Events, ReadModel: d.ReadModel, Envelopes: d.Envelopes, Idempotency: d.Idempotency}
 	d.Config = workflow.Config{
-		Kind:            Kind,
-		Events:          d.Events,
-		ReadModel:       d.ReadModel,
-		Idempotency:     d.Idempotency,
-		Inventory:       d.Inventory,
-		Payment:         d.Payment,
-		Envelopes:       d.Envelopes,
-		ProjectedAppend: d.Projected,
-		Now:             d.Clock.Now,
-		Evidence:        d.Evidence,
+		Kind:        Kind,
+		Events:      d.Events,
+		ReadModel:   d.ReadModel,
+		Idempotency: d.Idempotency,
+		Inventory:   d.Inventory,
+		Payment:     d.Payment,
+		Envelopes:   d.Envelopes,
+		Commits:     d.Commits,
+		Now:         d.Clock.Now,
+		Evidence:    d.Evidence,
 	}
 	return d
 }
@@ -481,13 +482,28 @@ func (r *ReadModel) Lookup(orderID string) (*contracts.OrderState, int64, bool) 
 type Idempotency struct {
 	mu       sync.Mutex
 	mappings map[string]commerce.Mapping
+	// old are the keys whose mapping is of the old layout, which a unit's
+	// started mark does not reach (only MarkStarted does).
+	old      map[string]bool
 	failMark error
 
 	ReserveCalls, MarkStartedCalls atomic.Int64
 }
 
 // NewIdempotency returns an empty mapping store.
-func NewIdempotency() *Idempotency { return &Idempotency{mappings: map[string]commerce.Mapping{}} }
+func NewIdempotency() *Idempotency {
+	return &Idempotency{mappings: map[string]commerce.Mapping{}, old: map[string]bool{}}
+}
+
+// MoveToOldLayout files key's mapping in the old layout: a start's unit
+// does not mark it (AddStartedMark's write finds nothing), MarkStarted
+// does, as commerce.Redis does for a mapping written before the layout
+// changed.
+func (i *Idempotency) MoveToOldLayout(key string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.old[key] = true
+}
 
 func (i *Idempotency) Reserve(_ context.Context, key string, candidate commerce.Mapping) (commerce.Mapping, bool, error) {
 	i.ReserveCalls.Add(1)
@@ -528,6 +544,37 @@ func (i *Idempotency) MarkStarted(_ context.Context, key, orderID string) error 
 	return nil
 }
 
+// AddStartedMark implements commerce.Idempotency: the write names the key
+// and is made when Committer.Commit hands it back to this store.
+func (i *Idempotency) AddStartedMark(u commerce.Unit, key string) (int, error) {
+	if key == "" || u.OrderID() == "" {
+		return 0, fmt.Errorf("%w: idempotency key and orderId are required", commerce.ErrInvalidArgument)
+	}
+	return u.HashSetIf(idemKeyPrefix+key, "orderId", u.OrderID(), "status", []byte(commerce.MappingStarted)), nil
+}
+
+// idemKeyPrefix marks the unit writes of Idempotency.
+const idemKeyPrefix = "workflowtest:idem:"
+
+// apply makes a committed unit's write of this store, counted as a
+// MarkStarted call.
+func (i *Idempotency) apply(c eventstore.Companion) (mine, wrote bool) {
+	key, ok := strings.CutPrefix(c.Key, idemKeyPrefix)
+	if !ok {
+		return false, false
+	}
+	i.MarkStartedCalls.Add(1)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	m, ok := i.mappings[key]
+	if !ok || m.OrderID != c.IfValue || i.old[key] {
+		return true, false
+	}
+	m.Status = commerce.MappingStarted
+	i.mappings[key] = m
+	return true, true
+}
+
 func (i *Idempotency) Forget(_ context.Context, key string, m commerce.Mapping) (bool, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -540,7 +587,8 @@ func (i *Idempotency) Forget(_ context.Context, key string, m commerce.Mapping) 
 }
 
 // FailNextMarkStarted makes the next MarkStarted fail with err, writing
-// nothing: a start interrupted after its event was recorded.
+// nothing: a start interrupted after its event was recorded, whose unit
+// could not mark the mapping itself (MoveToOldLayout).
 func (i *Idempotency) FailNextMarkStarted(err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -795,14 +843,38 @@ func NewEnvelopes() *Envelopes {
 	return &Envelopes{first: map[string]*contracts.StartOrderWorkflowReq{}}
 }
 
-func (e *Envelopes) SaveFirst(_ context.Context, req *contracts.StartOrderWorkflowReq) error {
+// AddFirst implements workflow.Envelopes: the write is a SET NX of the
+// encoded envelope that Committer.Commit hands back to this store.
+func (e *Envelopes) AddFirst(u *eventstore.Unit, req *contracts.StartOrderWorkflowReq) error {
+	b, err := workflow.EncodeEnvelope(req)
+	if err != nil {
+		return err
+	}
+	u.SetIfAbsent(envelopeKeyPrefix+u.OrderID(), b)
+	return nil
+}
+
+// envelopeKeyPrefix marks the unit writes of Envelopes.
+const envelopeKeyPrefix = "workflowtest:envelope:"
+
+// apply makes a committed unit's write of this store, counted as a save.
+func (e *Envelopes) apply(c eventstore.Companion) (mine, wrote bool) {
+	orderID, ok := strings.CutPrefix(c.Key, envelopeKeyPrefix)
+	if !ok {
+		return false, false
+	}
 	e.Saves.Add(1)
+	req, err := workflow.DecodeEnvelope(orderID, c.Value)
+	if err != nil {
+		panic(fmt.Sprintf("workflowtest: envelope of %s: %v", orderID, err))
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.first[req.OrderId]; !ok {
-		e.first[req.OrderId] = proto.Clone(req).(*contracts.StartOrderWorkflowReq)
+	if _, ok := e.first[orderID]; ok {
+		return true, false
 	}
-	return nil
+	e.first[orderID] = req
+	return true, true
 }
 
 func (e *Envelopes) LoadFirst(_ context.Context, orderID string) (*contracts.StartOrderWorkflowReq, error) {
@@ -826,38 +898,18 @@ var (
 	_ workflow.Envelopes        = (*Envelopes)(nil)
 )
 
-// ProjectedAppender is a fake of readmodel.ProjectedAppender (and so of
-// workflow.ProjectedAppender) over Events and ReadModel: the append and
-// the projection write, under Put's version guard, happen together or not
-// at all, and Calls counts them.
-type ProjectedAppender struct {
-	Events    *Events
-	ReadModel *ReadModel
-	Calls     atomic.Int64
-}
-
-// AppendProjected implements workflow.ProjectedAppender.
-func (p *ProjectedAppender) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState) (int64, error) {
-	p.Calls.Add(1)
-	v, err := p.Events.Append(ctx, orderID, expectedVersion, fence, events)
-	if err != nil {
-		return 0, err
-	}
-	p.ReadModel.seedUnlessNewer(orderID, v, state)
-	return v, nil
-}
-
-// StartAppender is a fake of workflow.StartAppender over Projected's
-// stores, Envelopes and Idempotency: the projected append and, only if it
-// landed, the first envelope and the started mark, which are not counted
-// as those stores' own calls (they are part of this step). Calls counts
-// the steps.
+// Committer is a fake of readmodel.ProjectedAppend's Commit (and so of
+// readmodel.Committer) over Events and ReadModel: the unit's append and
+// its projection write, under Put's version guard, and then its writes of
+// Envelopes and Idempotency (AddFirst, AddStartedMark), happen together
+// or not at all, and Calls counts the units.
 //
-// It runs no companion: a call that carries some (Order.CarryFirstWrite)
-// records them in With, and fails with RefuseWith, when set, before
-// anything is written, as a failed Require does.
-type StartAppender struct {
-	Projected   *ProjectedAppender
+// Any other write (an activation's Ready an order carried,
+// Order.CarryFirstWrite) it records in With, and fails with RefuseWith,
+// when set, before anything is written, as a failed Require does.
+type Committer struct {
+	Events      *Events
+	ReadModel   *ReadModel
 	Envelopes   *Envelopes
 	Idempotency *Idempotency
 	Calls       atomic.Int64
@@ -867,41 +919,44 @@ type StartAppender struct {
 	with []eventstore.Companion
 }
 
-// With is what the last call carried.
-func (s *StartAppender) With() []eventstore.Companion {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.with
+// With is what the last unit carried besides the fakes' own writes.
+func (p *Committer) With() []eventstore.Companion {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.with
 }
 
-// AppendStart implements workflow.StartAppender.
-func (s *StartAppender) AppendStart(ctx context.Context, orderID string, expectedVersion int64, fence eventstore.Fence, events []eventstore.Envelope, state *contracts.OrderState, start *contracts.StartOrderWorkflowReq, with []eventstore.Companion) (int64, bool, error) {
-	s.Calls.Add(1)
-	s.mu.Lock()
-	s.with = with
-	s.mu.Unlock()
-	if len(with) > 0 && s.RefuseWith != nil {
-		return 0, false, s.RefuseWith
+// Commit implements readmodel.Committer.
+func (p *Committer) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
+	p.Calls.Add(1)
+	var other []eventstore.Companion
+	for _, c := range u.Writes {
+		if !strings.HasPrefix(c.Key, envelopeKeyPrefix) && !strings.HasPrefix(c.Key, idemKeyPrefix) {
+			other = append(other, c)
+		}
 	}
-	v, err := s.Projected.Events.Append(ctx, orderID, expectedVersion, fence, events)
+	p.mu.Lock()
+	p.with = other
+	p.mu.Unlock()
+	if len(other) > 0 && p.RefuseWith != nil {
+		return eventstore.Outcome{}, p.RefuseWith
+	}
+	v, err := p.Events.Append(ctx, u.OrderID(), u.ExpectedVersion(), u.Fence(), u.Events())
 	if err != nil {
-		return 0, false, err
+		return eventstore.Outcome{}, err
 	}
-	s.Projected.ReadModel.seedUnlessNewer(orderID, v, state)
-	s.Envelopes.mu.Lock()
-	if _, ok := s.Envelopes.first[orderID]; !ok {
-		s.Envelopes.first[orderID] = proto.Clone(start).(*contracts.StartOrderWorkflowReq)
+	p.ReadModel.seedUnlessNewer(u.OrderID(), v, state)
+	out := eventstore.Outcome{Version: v, Applied: make([]bool, len(u.Writes))}
+	for i, c := range u.Writes {
+		if mine, wrote := p.Envelopes.apply(c); mine {
+			out.Applied[i] = wrote
+			continue
+		}
+		if _, wrote := p.Idempotency.apply(c); wrote {
+			out.Applied[i] = true
+		}
 	}
-	s.Envelopes.mu.Unlock()
-	s.Idempotency.mu.Lock()
-	defer s.Idempotency.mu.Unlock()
-	m, ok := s.Idempotency.mappings[start.GetIdempotencyKey()]
-	if !ok || m.OrderID != orderID {
-		return v, false, nil
-	}
-	m.Status = commerce.MappingStarted
-	s.Idempotency.mappings[start.GetIdempotencyKey()] = m
-	return v, true, nil
+	return out, nil
 }
 
-var _ workflow.StartAppender = (*StartAppender)(nil)
+var _ readmodel.Committer = (*Committer)(nil)
