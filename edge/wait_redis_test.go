@@ -86,7 +86,7 @@ type redisWaits struct {
 	reg      *telemetry.Registry // the API process's metrics
 	base     string
 	events   *eventstore.Redis
-	append   *readmodel.ProjectedAppend
+	append   *readmodel.RedisCommitter
 	fences   map[string]eventstore.Fence
 	versions map[string]int64
 }
@@ -118,7 +118,7 @@ func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	require.NoError(t, err)
 	wrm, err := readmodel.NewRedis(readmodel.Config{Client: wf, Logger: log})
 	require.NoError(t, err)
-	w.append, err = readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: w.events, ReadModel: wrm})
+	w.append, err = readmodel.NewRedisCommitter(readmodel.RedisCommitterConfig{Events: w.events, ReadModel: wrm})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return w.feed.Subscriptions() == 1 }, 10*time.Second, 5*time.Millisecond)
 	return w

@@ -40,5 +40,5 @@
 // one order's Unit (unit.go): each store adds its own writes to it through
 // a method of its own package, and this package commits it as one script
 // (Commit); the read model's part, with the rule for its index, is
-// readmodel.ProjectedAppend.Commit.
+// readmodel.RedisCommitter.Commit.
 package eventstore

@@ -35,7 +35,7 @@ func TestRedisWriterFenceStampsAndLegacyEntries(t *testing.T) {
 		t.Fatalf("legacy entry opened as %+v, want one entry with a zero fence", evs)
 	}
 	ev := []eventstore.Envelope{{EventID: "new", EventType: "T", CreatedAtUnixMs: 2, Data: []byte("{}")}}
-	if _, err := s.AppendProjected(ctx, o, 1, f, ev, eventstore.Projection{Key: "rm:{" + o + "}", VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}); err != nil {
+	if _, err := commitProjected(ctx, s, o, 1, f, ev, eventstore.Projection{Key: "rm:{" + o + "}", VersionField: "version", StateField: "state", Version: 2, State: []byte("s")}); err != nil {
 		t.Fatalf("projected append: %v", err)
 	}
 	evs, err = s.Load(ctx, o)
@@ -89,7 +89,7 @@ func TestRedisSchemaVersionIsRecordedAndLegacyEntriesAreOne(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendProjected(ctx, o, 3, f, []eventstore.Envelope{{EventID: "p2", EventType: "T", Data: []byte("{}"), Schema: 2}},
+	if _, err := commitProjected(ctx, s, o, 3, f, []eventstore.Envelope{{EventID: "p2", EventType: "T", Data: []byte("{}"), Schema: 2}},
 		eventstore.Projection{Key: "rm:{" + o + "}", VersionField: "version", StateField: "state", Version: 4, State: []byte("s")}); err != nil {
 		t.Fatal(err)
 	}

@@ -252,17 +252,6 @@ end
 return {0, version, applied}
 `)
 
-// AppendProjected is Append (same checks in the same order, same errors)
-// that also writes proj, another store's record of the fold the events
-// lead to, in the same script: a Unit of the events and proj alone
-// (Commit). proj's Version is the stream's new version.
-func (r *Redis) AppendProjected(ctx context.Context, orderID string, expectedVersion int64, fence Fence, events []Envelope, proj Projection) (int64, error) {
-	u := NewUnit(orderID, expectedVersion, fence, events)
-	u.Project(proj)
-	out, err := r.Commit(ctx, u)
-	return out.Version, err
-}
-
 // appendProjectedWith is Commit's script: the append and proj, and the
 // companions, in order, in the same script once the append's checks
 // passed; applied

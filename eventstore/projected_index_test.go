@@ -21,7 +21,7 @@ func TestIndexEntryNeedsASingleServerClient(t *testing.T) {
 	s, err := eventstore.NewRedis(eventstore.Config{Client: c})
 	require.NoError(t, err)
 	require.False(t, s.SingleServer())
-	_, err = s.AppendProjected(context.Background(), "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
+	_, err = commitProjected(context.Background(), s, "o1", 0, eventstore.Fence{Generation: 1, Epoch: 1},
 		[]eventstore.Envelope{{EventID: "e1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}},
 		eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s"),
 			Index: eventstore.IndexEntry{Op: eventstore.IndexAdd, Key: "rm:active:{3}", Member: "o1", Score: 1}})

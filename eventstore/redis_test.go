@@ -344,25 +344,25 @@ func TestRedisWrongTypeAtStreamKeyIsCorrupt(t *testing.T) {
 // A projected append refuses a projection that cannot share the script's
 // slot or lacks its fields, before anything is written. (Its version is
 // the unit's: Unit.Project sets it.)
-func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
+func TestRedisCommitRefusesMisfitProjections(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	s := newRedis(t, eventstore.Config{Client: c})
 	ctx := ctxT(t)
 	ev := []eventstore.Envelope{{EventID: "e1", OrderID: "o1", EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
 	f := eventstore.Fence{Generation: 1, Epoch: 1}
-	_, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
+	_, err := commitProjected(ctx, s, "o1", 0, f, ev, eventstore.Projection{Key: "rm:o1", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
 	if !errors.Is(err, eventstore.ErrInvalidOrderID) {
 		t.Fatalf("projection key without the hash tag: got %v", err)
 	}
 	for _, fields := range [][2]string{{"", "state"}, {"version", ""}, {"v", "v"}} {
-		_, err = s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: fields[0], StateField: fields[1], Version: 1, State: []byte("s")})
+		_, err = commitProjected(ctx, s, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: fields[0], StateField: fields[1], Version: 1, State: []byte("s")})
 		require.Error(t, err, "fields %q", fields)
 	}
 	if keys := allKeys(t, c); len(keys) != 0 {
 		t.Fatalf("refused appends wrote %v", keys)
 	}
-	v, err := s.AppendProjected(ctx, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
+	v, err := commitProjected(ctx, s, "o1", 0, f, ev, eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 1, State: []byte("s")})
 	if err != nil || v != 1 {
 		t.Fatalf("projected append: %d %v", v, err)
 	}
@@ -374,31 +374,31 @@ func TestRedisAppendProjectedRefusesMisfits(t *testing.T) {
 
 // The projection goes to the fields its owner names, under the guard
 // Projection states; a plain Append writes none of it.
-func TestRedisAppendProjectedWritesTheOwnersFieldsUnderTheGuard(t *testing.T) {
+func TestRedisCommitWritesTheProjectionsFieldsUnderTheGuard(t *testing.T) {
 	s, c, ctx, f := openedO1(t)
 	ev := oneEvent
 	proj := func(v int64, state string) eventstore.Projection {
 		return eventstore.Projection{Key: "other:{o1}", VersionField: "ver", StateField: "body", Version: v, State: []byte(state)}
 	}
 
-	_, err := s.AppendProjected(ctx, "o1", 0, f, ev("e1"), proj(1, "one"))
+	_, err := commitProjected(ctx, s, "o1", 0, f, ev("e1"), proj(1, "one"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ver": "1", "body": "one"}, c.HGetAll(ctx, "other:{o1}").Val())
 
 	// A newer record stored by its owner is kept.
 	require.NoError(t, c.HSet(ctx, "other:{o1}", "ver", 9, "body", "nine").Err())
-	_, err = s.AppendProjected(ctx, "o1", 1, f, ev("e2"), proj(2, "two"))
+	_, err = commitProjected(ctx, s, "o1", 1, f, ev("e2"), proj(2, "two"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ver": "9", "body": "nine"}, c.HGetAll(ctx, "other:{o1}").Val())
 
 	// A damaged version does not block the write.
 	require.NoError(t, c.HSet(ctx, "other:{o1}", "ver", "x").Err())
-	_, err = s.AppendProjected(ctx, "o1", 2, f, ev("e3"), proj(3, "three"))
+	_, err = commitProjected(ctx, s, "o1", 2, f, ev("e3"), proj(3, "three"))
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ver": "3", "body": "three"}, c.HGetAll(ctx, "other:{o1}").Val())
 
 	// A refused append leaves the record alone.
-	_, err = s.AppendProjected(ctx, "o1", 0, f, ev("e4"), proj(1, "stale"))
+	_, err = commitProjected(ctx, s, "o1", 0, f, ev("e4"), proj(1, "stale"))
 	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
 	require.Equal(t, "three", c.HGet(ctx, "other:{o1}", "body").Val())
 
@@ -550,4 +550,13 @@ func openedO1(t *testing.T) (*eventstore.Redis, *redis.Client, context.Context, 
 // oneEvent is a batch of one opaque event with the given id.
 func oneEvent(id string) []eventstore.Envelope {
 	return []eventstore.Envelope{{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}")}}
+}
+
+// commitProjected commits a unit of events and proj alone: a step's
+// write as the read model makes it.
+func commitProjected(ctx context.Context, s *eventstore.Redis, orderID string, expected int64, f eventstore.Fence, evs []eventstore.Envelope, proj eventstore.Projection) (int64, error) {
+	u := eventstore.NewUnit(orderID, expected, f, evs)
+	u.Project(proj)
+	out, err := s.Commit(ctx, u)
+	return out.Version, err
 }

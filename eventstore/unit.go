@@ -15,7 +15,7 @@ import (
 // under its own prefix and encoding, that takes the few methods of Unit
 // it uses as an interface of its own: no store imports another, and this
 // package spells none of their keys or encodings, it only runs the ops
-// (readmodel.ProjectedAppend.Commit, commerce.Redis.AddStartedMark,
+// (readmodel.RedisCommitter.Commit, commerce.Redis.AddStartedMark,
 // relocation.Redis.AddFirstEnvelope).
 //
 // Every key of a unit carries the order's hash tag, so the script runs on

@@ -8,7 +8,7 @@
 // It is a projection that can always be rebuilt from the event stream; it
 // must not import actors/workflow, actors/grain, cluster or edge. It
 // imports eventstore for one reason: it owns the projected append
-// (ProjectedAppend), the one write that spans the event store and this
+// (RedisCommitter), the one write that spans the event store and this
 // store.
 package readmodel
 
@@ -21,7 +21,7 @@ import (
 )
 
 var (
-	// ErrConfig: NewRedis or NewProjectedAppend was given a Config it
+	// ErrConfig: NewRedis or NewRedisCommitter was given a Config it
 	// cannot work with.
 	ErrConfig = errors.New("readmodel: invalid config")
 	// ErrNotFound: no projection is stored for the order.

@@ -18,7 +18,7 @@ import (
 var ErrUnavailable = errkind.New(errkind.StoreUnavailable, "readmodel: unavailable")
 
 // The record's fields. They are this store's; the projected append writes
-// them only through ProjectedAppend, which names them to the event store.
+// them only through RedisCommitter, which names them to the event store.
 const (
 	fieldVersion = "version"
 	fieldState   = "state"

@@ -28,7 +28,7 @@ func TestRedisClusterContracts(t *testing.T) {
 			return newRedis(t, readmodel.Config{Client: c, KeyPrefix: fmt.Sprintf("t%d:rm:", n.Add(1))})
 		})
 	})
-	t.Run("ProjectedAppend", func(t *testing.T) {
+	t.Run("RedisCommitter", func(t *testing.T) {
 		readmodeltest.RunProjectedAppendContract(t, func(t *testing.T) readmodeltest.Projected {
 			i := n.Add(1)
 			return newProjected(t, c, fmt.Sprintf("t%d:es:", i), fmt.Sprintf("t%d:rm:", i))

@@ -12,7 +12,7 @@ import (
 //
 // The notify side is in the writes themselves. Every write of this store
 // that stores a terminal record (Confirmed or Failed) — Put, and the
-// projected append (ProjectedAppend) — announces the order id in the same
+// projected append (RedisCommitter) — announces the order id in the same
 // atomic step, after the record is written: on Redis a PUBLISH of the
 // order id on TerminalChannel inside the write's script. A write the
 // version guard refuses announces nothing, and a write of a non-terminal

@@ -43,12 +43,6 @@ type Config struct {
 	// Relocations keeps relocation operation records. Required for
 	// RelocateOrderReq.
 	Relocations relocation.Store
-	// ReadyInStart: the Location Store shares the Redis server of the
-	// start's unit of work (workflow.Service.Start), so a new order's start may
-	// carry the grain's Ready commit when its activator leaves it to the
-	// grain (ready.go). Without it the grain commits before its first
-	// write, a round trip of its own.
-	ReadyInStart bool
 	// IdleTimeout passivates a grain that received nothing for this long:
 	// authority is released and the next command activates generation+1.
 	// An order with work left is never passivated, neither idle nor when

@@ -8,13 +8,15 @@ import (
 )
 
 // carryReady hands a new order's start the writes that record this grain
-// Ready, when its activator left the commit to the grain: the start's
+// Ready, when its activator left the commit to the grain (it does only
+// where the Location Store can spell the commit out as writes in the
+// start's slot: location.Redis.ReadyWritesFor, on one server): the start's
 // append then carries them (workflow.Order.CarryFirstWrite), and the one
 // round trip records the activation and the order. It reports whether
 // the start carries them; otherwise the caller makes sure of the record
 // before anything is written (placement.Activation.EnsureReady).
 func (g *orderGrain) carryReady(starting bool) bool {
-	if !g.cfg.ReadyInStart || !starting || !g.order.Deferred() {
+	if !starting || !g.order.Deferred() {
 		return false
 	}
 	w, ok := g.act.TakeReady()

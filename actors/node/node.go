@@ -74,20 +74,16 @@ type Stores struct {
 	// unit is in the order's hash slot, and the stores are one deployment
 	// (ErrSplitDeployment).
 	Commits readmodel.Committer
-	// CreationLocks is the Location Store when it shares commerce's one
-	// Redis server: a start's key reservation may then take the order's
-	// creation lock in the same script (location.Redis.CreationFor);
-	// nil otherwise.
-	CreationLocks *location.Redis
+	// Locations is the Location Store itself (Location may be a wrapper):
+	// on one server a start's key reservation takes the order's creation
+	// lock in the same script, as the store spells it out
+	// (location.Redis.CreationFor, which says when it cannot).
+	Locations *location.Redis
 	// Barrier is the event store when every store's writes wait for
 	// replicas (StoreOptions.Replication), nil otherwise: the workflow
 	// and the edge pass it before acknowledging state they did not write
 	// (eventstore.Barrier).
 	Barrier eventstore.Barrier
-	// ReadyInStart: the stores talk to one Redis server, so a new
-	// order's start may carry its grain's Ready commit, whose owned-set
-	// entry is in another hash slot (grain.Config.ReadyInStart).
-	ReadyInStart bool
 	// Probe is the Location Store on a client of its own (a
 	// redisurl.Options.Probe client)
 	// for the self-fence probe, which load on the shared pool must not
@@ -251,9 +247,9 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		}
 	}
 	// Every store is on one deployment (oneDeployment): a step's event
-	// and its projection are one script (readmodel.ProjectedAppend), and
+	// and its projection are one script (readmodel.RedisCommitter), and
 	// so is a new order's start with the other stores' writes.
-	pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: events, ReadModel: projections})
+	pa, err := readmodel.NewRedisCommitter(readmodel.RedisCommitterConfig{Events: events, ReadModel: projections})
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -265,7 +261,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		s.Close()
 		return nil, err
 	}
-	s.Location, s.Relocation = locations, relocations
+	s.Location, s.Locations, s.Relocation = locations, locations, relocations
 	pc, err := redisurl.NewClient(cmp.Or(urls.Location, urls.Default), redisurl.Options{Probe: true})
 	if err != nil {
 		s.Close()
@@ -276,15 +272,6 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		s.Close()
 		return nil, err
 	}
-	// On one Redis server a start's writes of several stores are one
-	// script; a Redis Cluster keeps them apart until each store's keys of
-	// an order share its slot.
-	if commerceStore.SingleServer() && locations.SingleServer() {
-		s.CreationLocks = locations
-	}
-	// The Ready commit a start may carry adds the member's owned set,
-	// another slot, so only on one server.
-	s.ReadyInStart = pa.AnySlotCompanions() && locations.SingleServer()
 	return s, nil
 }
 
@@ -483,14 +470,13 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		return nil, err
 	}
 	gcfg := grain.Config{
-		Service:      svc,
-		Relocations:  cfg.Stores.Relocation,
-		ReadyInStart: cfg.Stores.ReadyInStart,
-		IdleTimeout:  cfg.IdleTimeout,
-		Evidence:     cfg.Evidence,
-		Now:          now,
-		Logger:       cfg.Logger,
-		Metrics:      cfg.Metrics,
+		Service:     svc,
+		Relocations: cfg.Stores.Relocation,
+		IdleTimeout: cfg.IdleTimeout,
+		Evidence:    cfg.Evidence,
+		Now:         now,
+		Logger:      cfg.Logger,
+		Metrics:     cfg.Metrics,
 
 		TracerProvider: cfg.TracerProvider,
 	}

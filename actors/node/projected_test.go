@@ -12,6 +12,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
@@ -29,7 +30,7 @@ func TestOneRedisWiresTheProjectedAppend(t *testing.T) {
 	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
 	require.NoError(t, err)
 	defer st.Close()
-	require.IsType(t, &readmodel.ProjectedAppend{}, st.Commits, "one Redis: projections travel with appends")
+	require.IsType(t, &readmodel.RedisCommitter{}, st.Commits, "one Redis: projections travel with appends")
 
 	fence, _, err := st.Events.Open(ctx, "o1", 1)
 	require.NoError(t, err)
@@ -76,8 +77,10 @@ func TestSplitStoresAreRefused(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	require.NotNil(t, st.Commits)
-	require.NotNil(t, st.CreationLocks)
-	require.True(t, st.ReadyInStart)
+	_, ok := st.Locations.CreationFor("order", "o")
+	require.True(t, ok, "one server: a start's key reservation takes the creation lock")
+	_, ok = st.Locations.ReadyWritesFor("order", "o", "tok", location.Record{Owner: "m", Generation: 1})
+	require.True(t, ok, "one server: a start may carry its grain's Ready commit")
 }
 
 // One Redis for every store: a new order's start is one unit of work

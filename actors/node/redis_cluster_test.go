@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
@@ -76,7 +77,8 @@ func TestAStartIsOneScriptOnARedisCluster(t *testing.T) {
 	st, err := OpenStores(ctx, RedisURLs{Default: rc.URL()}, StoreOptions{StoreHook: reg.RedisHook, PoolSize: 4})
 	require.NoError(t, err)
 	defer st.Close()
-	require.False(t, st.ReadyInStart, "the Ready commit's owned set is another slot")
+	_, ok := st.Locations.ReadyWritesFor("order", "o", "tok", location.Record{Owner: "m", Generation: 1})
+	require.False(t, ok, "the Ready commit's owned set is another slot: no start carries it")
 	svc := workflowOver(t, st)
 
 	commands := func(store string) float64 {

@@ -69,7 +69,7 @@ func TestEveryStoreReportsAFullRedisAsStoreFull(t *testing.T) {
 	_, _, err = st.Commerce.Idempotency().Reserve(ctx, "k-full", commerce.Mapping{OrderID: "o-full"})
 	full("idempotency reserve", commerce.ErrUnavailable, err)
 	full("relocation first envelope", relocation.ErrUnavailable, st.Relocation.SaveFirst(ctx, "o-full", []byte("envelope")))
-	_, _, _, err = st.CreationLocks.BeginCreate(ctx, "order", "o-full", "token", time.Minute)
+	_, _, _, err = st.Locations.BeginCreate(ctx, "order", "o-full", "token", time.Minute)
 	full("location creation lock", location.ErrStoreUnavailable, err)
 	full("fixture gate", fixture.ErrUnavailable, st.Fixtures.ArmGate(ctx, "k-full", fixture.GateMode(1)))
 
@@ -92,7 +92,7 @@ func TestWriteScriptsAreRefusedWholeWhenRedisIsFull(t *testing.T) {
 	admin := srv.Client()
 	defer admin.Close()
 
-	acquired, _, _, err := st.CreationLocks.BeginCreate(ctx, "order", "o-full", "token", time.Minute)
+	acquired, _, _, err := st.Locations.BeginCreate(ctx, "order", "o-full", "token", time.Minute)
 	require.NoError(t, err)
 	require.True(t, acquired)
 	snapshot := func() map[string]string {
@@ -113,7 +113,7 @@ func TestWriteScriptsAreRefusedWholeWhenRedisIsFull(t *testing.T) {
 	defer admin.ConfigSet(context.Background(), "maxmemory", "0")
 
 	// abortCreate's first write is a DEL, which never counts as deny-oom.
-	err = st.CreationLocks.AbortCreate(ctx, "order", "o-full", "token")
+	err = st.Locations.AbortCreate(ctx, "order", "o-full", "token")
 	require.Error(t, err, "a write script runs under a full Redis")
 	require.ErrorIs(t, err, errkind.StoreFull, "%v", err)
 	require.ErrorIs(t, err, location.ErrStoreUnavailable, "%v", err)

@@ -40,9 +40,8 @@ func (h *harness) holdCreation(t *testing.T, orderID, lockToken, heldToken strin
 // takeCreation is holdCreation on a client and context of the caller's.
 func (h *harness) takeCreation(ctx context.Context, t testing.TB, rdb *redis.Client, orderID, lockToken, heldToken string) context.Context {
 	t.Helper()
-	require.NotNil(t, h.stores.CreationLocks, "commerce and the Location Store share one server")
-	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, orderID)
-	require.True(t, ok)
+	lock, ok := h.stores.Locations.CreationFor(grain.KindName, orderID)
+	require.True(t, ok, "commerce and the Location Store share one server")
 	require.NoError(t, rdb.SetNX(ctx, lock.Lock, lockToken, time.Minute).Err())
 	require.NoError(t, rdb.HSet(ctx, lock.Record, lock.StatusField, lock.Creating).Err())
 	return placement.WithHeldCreation(placement.WithMintedIdentity(ctx, grain.KindName, orderID), grain.KindName, orderID, heldToken)
@@ -137,7 +136,7 @@ func TestMintedStartRecordsReadyInTheStartsAppend(t *testing.T) {
 	owned, err := h.stores.Location.Owned(ctx, w.Member.Lookup.Self(), grain.KindName)
 	require.NoError(t, err)
 	require.Contains(t, owned, req.OrderId, "the owner's index lists it, for a takeover")
-	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
+	lock, ok := h.stores.Locations.CreationFor(grain.KindName, req.OrderId)
 	require.True(t, ok)
 	require.Zero(t, h.redis.Client().Exists(ctx, lock.Lock).Val(), "the creation lock is consumed")
 	h.waitStatus(t, req.OrderId, contracts.OrderStatus_Confirmed)
@@ -164,7 +163,7 @@ func TestMintedStartRefusedBeforeItsAppendLeavesNothing(t *testing.T) {
 
 	ctx := ctxT(t, 10*time.Second)
 	require.Empty(t, h.eventTypes(t, req.OrderId), "nothing appended")
-	lock, ok := h.stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
+	lock, ok := h.stores.Locations.CreationFor(grain.KindName, req.OrderId)
 	require.True(t, ok)
 	require.Eventually(t, func() bool {
 		hist, err := h.stores.Location.History(ctx, grain.KindName, req.OrderId)
@@ -346,7 +345,6 @@ func TestMintedStartInDoubtKeepsItsGrain(t *testing.T) {
 	stores := *h.stores
 	stores.Commits = lostReplyStart{Committer: h.stores.Commits, down: &down}
 	stores.Location = downLocation{Redis: loc, down: &down, refused: &refused}
-	require.True(t, stores.ReadyInStart)
 	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
 	a := h.startAPI("api-a")
 	waitMembers(t, a.member.Lookup, 1)
@@ -396,7 +394,6 @@ func TestMintedStartLandedButRetriedIsDrivenToTheEnd(t *testing.T) {
 	var refusals atomic.Int32
 	stores := *h.stores
 	stores.Commits = retriedStart{Committer: h.stores.Commits, refusals: &refusals}
-	require.True(t, stores.ReadyInStart)
 	h.startWorkflow("workflow-a", func(c *node.WorkflowConfig) { c.Stores = &stores })
 	a := h.startAPI("api-a")
 	waitMembers(t, a.member.Lookup, 1)

@@ -78,9 +78,8 @@ func TestRoundTripsPerOrder(t *testing.T) {
 	// server: its key reservation took the order's creation lock as well
 	// (here taken as location.Creation says), so the cold lookup only
 	// commits.
-	require.NotNil(t, stores.CreationLocks, "commerce and the Location Store share one server")
-	lock, ok := stores.CreationLocks.CreationFor(grain.KindName, req.OrderId)
-	require.True(t, ok)
+	lock, ok := stores.Locations.CreationFor(grain.KindName, req.OrderId)
+	require.True(t, ok, "commerce and the Location Store share one server")
 	rdb := h.redis.Client()
 	t.Cleanup(func() { _ = rdb.Close() })
 	require.NoError(t, rdb.SetNX(ctx, lock.Lock, "held-by-the-edge", m.Lookup.CreateLockTTL()).Err())

@@ -345,10 +345,10 @@ func streams(st *node.Stores) edge.Streams {
 // The stores are never split (node.ErrSplitDeployment), so one server
 // for commerce is one for the Location Store.
 func cartReserver(st *node.Stores, ttl time.Duration) edge.CartReserver {
-	if !st.Commerce.SingleServer() || st.CreationLocks == nil {
+	if !st.Commerce.SingleServer() {
 		return nil
 	}
-	return lockingReserver{Redis: st.Commerce, locks: st.CreationLocks, ttl: ttl}
+	return lockingReserver{Redis: st.Commerce, locks: st.Locations, ttl: ttl}
 }
 
 // lockingReserver is the one-step cart read and key reservation that also

@@ -27,7 +27,6 @@ func TestLockingReserverTakesAndGivesBackTheCreationLock(t *testing.T) {
 	st, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	require.NotNil(t, st.CreationLocks)
 	cart := commerce.Cart{CartID: "c-1", Lines: []*contracts.OrderLine{{Sku: "s", Quantity: 1}}, Amount: 100, Currency: "EUR"}
 	require.NoError(t, st.Commerce.Carts().PutCart(ctx, cart))
 
@@ -52,7 +51,7 @@ func TestLockingReserverTakesAndGivesBackTheCreationLock(t *testing.T) {
 	require.ErrorIs(t, err, commerce.ErrNotFound, "the mapping is given back")
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })
-	lock, _ := st.CreationLocks.CreationFor(grain.KindName, "ord-1")
+	lock, _ := st.Locations.CreationFor(grain.KindName, "ord-1")
 	require.Zero(t, c.Exists(ctx, lock.Record, lock.Lock).Val(), "and the lock, leaving no key")
 
 	spelled, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL(), Location: srv.URL() + "&client_name=loc"}, node.StoreOptions{})

@@ -898,7 +898,7 @@ var (
 	_ workflow.Envelopes        = (*Envelopes)(nil)
 )
 
-// Committer is a fake of readmodel.ProjectedAppend's Commit (and so of
+// Committer is a fake of readmodel.RedisCommitter's Commit (and so of
 // readmodel.Committer) over Events and ReadModel: the unit's append and
 // its projection write, under Put's version guard, and then its writes of
 // Envelopes and Idempotency (AddFirst, AddStartedMark), happen together

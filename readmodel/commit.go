@@ -37,15 +37,15 @@ type Committer interface {
 	Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error)
 }
 
-// ProjectedAppendConfig wires a ProjectedAppend.
-type ProjectedAppendConfig struct {
+// RedisCommitterConfig wires a RedisCommitter.
+type RedisCommitterConfig struct {
 	// Events and ReadModel are required and must live on the same Redis:
 	// the step is one script over the order's keys of both stores.
 	Events    *eventstore.Redis
 	ReadModel *Redis
 }
 
-// ProjectedAppend is Committer on Redis: the read model's part of
+// RedisCommitter is Committer on Redis: the read model's part of
 // an order's eventstore.Unit, this store's record (key, fields, encoded
 // state) as the unit's eventstore.Projection, whose guard is Put's.
 //
@@ -57,7 +57,7 @@ type ProjectedAppendConfig struct {
 // interrupt fixtures) or a failover lost writes; Continue then re-projects
 // a terminal order whose record is missing or older than its fold, and
 // Rebuild rewrites it from the stream alone.
-type ProjectedAppend struct {
+type RedisCommitter struct {
 	events  *eventstore.Redis
 	records *Redis
 	// inScript: both stores' clients talk to one server, so the index
@@ -65,16 +65,16 @@ type ProjectedAppend struct {
 	inScript bool
 }
 
-var _ Committer = (*ProjectedAppend)(nil)
+var _ Committer = (*RedisCommitter)(nil)
 
-// NewProjectedAppend returns the projected append over cfg's stores, or an
+// NewRedisCommitter returns the committer over cfg's stores, or an
 // error wrapping ErrConfig when one is missing. It cannot tell whether the
 // two are one deployment; the caller checks that first.
-func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
+func NewRedisCommitter(cfg RedisCommitterConfig) (*RedisCommitter, error) {
 	if cfg.Events == nil || cfg.ReadModel == nil {
-		return nil, fmt.Errorf("%w: ProjectedAppendConfig needs both Events and ReadModel", ErrConfig)
+		return nil, fmt.Errorf("%w: RedisCommitterConfig needs both Events and ReadModel", ErrConfig)
 	}
-	return &ProjectedAppend{
+	return &RedisCommitter{
 		events: cfg.Events, records: cfg.ReadModel,
 		inScript: cfg.Events.SingleServer() && cfg.ReadModel.singleServer(),
 	}, nil
@@ -85,7 +85,7 @@ func NewProjectedAppend(cfg ProjectedAppendConfig) (*ProjectedAppend, error) {
 // (eventstore.Redis.Commit): one script with whatever other stores added.
 // On a Redis Cluster only companions in the order's hash slot
 // (eventstore.ErrConfig otherwise, before anything is sent).
-func (p *ProjectedAppend) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
+func (p *RedisCommitter) Commit(ctx context.Context, u *eventstore.Unit, state *contracts.OrderState) (eventstore.Outcome, error) {
 	orderID := u.OrderID()
 	key, encoded, err := p.records.encode(orderID, state)
 	if err != nil {
@@ -125,8 +125,3 @@ func (p *ProjectedAppend) Commit(ctx context.Context, u *eventstore.Unit, state 
 	}
 	return out, nil
 }
-
-// AnySlotCompanions reports whether a committed unit may carry
-// companions outside the order's hash slot: both stores talk to one
-// server.
-func (p *ProjectedAppend) AnySlotCompanions() bool { return p.inScript }

@@ -21,7 +21,7 @@ func newProjected(t *testing.T, c redis.UniversalClient, esPrefix, rmPrefix stri
 	es, err := eventstore.NewRedis(eventstore.Config{Client: c, KeyPrefix: esPrefix})
 	require.NoError(t, err)
 	rm := newRedis(t, readmodel.Config{Client: c, KeyPrefix: rmPrefix})
-	pa, err := readmodel.NewProjectedAppend(readmodel.ProjectedAppendConfig{Events: es, ReadModel: rm})
+	pa, err := readmodel.NewRedisCommitter(readmodel.RedisCommitterConfig{Events: es, ReadModel: rm})
 	require.NoError(t, err)
 	return readmodeltest.Projected{Append: pa, Events: es, ReadModel: rm}
 }
@@ -43,11 +43,11 @@ func TestNewProjectedAppendNeedsBothStores(t *testing.T) {
 	_, c := setup(t)
 	es, err := eventstore.NewRedis(eventstore.Config{Client: c})
 	require.NoError(t, err)
-	for name, cfg := range map[string]readmodel.ProjectedAppendConfig{
+	for name, cfg := range map[string]readmodel.RedisCommitterConfig{
 		"no events":     {ReadModel: newRedis(t, readmodel.Config{Client: c})},
 		"no read model": {Events: es},
 	} {
-		p, err := readmodel.NewProjectedAppend(cfg)
+		p, err := readmodel.NewRedisCommitter(cfg)
 		require.ErrorIs(t, err, readmodel.ErrConfig, name)
 		require.Nil(t, p, name)
 	}
