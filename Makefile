@@ -34,7 +34,7 @@ REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers peers-check soak
+.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence archive-test postgres unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers peers-check soak
 
 # make test runs its targets in TEST_JOBS parallel jobs (default 3; 1
 # runs them one after another). The targets that keep the cores busy
@@ -49,7 +49,7 @@ GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci
 # goes: docs/testing.md ("Where the time goes").
 TEST_JOBS ?= 3
 TEST_CPU := fmt-check peers-check vet lint k8s-compile alerts-test unit overload-test scale-test deploy-test compose-test
-TEST_WAITING := failover-test multi-member stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test k8s-test store-evidence
+TEST_WAITING := failover-test multi-member stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test archive-test k8s-test store-evidence
 
 test: test-tools test-bin
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -Otarget TEST_LANES=1 $(TEST_CPU) $(TEST_WAITING)
@@ -70,11 +70,13 @@ compose-test: | deploy-test
 endif
 
 # What make test's targets install when missing, installed one at a time
-# before they run side by side: redis-server and redis-sentinel, iptables
+# before they run side by side: redis-server and redis-sentinel, Debian's
+# PostgreSQL server (the archive's tests), iptables
 # (without it the partition proofs fail, as partition-test does alone),
 # promtool. Docker, which only compose-test needs, it installs itself.
 test-tools:
 	@bash scripts/install-redis.sh sentinel
+	@bash scripts/install-postgres.sh >/dev/null
 	@bash scripts/install-iptables.sh >/dev/null || echo "test-tools: iptables could not be installed" >&2
 	@bash scripts/install-prometheus.sh >/dev/null
 
@@ -143,7 +145,7 @@ test-bin:
 SOAK_BINS = -api-bin $(TEST_BIN_DIR)/commerce-api -workflow-bin $(TEST_BIN_DIR)/order-workflow
 
 unit: test-bin
-	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /eventstore/archive -e /runner/pgserver -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # One package, or some of its tests, with the flags `make test` gives that
 # package, for the loop of one change (docs/testing.md):
@@ -166,6 +168,7 @@ test-one: redis test-bin
 	esac; \
 	case "$${pkg#./}" in \
 	  actors/node*|runner/localcluster/redisclustertest*) bash scripts/install-redis.sh sentinel >/dev/null || exit 1 ;; \
+	  eventstore/archive*|runner/pgserver*) bash scripts/install-postgres.sh >/dev/null || exit 1 ;; \
 	  runner/localcluster/partition*) bash scripts/install-iptables.sh >/dev/null || exit 1 ;; \
 	esac; \
 	set -x; $(GO) test $$flags -count=1 -timeout 10m -v $(if $(RUN),-run '$(RUN)') $(TESTFLAGS) "$$pkg"
@@ -238,6 +241,17 @@ overload-test: test-bin
 # the stuck-order report lists a held order and -resume finishes it.
 admin-test: test-bin
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
+
+# The archive (eventstore/archive, the cold tier of the event store) and
+# its server harness (runner/pgserver), against a real PostgreSQL each test
+# starts on a free port, run as an unprivileged user, and stops by PID:
+# the suites, a many-goroutine race on one order, and a server stalled
+# (SIGSTOP), SIGKILLed and restarted under a retried write.
+archive-test: postgres
+	$(GO) test -race -count=1 -timeout 5m ./eventstore/archive/... ./runner/pgserver/...
+
+postgres:
+	@bash scripts/install-postgres.sh >/dev/null
 
 # Real-process proof of the metrics (runner/localcluster/metricstest): one
 # order moves its owner's /metrics by exactly its deltas, the other node's
