@@ -239,7 +239,7 @@ overload-test: test-bin
 # Real-process proof of the locked admin surface (runner/localcluster/admintest):
 # 401 without or with a wrong token, 404 on the public port, 200 with it;
 # the stuck-order report lists a held order and -resume finishes it.
-admin-test: test-bin
+admin-test: test-bin postgres
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
 
 # The archive (eventstore/archive, the cold tier of the event store) and

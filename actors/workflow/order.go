@@ -230,6 +230,18 @@ func foldEnvelopes(orderID string, envs []eventstore.Envelope) (order.State, err
 	return st, nil
 }
 
+// Replay is the contract view of the fold of envs, an order's whole
+// stream from wherever it is kept (the hot stream, the archive): the
+// events alone rebuild the state (spec §7.4). A stream this workflow did
+// not write is eventstore.ErrCorrupt; an empty one has no view (nil).
+func Replay(orderID string, envs []eventstore.Envelope) (*contracts.OrderState, error) {
+	st, err := foldEnvelopes(orderID, envs)
+	if err != nil {
+		return nil, err
+	}
+	return view(st), nil
+}
+
 // View is the contract view of the order's fold. Optional fields are set
 // only once known; UpdatedAtUnixMs is the last event's createdAt. An order
 // without a stream has no view: nil.

@@ -23,6 +23,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
 )
 
 // Common holds the shared flags' values after Parse.
@@ -56,6 +57,9 @@ type Common struct {
 	// many replicas must hold a write before it is acknowledged.
 	RedisWaitReplicas int
 	RedisWaitTimeout  time.Duration
+	// Archive is the PostgreSQL URL of the archive, the event store's
+	// cold tier (eventstore/archive); empty runs without one.
+	Archive string
 	// Fixtures builds the fixture store (node.StoreOptions.Fixtures). No
 	// shared flag sets it: each main sets it from its own runner-only
 	// flag (a workflow's -fixtures, an API's -self-check) before Open.
@@ -95,6 +99,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultNode string, defaultAutomanag
 	fs.IntVar(&c.RedisWaitReplicas, "redis-wait-replicas", 0, "replicas of each store's Redis that must hold a write (WAIT) before it is acknowledged; fewer in time is 503 STORE_UNAVAILABLE and the step retries; 0 sends no WAIT")
 	fs.DurationVar(&c.RedisWaitTimeout, "redis-wait-timeout", time.Second, "how long one WAIT for -redis-wait-replicas may take")
 	fs.BoolVar(&c.IdempotencyLegacyRead, "idempotency-legacy-read", true, "read an idempotency key's mapping in the layout before it moved under its order's tag (sm:cs:idem:{<key>}) when the new one is missing: one command more per new start; set false once every order started before that layout is terminal and past its clients' retries")
+	fs.StringVar(&c.Archive, "archive", "", "PostgreSQL URL (postgres://user@host:port/db) of the archive, the event store's cold tier (docs/archive.md): checked at start, its schema migrated; a process that cannot open it refuses to start; empty runs without one")
 	fs.Int64Var(&c.StockLedgerMax, "stock-ledger-max", 0, "movements kept per SKU in the stock ledger, about (older ones are trimmed as new ones are appended); 0 = 10000, negative = keep every movement")
 }
 
@@ -205,9 +210,13 @@ type Process struct {
 	// provider otherwise (tracing.go).
 	Tracing *telemetry.Tracing
 	Stores  *node.Stores
+	// Archive is the open archive after WaitStores, nil without -archive.
+	Archive *archive.Postgres
 	metrics *telemetry.Server
 	// requireDurable is Common.RequireDurableStore.
 	requireDurable bool
+	// archiveURL is Common.Archive.
+	archiveURL string
 }
 
 // Open sets up the logger and the metrics registry, starts the metrics
@@ -245,7 +254,7 @@ func (c *Common) Open() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Log: log, Metrics: reg, Tracing: tr, Stores: stores, requireDurable: c.RequireDurableStore}
+	p := &Process{Log: log, Metrics: reg, Tracing: tr, Stores: stores, requireDurable: c.RequireDurableStore, archiveURL: c.Archive}
 	if c.MetricsHTTP != telemetry.MetricsOff {
 		if p.metrics, err = reg.Serve(c.MetricsHTTP, log); err != nil {
 			stores.Close()
@@ -268,13 +277,37 @@ func (p *Process) MetricsAddr() string {
 // -require-durable-store it refuses an unsafe master (an error wrapping
 // node.ErrUnsafeStore) and, once the stores pass, keeps checking them
 // until ctx ends, reporting the verdict as ready's "durable" condition.
+// With -archive it then opens the archive, which it refuses (an error
+// wrapping the archive's) when that fails.
 func (p *Process) WaitStores(ctx context.Context, ready *node.Readiness) error {
 	err := node.WaitStores(ctx, p.Stores, node.WaitConfig{Logger: p.Log, RequireDurable: p.requireDurable})
-	if err != nil || !p.requireDurable {
+	if err != nil {
 		return err
+	}
+	if err := p.openArchive(ctx); err != nil {
+		return err
+	}
+	if !p.requireDurable {
+		return nil
 	}
 	p.Log.Info("every store's Redis master keeps acknowledged writes (append-only file on, noeviction)")
 	ready.WatchDurable(node.WatchDurable(ctx, p.Stores, node.DurableWatchConfig{Logger: p.Log}))
+	return nil
+}
+
+// openArchive opens -archive, once: an archive that cannot be reached, or
+// whose schema this build cannot bring to its own, is a configuration to
+// fix, not an outage to wait out, so the process refuses to start.
+func (p *Process) openArchive(ctx context.Context) error {
+	if p.archiveURL == "" {
+		return nil
+	}
+	a, err := archive.Open(ctx, archive.Config{URL: p.archiveURL})
+	if err != nil {
+		return fmt.Errorf("refusing to start: -archive: %w", err)
+	}
+	p.Archive = a
+	p.Log.Info("archive open", slog.Int64("schemaVersion", archive.SchemaVersion()))
 	return nil
 }
 
@@ -283,6 +316,9 @@ func (p *Process) WaitStores(ctx context.Context, ready *node.Readiness) error {
 // scrape during a drain still answers.
 func (p *Process) Close() {
 	p.Stores.Close()
+	if p.Archive != nil {
+		p.Archive.Close()
+	}
 	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := p.Tracing.Shutdown(flushCtx); err != nil {
 		p.Log.Warn("exporting the last spans failed", slog.Any("error", err))
