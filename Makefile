@@ -28,6 +28,11 @@ REDIS_CLUSTER_FLAG = $(if $(filter 1 yes true,$(REDIS_CLUSTER)),-redis-cluster $
 REDIS_CLUSTER_REPLICAS ?=
 REDIS_HA ?=
 REDIS_HA_FLAG = $(if $(REDIS_HA),-redis-ha $(REDIS_HA))
+# ARCHIVE=1 runs `make cluster-up` with a PostgreSQL archive under the run
+# dir (docs/archive.md), every node started with -archive; `make
+# cluster-down` stops it after the nodes.
+ARCHIVE ?=
+ARCHIVE_FLAG = $(if $(filter 1 yes true,$(ARCHIVE)),-archive)
 # The linter version `make lint` installs and runs (.golangci.yml holds the
 # rules). Pinned: a new release brings new findings, so upgrading is a
 # change of its own.
@@ -83,7 +88,7 @@ test-tools:
 # The quick gate before a commit: formatting, vet, the linter and the unit
 # stage of `make test` (go test -race of the packages its own targets leave
 # out), without those targets.
-check: redis fmt-check vet lint unit
+check: redis postgres fmt-check vet lint unit
 
 redis:
 	@bash scripts/install-redis.sh $(if $(REDIS_HA),sentinel)
@@ -144,7 +149,7 @@ test-bin:
 # The soaks (failover-test's and make soak) run the same pair.
 SOAK_BINS = -api-bin $(TEST_BIN_DIR)/commerce-api -workflow-bin $(TEST_BIN_DIR)/order-workflow
 
-unit: test-bin
+unit: test-bin postgres
 	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /eventstore/archive -e /runner/pgserver -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
 
 # One package, or some of its tests, with the flags `make test` gives that
@@ -368,8 +373,8 @@ CLUSTERCTL = $(GO) run ./runner/localcluster/cmd/clusterctl
 WORKFLOWS ?= 2
 APIS ?= 2
 
-cluster-up: redis
-	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) -workflows $(WORKFLOWS) -apis $(APIS) $(REDIS_CLUSTER_FLAG) $(REDIS_HA_FLAG) $(CLUSTER_FLAGS)
+cluster-up: redis $(if $(ARCHIVE_FLAG),postgres)
+	@$(CLUSTERCTL) up -run-dir $(RUN_DIR) -go $(GO) -workflows $(WORKFLOWS) -apis $(APIS) $(REDIS_CLUSTER_FLAG) $(REDIS_HA_FLAG) $(ARCHIVE_FLAG) $(CLUSTER_FLAGS)
 
 cluster-down:
 	@$(CLUSTERCTL) down -run-dir $(RUN_DIR)

@@ -45,6 +45,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/shoppingmall-go/shoppingmall/runner/pgserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
@@ -124,6 +125,10 @@ type Config struct {
 	// whichever server is the primary then, so that the sentinels fail
 	// over to the other. Not with RedisCluster.
 	RedisHA string
+	// Archive runs a PostgreSQL archive (runner/pgserver), durable, its
+	// data under RunDir/archive, on a free port; every node gets its URL
+	// as -archive (ArchiveURL), and Stop stops it after the nodes.
+	Archive bool
 	// SelfCheck and Admin start the API processes with -self-check and
 	// -admin; Fixtures starts the workflow processes with -fixtures. Every
 	// API gets an admin listener on a free loopback port (AdminURL; its
@@ -215,6 +220,10 @@ type Cluster struct {
 	cfg   Config
 	redis *redisserver.Server
 	port  int // Redis TCP port
+	// archive is the PostgreSQL archive with Config.Archive, archiveLog
+	// its output.
+	archive    *pgserver.Server
+	archiveLog *os.File
 	// redisCluster is the Redis Cluster with Config.RedisCluster (redis
 	// is nil then); redisClusterPorts are its masters' ports, then their
 	// bus ports, reserved with the nodes' own.
@@ -356,6 +365,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		cfg.Logf("redis-server pid=%d url=%s", c.redis.PID(), c.redis.URL())
 	}
+	if cfg.Archive {
+		if err := c.startArchive(ctx); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
+	}
 	if cfg.BeforeNodes != nil {
 		if err := cfg.BeforeNodes(ctx, c.RedisURL()); err != nil {
 			_ = c.Stop()
@@ -433,6 +448,9 @@ func (c *Cluster) args(n *node) []string {
 		"-port", "0",
 		"-automanaged-port", strconv.Itoa(n.automanagedPort),
 		"-seeds", c.seeds,
+	}
+	if u := c.ArchiveURL(); u != "" {
+		common = append(common, "-archive", u)
 	}
 	if c.replicated() {
 		// Acknowledged means replicated: each write waits for one of its
@@ -692,7 +710,54 @@ func (c *Cluster) Stop() error {
 	if err := c.stopRedisCluster(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.stopArchive(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// startArchive starts the PostgreSQL archive under RunDir/archive
+// (kept across restarts, as Redis' data is), logging to
+// RunDir/postgres.log.
+func (c *Cluster) startArchive(ctx context.Context) error {
+	logPath := filepath.Join(c.cfg.RunDir, "postgres.log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	a, err := pgserver.Start(ctx, pgserver.Config{Dir: filepath.Join(c.cfg.RunDir, "archive"), Durable: true, Log: lf})
+	if err != nil {
+		lf.Close()
+		return fmt.Errorf("cluster: archive: %w", err)
+	}
+	c.mu.Lock()
+	c.archive, c.archiveLog = a, lf
+	c.mu.Unlock()
+	c.cfg.Logf("postgres pid=%d url=%s", a.PID(), a.URL())
+	return nil
+}
+
+func (c *Cluster) stopArchive() error {
+	c.mu.Lock()
+	a, lf := c.archive, c.archiveLog
+	c.archive, c.archiveLog = nil, nil
+	c.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	err := a.Stop()
+	lf.Close()
+	return err
+}
+
+// ArchiveURL is the archive's PostgreSQL URL; "" without Config.Archive.
+func (c *Cluster) ArchiveURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.archive == nil {
+		return ""
+	}
+	return c.archive.URL()
 }
 
 // Workflows names this cluster's workflow nodes, in start order.
@@ -844,6 +909,12 @@ func (c *Cluster) State() State {
 		st.Redis = ProcessState{Name: "redis", PID: r.PID(), URL: c.RedisURL(), Log: filepath.Join(c.cfg.RunDir, "redis.log")}
 		st.Redis.StartTime, _ = processStartTime(st.Redis.PID)
 	}
+	c.mu.Lock()
+	if a := c.archive; a != nil {
+		st.Archive = ProcessState{Name: "postgres", PID: a.PID(), URL: a.URL(), Log: filepath.Join(c.cfg.RunDir, "postgres.log")}
+		st.Archive.StartTime, _ = processStartTime(st.Archive.PID)
+	}
+	c.mu.Unlock()
 	c.redisClusterState(&st)
 	if c.ha != nil {
 		c.ha.state(&st, c.RedisURL())

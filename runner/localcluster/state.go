@@ -52,13 +52,19 @@ type State struct {
 	// the Redis Cluster's replicas, or with RedisHA the data server that
 	// is not the primary and the sentinels.
 	RedisExtra []ProcessState `json:"redisExtra,omitempty"`
-	Nodes      []ProcessState `json:"nodes"`
+	// Archive is the PostgreSQL archive (Config.Archive), stopped by its
+	// PID after the nodes.
+	Archive ProcessState   `json:"archive,omitzero"`
+	Nodes   []ProcessState `json:"nodes"`
 }
 
-// Processes lists every process of the state, nodes first, then Redis,
-// then the supervisor: the order a stop walks.
+// Processes lists every process of the state, nodes first, then the
+// archive, then Redis, then the supervisor: the order a stop walks.
 func (s State) Processes() []ProcessState {
 	out := append([]ProcessState(nil), s.Nodes...)
+	if s.Archive.PID != 0 {
+		out = append(out, s.Archive)
+	}
 	// Sentinels and replicas before the primaries: a sentinel stopped
 	// first fails nothing over.
 	out = append(out, s.RedisExtra...)

@@ -157,8 +157,14 @@ func (s *Server) prepare(ctx context.Context) error {
 		}
 		s.cred = cred
 		// The user must reach its folders through this one, which
-		// MkdirTemp made root's alone.
+		// MkdirTemp made root's alone, and through every folder above it.
+		if err := os.MkdirAll(s.dir, 0o711); err != nil {
+			return err
+		}
 		if err := os.Chmod(s.dir, 0o711); err != nil {
+			return err
+		}
+		if err := reachable(s.dir); err != nil {
 			return err
 		}
 	}
@@ -183,6 +189,28 @@ func (s *Server) prepare(ctx context.Context) error {
 		return fmt.Errorf("pgserver: initdb: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// reachable refuses a folder that the unprivileged user cannot reach
+// because a folder above it lets only its owner through (a test's
+// t.TempDir, mode 0700): the server would fail later with less to go on.
+func reachable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("pgserver: the server's user cannot reach %s: %s is mode %04o (it needs o+x)", abs, p, st.Mode().Perm())
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 // unprivileged is the user a root process runs the server as.

@@ -1,6 +1,6 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel]
+//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel] [-archive]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
@@ -125,6 +125,8 @@ type options struct {
 	redisClusterReplicas int
 	// redisHA "sentinel" runs a primary, a replica and three sentinels.
 	redisHA string
+	// archive runs a PostgreSQL archive and gives every node -archive.
+	archive bool
 }
 
 func parse(name string, args []string) (options, error) {
@@ -139,6 +141,7 @@ func parse(name string, args []string) (options, error) {
 	fs.IntVar(&o.workflows, "workflows", 2, fmt.Sprintf("number of workflow processes (workflow-a, workflow-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run a local 3-master Redis Cluster instead of one redis-server")
 	fs.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "replicas per master of the -redis-cluster (the nodes then wait for one per write)")
+	fs.BoolVar(&o.archive, "archive", false, "run a PostgreSQL archive (the event store's cold tier, docs/archive.md) under the run dir, and start every node with -archive")
 	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, two replicas and three sentinels instead of one redis-server (the nodes wait for one replica per write, so one Redis failure stops no write)`)
 	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
@@ -249,6 +252,9 @@ func up(args []string) error {
 	if o.redisHA != "" {
 		sargs = append(sargs, "-redis-ha", o.redisHA)
 	}
+	if o.archive {
+		sargs = append(sargs, "-archive")
+	}
 	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
 	sup.Stdout, sup.Stderr = logf, logf
 	sup.SysProcAttr = localcluster.DetachedProcAttr()
@@ -333,6 +339,7 @@ func serve(args []string) error {
 		RedisCluster:         o.redisCluster,
 		RedisClusterReplicas: o.redisClusterReplicas,
 		RedisHA:              o.redisHA,
+		Archive:              o.archive,
 		Env:                  localcluster.ChildEnv(os.Environ()),
 		Logf:                 logf,
 		OnRestart: func(name string, pid int) {
@@ -505,6 +512,9 @@ func printSummary(w io.Writer, st localcluster.State) {
 	}
 	for _, m := range st.RedisExtra {
 		fmt.Fprintf(w, "  %-11s %-30s pid %-7d log %s\n", m.Name, m.URL, m.PID, m.Log)
+	}
+	if a := st.Archive; a.PID != 0 {
+		fmt.Fprintf(w, "  %-11s %s pid %d log %s\n", "archive", a.URL, a.PID, a.Log)
 	}
 	fmt.Fprintf(w, "\nProbes: GET /healthz and /readyz on each API and on each workflow's ops address.\n")
 	fmt.Fprintf(w, "Metrics: GET /metrics on each node's metrics address; profiles: /debug/pprof/ on each API's admin and each workflow's ops address, with the bearer token.\n")
