@@ -55,6 +55,28 @@ func TestRedisContract(t *testing.T) {
 	})
 }
 
+// The read contract every tier of the event store holds to, on the hot
+// tier: a stream appended in one batch under its owner's fence.
+func TestRedisReadContract(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedis(t, eventstore.Config{Client: newClient(t, srv)})
+	eventstoretest.RunReadContract(t, func(*testing.T) eventstoretest.Tier {
+		return eventstoretest.Tier{
+			Write: func(t *testing.T, orderID string, evs []eventstore.Envelope) {
+				ctx := context.Background()
+				f, _, err := s.Open(ctx, orderID, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Append(ctx, orderID, 0, f, evs); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Load: s.Load,
+		}
+	})
+}
+
 // TestRedisStreamCheckerContract: StreamExists against a real
 // redis-server, default and custom prefixes.
 func TestRedisStreamCheckerContract(t *testing.T) {

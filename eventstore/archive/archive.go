@@ -73,6 +73,10 @@ type Store interface {
 	// Get returns the order's record exactly as Put wrote it, or
 	// ErrNotFound.
 	Get(ctx context.Context, orderID string) (Record, error)
+	// Load is the read the hot store has too (eventstore.Store.Load): the
+	// order's events in version order as Get returns them, and none, with
+	// no error, for an order not archived.
+	Load(ctx context.Context, orderID string) ([]eventstore.Envelope, error)
 }
 
 // check refuses a record that could not answer for its order.

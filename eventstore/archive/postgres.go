@@ -260,6 +260,18 @@ func (p *Postgres) Get(ctx context.Context, orderID string) (Record, error) {
 	return r, nil
 }
 
+// Load implements Store.
+func (p *Postgres) Load(ctx context.Context, orderID string) ([]eventstore.Envelope, error) {
+	r, err := p.Get(ctx, orderID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.Events, nil
+}
+
 // translate maps the driver's errors to the archive's, once, here. An
 // answer of the server is an error of its own (a failed constraint, a
 // bad statement), except those that say it cannot serve now (a statement

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/eventstoretest"
 	"github.com/shoppingmall-go/shoppingmall/runner/pgserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/pgserver/pgtest"
 )
@@ -164,6 +165,21 @@ func TestArchive(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 1, archive.SchemaVersion())
+	})
+}
+
+// The read contract every tier of the event store holds to, on the
+// archive: a stream written as a finished order's record.
+func TestArchiveReadContract(t *testing.T) {
+	a := open(t, pgtest.Start(t), archive.Config{})
+	eventstoretest.RunReadContract(t, func(*testing.T) eventstoretest.Tier {
+		return eventstoretest.Tier{
+			Write: func(t *testing.T, orderID string, evs []eventstore.Envelope) {
+				require.NoError(t, a.Put(ctxT(t), archive.Record{OrderID: orderID, Status: "Confirmed", Generation: 1,
+					TerminalAtUnixMs: 1_700_000_000_003, FinalState: []byte("final"), Events: evs}))
+			},
+			Load: a.Load,
+		}
 	})
 }
 

@@ -1,7 +1,9 @@
 // Package eventstoretest is the behavioural contract of eventstore.Store,
 // runnable against any implementation: ordering and envelope fidelity,
 // expected-version checks, gapless versions, source-command dedupe and the
-// owner fence, including concurrent writers and a takeover's raised fence.
+// owner fence, including concurrent writers and a takeover's raised fence;
+// and the read contract every tier of the event store holds to, the hot
+// stream and the archive alike (RunReadContract).
 //
 // It depends only on eventstore and the standard library; an
 // implementation's own tests supply the store.
