@@ -54,11 +54,26 @@ func TestSummarizeSockQueues(t *testing.T) {
 // queue, a request nobody read is unread on the server side, and an
 // answer nobody read is unread on the client side.
 func TestReadSockQueuesSeesRealSockets(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	// The sampler goes by port number, on every address, IPv6 too: a port
+	// whose number another process's socket also has (a listener on
+	// another address, with a backlog of its own) would be counted with
+	// ours, so take one nothing else shows.
+	var ln net.Listener
+	var ports map[int]bool
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports = map[int]bool{l.Addr().(*net.TCPAddr).Port: true}
+		s, err := readSockQueues(ports)
+		require.NoError(t, err)
+		if s == (sockSample{}) {
+			ln = l
+			break
+		}
+		_ = l.Close()
+		require.Less(t, attempt, 20, "every port tried is shared with another socket: %+v", s)
+	}
 	t.Cleanup(func() { _ = ln.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	ports := map[int]bool{port: true}
 
 	waitFor := func(what string, ok func(sockSample) bool) {
 		t.Helper()
