@@ -204,9 +204,8 @@ func (p *Postgres) Put(ctx context.Context, r Record) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	for i := range r.Events {
-		r.Events[i].OrderID = r.OrderID
-	}
+	// The events column leaves each event's order id out (it is the
+	// row's), so the caller's events are encoded as they are.
 	events, err := encodeEvents(r.Events)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
