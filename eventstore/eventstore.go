@@ -22,6 +22,15 @@ var (
 	// ErrPrecondition: a Require companion of a projected append found its
 	// key not holding the required value; nothing was written.
 	ErrPrecondition = errors.New("eventstore: precondition of the append failed")
+	// ErrSealed: the order is sealed for the archive (Redis.Seal): no
+	// Open, no append, no unit is taken for it any more. It is an
+	// ErrFenced, so a writer that stops when fenced stops here too; it is
+	// never a FencedOpenError, so no activation tries a higher generation.
+	ErrSealed = fmt.Errorf("%w: the order is sealed for the archive", ErrFenced)
+	// ErrNotSealed: a compaction of an order that is not sealed.
+	ErrNotSealed = errors.New("eventstore: the order is not sealed")
+	// ErrNoStream: the order has no stream and no fence.
+	ErrNoStream = errors.New("eventstore: no such stream")
 	// ErrCorrupt: a stored entry cannot be decoded into an Envelope.
 	ErrCorrupt = errors.New("eventstore: corrupt entry")
 	// ErrUnavailable: the store could not be reached.

@@ -97,6 +97,9 @@ const (
 	ListPushCapped
 	// SetAdd adds Value to the set at Key.
 	SetAdd
+	// SortedSetAdd adds Value to the sorted set at Key with the score in
+	// Field (a decimal), or sets the score of a member already there.
+	SortedSetAdd
 	// Require writes nothing: the step goes on only if the string at Key
 	// holds Value, and otherwise fails with ErrPrecondition before any
 	// other check, so that nothing at all is written. It counts as
@@ -121,6 +124,8 @@ func (o CompanionOp) luaOp() string {
 		return "rpushcap"
 	case SetAdd:
 		return "sadd"
+	case SortedSetAdd:
+		return "zadd"
 	case Require:
 		return "require"
 	}
@@ -134,7 +139,7 @@ func (c Companion) valid() bool {
 		return false
 	case c.Op == HashSetIf:
 		return c.Field != "" && c.IfField != ""
-	case c.Op == HashSet || c.Op == HashDelete:
+	case c.Op == HashSet || c.Op == HashDelete || c.Op == SortedSetAdd:
 		return c.Field != ""
 	case c.Op == ListPushCapped:
 		return c.Cap > 0
@@ -246,6 +251,8 @@ for i = 0, nc - 1 do
     redis.call('LTRIM', k, -tonumber(ARGV[a + 4]), -1)
   elseif op == 'sadd' then
     redis.call('SADD', k, ARGV[a + 1])
+  elseif op == 'zadd' then
+    redis.call('ZADD', k, ARGV[a + 2], ARGV[a + 1])
   end
   applied = applied .. done
 end

@@ -38,6 +38,8 @@ const (
 	// statusPrecondition: a Require companion failed (projected appends
 	// only).
 	statusPrecondition = 4
+	// statusSealed: the order is sealed for the archive (Seal).
+	statusSealed = 5
 )
 
 // Config configures the Redis Streams store.
@@ -82,10 +84,14 @@ func NewRedis(cfg Config) (*Redis, error) {
 // honoured the same way.
 //
 // KEYS: stream, fence. ARGV: generation.
-// Reply: {0, gen, epoch, entries} | {1, storedGen, storedEpoch}.
+// Reply: {0, gen, epoch, entries} | {1, storedGen, storedEpoch} |
+// {5, gen, epoch} for a sealed order.
 var openScript = redis.NewScript(`#!lua
 local gen = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch', 'sealed')
+if f[3] then
+  return {5, tonumber(f[1]) or 0, tonumber(f[2]) or 0}
+end
 if not f[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, gen, 1, {}}
 end
@@ -116,10 +122,15 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 // ARGV: expectedVersion, gen, epoch, orderId, [the includer's], then per
 // event: eventId, eventType, sourceCommandId, createdAtUnixMs, data, schema.
 // Reply on a failed check: {1, storedGen, storedEpoch} | {2, actualVersion}
-// | {3, sourceCommandId, recordedVersion}; on an empty batch {0, version}.
+// | {3, sourceCommandId, recordedVersion} | {5, gen, epoch} for a sealed
+// order (checked first: a sealed order takes no writer at all); on an
+// empty batch {0, version}.
 const appendLua = `
 local expected = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch')
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch', 'sealed')
+if f[3] then
+  return {5, tonumber(f[1]) or 0, tonumber(f[2]) or 0}
+end
 if f[1] then
   if tonumber(f[1]) ~= tonumber(ARGV[2]) or tonumber(f[2]) ~= tonumber(ARGV[3]) or tonumber(f[2]) == 0 then
     return {1, tonumber(f[1]) or -1, tonumber(f[2]) or -1}
@@ -198,6 +209,8 @@ func (r *Redis) Open(ctx context.Context, orderID string, generation int64) (Fen
 	}
 	switch status {
 	case statusOK:
+	case statusSealed:
+		return Fence{}, nil, fmt.Errorf("%w: open %s", ErrSealed, orderID)
 	case statusFenced:
 		return Fence{}, nil, &FencedOpenError{OrderID: orderID, Generation: generation, Stored: Fence{Generation: gen, Epoch: epoch}}
 	default:
@@ -292,6 +305,8 @@ func (r *Redis) runAppendReply(ctx context.Context, script *redis.Script, keys [
 		epoch, _ := replyInt(reply, 2)
 		return nil, fmt.Errorf("%w: append to %s with fence (%d, %d): stored fence is (%d, %d)",
 			ErrFenced, orderID, fence.Generation, fence.Epoch, gen, epoch)
+	case statusSealed:
+		return nil, fmt.Errorf("%w: append to %s", ErrSealed, orderID)
 	case statusConflict:
 		actual, _ := replyInt(reply, 1)
 		return nil, fmt.Errorf("%w: append to %s: expected version %d, actual %d",
@@ -522,15 +537,17 @@ func isUnavailable(err error) bool {
 }
 
 // raiseFenceScript retires every writer below a generation, stream or no
-// stream. Epoch 0 is held by nobody: the next Open takes epoch 1.
+// stream. Epoch 0 is held by nobody: the next Open takes epoch 1. A
+// sealed fence stays as it is: nobody writes to it any more, and it keeps
+// the last generation and fence.
 //
 // KEYS: fence. ARGV: minGeneration.
 // Reply: {gen, epoch} in force.
 var raiseFenceScript = redis.NewScript(`#!lua
 local min = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[1], 'gen', 'epoch')
+local f = redis.call('HMGET', KEYS[1], 'gen', 'epoch', 'sealed')
 local g = tonumber(f[1])
-if g and g >= min then
+if f[3] or (g and g >= min) then
   return {g, tonumber(f[2]) or 0}
 end
 redis.call('HSET', KEYS[1], 'gen', min, 'epoch', 0)

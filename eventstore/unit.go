@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Unit is one order's writes for one acknowledgement, committed as one
@@ -115,6 +116,11 @@ func (w *Writes) ListPushCapped(key string, value []byte, capacity int) int {
 // SetAdd adds value to the set at key.
 func (w *Writes) SetAdd(key string, value []byte) int {
 	return w.Add(Companion{Op: SetAdd, Key: key, Value: value})
+}
+
+// SortedSetAdd adds member to the sorted set at key with score.
+func (w *Writes) SortedSetAdd(key, member string, score int64) int {
+	return w.Add(Companion{Op: SortedSetAdd, Key: key, Value: []byte(member), Field: strconv.FormatInt(score, 10)})
 }
 
 // Require adds a condition, checked before anything of the unit is

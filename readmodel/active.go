@@ -45,8 +45,9 @@ type StuckOrder struct {
 type ActiveIndex interface {
 	// IndexActive records the order in the index when state is not
 	// terminal (scored by its UpdatedAtUnixMs, which never goes back), and
-	// drops it when it is. Projection writers that bypass Put call it
-	// after their write landed; Put calls it itself.
+	// drops it when it is, moving it to the FinishedIndex where that is
+	// kept. Projection writers that bypass Put call it after their write
+	// landed; Put calls it itself.
 	IndexActive(ctx context.Context, orderID string, state *contracts.OrderState) error
 	// Stuck returns the non-terminal orders whose projection has not
 	// changed since now-olderThan, oldest first, at most limit (0: no
@@ -79,9 +80,18 @@ func (r *Redis) IndexActive(ctx context.Context, orderID string, state *contract
 	}
 	key := r.keys.active(shardOf(orderID))
 	var err error
-	if Terminal(state.GetStatus()) {
+	switch {
+	case Terminal(state.GetStatus()) && r.finished:
+		// Two slots on a Redis Cluster: a pipeline, one round trip per
+		// node.
+		_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, key, orderID)
+			p.ZAdd(ctx, r.keys.finished(shardOf(orderID)), redis.Z{Score: float64(state.GetUpdatedAtUnixMs()), Member: orderID})
+			return nil
+		})
+	case Terminal(state.GetStatus()):
 		err = r.client.ZRem(ctx, key, orderID).Err()
-	} else {
+	default:
 		// GT: a late writer of an older projection cannot make the order
 		// look older than it is.
 		err = r.client.ZAddGT(ctx, key, redis.Z{Score: float64(state.GetUpdatedAtUnixMs()), Member: orderID}).Err()

@@ -31,6 +31,8 @@ import (
 //     write. On a single server it is written in the same atomic step as
 //     the append, once its checks passed; on a Redis Cluster (the index
 //     shard is another slot) best-effort right after the write landed.
+//     The FinishedIndex, where it is kept, gets a terminal order the same
+//     way.
 //   - The other stores' writes: each store's contract for what it adds;
 //     each reports, by its position, whether it wrote (Outcome.Wrote).
 type Committer interface {
@@ -105,6 +107,9 @@ func (p *RedisCommitter) Commit(ctx context.Context, u *eventstore.Unit, state *
 	inScript := indexed && p.inScript
 	if inScript {
 		entry = p.records.indexEntry(orderID, state)
+		if Terminal(st) && p.records.finished {
+			u.SortedSetAdd(p.records.keys.finished(shardOf(orderID)), orderID, state.GetUpdatedAtUnixMs())
+		}
 	}
 	u.Project(eventstore.Projection{
 		Key:           key,

@@ -19,6 +19,7 @@ var ErrInvalidOrderID = errkind.New(errkind.InvalidArgument, "readmodel: invalid
 //
 //	<prefix>{<orderId>}        hash version, state: the order's record
 //	<prefix>active:{<shard>}   sorted set: the ActiveIndex shard
+//	<prefix>finished:{<shard>} sorted set: the FinishedIndex shard
 type keys struct{ prefix string }
 
 // newKeys refuses a prefix with braces: the order id must be the record
@@ -61,4 +62,8 @@ func (k keys) orderOf(key string) string {
 
 func (k keys) active(shard int) string {
 	return k.prefix + "active:{" + strconv.Itoa(shard) + "}"
+}
+
+func (k keys) finished(shard int) string {
+	return k.prefix + "finished:{" + strconv.Itoa(shard) + "}"
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// Logger receives the failures of best-effort index writes; default
 	// slog.Default().
 	Logger *slog.Logger
+	// IndexFinished keeps the FinishedIndex of terminal orders, which the
+	// archiver reads (a retention above 0). Off, a terminal order is in no
+	// index, and costs nothing beyond its record.
+	IndexFinished bool
 }
 
 // Redis is the Store on Redis: one hash per order (key layout: keys) with
@@ -42,9 +46,10 @@ type Config struct {
 // ActiveIndex of non-terminal orders in ActiveShards sorted sets (member:
 // order id, score: UpdatedAtUnixMs).
 type Redis struct {
-	client redis.UniversalClient
-	keys   keys
-	log    *slog.Logger
+	client   redis.UniversalClient
+	keys     keys
+	log      *slog.Logger
+	finished bool
 }
 
 var _ Store = (*Redis)(nil)
@@ -59,7 +64,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{client: cfg.Client, keys: k, log: cfg.Logger}
+	r := &Redis{client: cfg.Client, keys: k, log: cfg.Logger, finished: cfg.IndexFinished}
 	if r.log == nil {
 		r.log = slog.Default()
 	}

@@ -166,17 +166,21 @@ return {'0', reason}
 
 // beginReleaseScript: KEYS[1] reservation record; ARGV[1] the release
 // request's reason, ARGV[2] the unknown-reservation reason, ARGV[3] the
-// not-accepted reason. It counts the call and answers a decided release
-// ({'done', released, reason}): an unknown (undecided) reservation is
+// not-accepted reason, ARGV[4] the archived reason. It counts the call
+// and answers a decided release ({'done', released, reason}), and one of
+// an archived reservation never released as not released: an unknown (undecided) reservation is
 // answered and nothing but the counter is recorded; a refused one records
 // its answer. An accepted one is committed to release and its lines are
 // answered with its order ({'releasing', lines, orderId}).
 var beginReleaseScript = redis.NewScript(`#!lua
 local rec = KEYS[1]
 redis.call('HINCRBY', rec, 'releaseCalls', 1)
-local v = redis.call('HMGET', rec, 'accepted', 'lines', 'released', 'releaseReason', 'state', 'orderId')
+local v = redis.call('HMGET', rec, 'accepted', 'lines', 'released', 'releaseReason', 'state', 'orderId', 'archived')
 if v[3] then
   return {'done', v[3], v[4] or ''}
+end
+if v[7] then
+  return {'done', '0', ARGV[4]}
 end
 if not v[1] then
   return {'done', '0', ARGV[2]}
@@ -386,7 +390,7 @@ func (r inventoryStore) Release(ctx context.Context, req *contracts.ReleaseInven
 	id := req.GetReservationId()
 	rec := []string{r.keys.reservation(id)}
 	v, err := r.run(ctx, "release inventory", beginReleaseScript, 3, rec,
-		req.GetReason(), ReasonUnknownReservation, ReasonReservationNotAccepted)
+		req.GetReason(), ReasonUnknownReservation, ReasonReservationNotAccepted, ReasonReservationArchived)
 	if err != nil {
 		return nil, err
 	}

@@ -135,6 +135,9 @@ type StoreOptions struct {
 	// runner's interrupt points: a workflow's -fixtures, an API's
 	// -self-check. Production wiring leaves it off and has none.
 	Fixtures bool
+	// IndexFinished is readmodel.Config.IndexFinished: the terminal step
+	// lists the order for the archiver (a retention above 0).
+	IndexFinished bool
 }
 
 // ErrSplitDeployment: the stores that hold one order's keys are not one
@@ -229,7 +232,7 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
-	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm})
+	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm, IndexFinished: opt.IndexFinished})
 	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax, SkipLegacyIdempotency: opt.SkipLegacyIdempotency})
 	if err := errors.Join(err1, err2, err3); err != nil {
 		s.Close()

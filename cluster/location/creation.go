@@ -110,3 +110,25 @@ func (s *Redis) ReadyWritesFor(kind, id, token string, rec Record) (ReadyWrites,
 		OwnedEntry:   ownedEntry(kind, id),
 	}, true
 }
+
+// Forgetting is the part of an order's compaction (eventstore.Compaction,
+// which this store does not import) that a finished identity's keys leave
+// in.
+type Forgetting interface {
+	// Delete adds the removal of key.
+	Delete(key string)
+}
+
+// AddForget adds the removal of kind/id's record, creation lock and
+// history to c: the identity's keys, all in its hash slot. Its entry in
+// its owner's index (another slot) is left for Unindex, or for the next
+// takeover, which drops an entry whose record is gone.
+func (s *Redis) AddForget(c Forgetting, kind, id string) error {
+	if err := checkIdentity(id); err != nil {
+		return err
+	}
+	c.Delete(s.keys.record(kind, id))
+	c.Delete(s.keys.lock(kind, id))
+	c.Delete(s.keys.history(kind, id))
+	return nil
+}

@@ -311,3 +311,53 @@ func operationFrom(m map[string]string) Operation {
 		UpdatedAtUnixMs: updated,
 	}
 }
+
+// Forgetting is the part of an order's compaction (eventstore.Compaction,
+// which this store does not import) that a finished order's keys leave
+// in.
+type Forgetting interface {
+	// OrderID is the order the compaction removes.
+	OrderID() string
+	// Delete adds the removal of key.
+	Delete(key string)
+}
+
+// AddForget adds the removal of the compaction's order's keys in its slot
+// to c: its first envelope, its operations and their list. It returns the
+// operations' ids, whose index entries (each in its id's slot) go with
+// ForgetOperations once c is committed.
+func (s *Redis) AddForget(ctx context.Context, c Forgetting) ([]string, error) {
+	orderID := c.OrderID()
+	if err := checkID("order", orderID); err != nil {
+		return nil, err
+	}
+	ids, err := s.rdb.ZRange(ctx, s.keys.ops(orderID), 0, -1).Result()
+	if err != nil {
+		return nil, translate(err)
+	}
+	c.Delete(s.keys.envelope(orderID))
+	c.Delete(s.keys.ops(orderID))
+	for _, id := range ids {
+		c.Delete(s.keys.op(orderID, id))
+	}
+	return ids, nil
+}
+
+// ForgetOperations drops the index entries of operation ids, whose order
+// was forgotten (AddForget).
+func (s *Redis) ForgetOperations(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.keys.opIndex(id)
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, k)
+		}
+		return nil
+	})
+	return translate(err)
+}

@@ -291,3 +291,14 @@ func translate(op string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
+
+// Count returns how many orders the archive holds.
+func (p *Postgres) Count(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	var n int64
+	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM archived_orders`).Scan(&n); err != nil {
+		return 0, translate("count", err)
+	}
+	return n, nil
+}

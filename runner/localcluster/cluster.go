@@ -129,6 +129,12 @@ type Config struct {
 	// data under RunDir/archive, on a free port; every node gets its URL
 	// as -archive (ArchiveURL), and Stop stops it after the nodes.
 	Archive bool
+	// Retention starts the workflows with -retention (docs/archive.md):
+	// finished orders move to the archive after it. It needs Archive;
+	// zero keeps every order in Redis.
+	Retention time.Duration
+	// ArchiveEvery is the workflows' -archive-every; zero keeps theirs.
+	ArchiveEvery time.Duration
 	// SelfCheck and Admin start the API processes with -self-check and
 	// -admin; Fixtures starts the workflow processes with -fixtures. Every
 	// API gets an admin listener on a free loopback port (AdminURL; its
@@ -290,6 +296,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.RestartPolicy != RestartAlways && cfg.RestartPolicy != RestartNever {
 		return nil, fmt.Errorf("%w: restart policy %q", ErrConfig, cfg.RestartPolicy)
+	}
+	if cfg.Retention > 0 && !cfg.Archive {
+		return nil, fmt.Errorf("%w: a retention needs the archive", ErrConfig)
 	}
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = defaultRestartBackoff
@@ -476,6 +485,12 @@ func (c *Cluster) args(n *node) []string {
 	}
 	if c.cfg.Fixtures {
 		a = append(a, "-fixtures")
+	}
+	if c.cfg.Retention > 0 {
+		a = append(a, "-retention", c.cfg.Retention.String())
+		if c.cfg.ArchiveEvery > 0 {
+			a = append(a, "-archive-every", c.cfg.ArchiveEvery.String())
+		}
 	}
 	return a
 }

@@ -230,6 +230,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	default:
 		return nil, errors.Join(fmt.Errorf("redisserver: appendfsync %q is not always, everysec or no", cfg.AppendFsync), s.removeDir())
 	}
+	if cfg.Sentinel == nil {
+		// Small hashes stay listpacks with values up to 256 bytes (the
+		// default is 64): an order's read-model record and an archived
+		// order's sealed record hold an encoded state of 100-200 bytes,
+		// which would otherwise turn each into a hash table of about
+		// three times the memory (docs/archive.md).
+		args = append(args, "--hash-max-listpack-value", "256")
+	}
 	if cfg.Sentinel != nil {
 		// A sentinel keeps no data.
 	} else if cfg.Persist {

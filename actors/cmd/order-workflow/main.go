@@ -85,6 +85,7 @@ type options struct {
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
 	lease, reconcileEvery              time.Duration
+	retention, archiveEvery            time.Duration
 	opsHTTP, adminToken                string
 	limits                             placement.Limits
 }
@@ -101,10 +102,24 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.limits.MaxHosted, "max-hosted", placement.DefaultLimits.MaxHosted, "orders this member hosts; beyond it finished orders are passivated to make room, and with none to passivate new activations are refused OVERLOADED")
 	fs.IntVar(&o.limits.MaxActivations, "max-activations", placement.DefaultLimits.MaxActivations, "activations (and passivations to make room) this member runs at once; the next is refused OVERLOADED")
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", node.DefaultReconcileEvery, "time between two passes of the index reconciler, which adds back every entry of the active and per-member indexes a lost write left out, from a scan of the per-order records (the first pass at a random point of the first period; 0 = none)")
+	fs.DurationVar(&o.retention, "retention", 0, "grace after an order's terminal event before its history moves to the -archive and its hot keys leave Redis, but for a compact record (docs/archive.md); 0 keeps every order in Redis; above 0 needs -archive")
+	fs.DurationVar(&o.archiveEvery, "archive-every", 30*time.Second, "time between two archiver passes, with -retention")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
 	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz, /debug/pprof/); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the ops listener's /debug/pprof/ requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
-	return o, o.Parse(fs, args)
+	if err := o.Parse(fs, args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.retention < 0:
+		return o, fmt.Errorf("-retention %s is negative", o.retention)
+	case o.retention > 0 && o.Archive == "":
+		return o, fmt.Errorf("refusing to start: -retention %s moves finished orders out of Redis, and needs -archive to keep them", o.retention)
+	case o.retention > 0 && o.archiveEvery <= 0:
+		return o, fmt.Errorf("-archive-every %s must be above 0", o.archiveEvery)
+	}
+	o.IndexFinished = o.retention > 0
+	return o, nil
 }
 
 func run(args []string) error {
@@ -179,6 +194,14 @@ func run(args []string) error {
 	fenced := make(chan error, 1)
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
 	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, Logger: log})
+	if o.retention > 0 {
+		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Logger: log})
+		if err != nil {
+			return err
+		}
+		log.Info("archiver running", "retention", o.retention.String(), "every", o.archiveEvery.String())
+		go a.Run(watchCtx, o.archiveEvery)
+	}
 	select {
 	case err := <-fenced:
 		if err != nil {

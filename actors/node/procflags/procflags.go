@@ -60,6 +60,9 @@ type Common struct {
 	// Archive is the PostgreSQL URL of the archive, the event store's
 	// cold tier (eventstore/archive); empty runs without one.
 	Archive string
+	// IndexFinished is node.StoreOptions.IndexFinished: the workflow
+	// member's main sets it with a retention above 0, before Open.
+	IndexFinished bool
 	// Fixtures builds the fixture store (node.StoreOptions.Fixtures). No
 	// shared flag sets it: each main sets it from its own runner-only
 	// flag (a workflow's -fixtures, an API's -self-check) before Open.
@@ -250,7 +253,7 @@ func (c *Common) Open() (*Process, error) {
 	rep := c.Replication()
 	rep.Shortfalls = reg.ReplicaShortfalls()
 	stores, err := node.NewStores(c.Redis, node.StoreOptions{StoreHook: storeHook(reg, tr), StockLedgerMax: c.StockLedgerMax,
-		SkipLegacyIdempotency: !c.IdempotencyLegacyRead, Replication: rep, Fixtures: c.Fixtures})
+		SkipLegacyIdempotency: !c.IdempotencyLegacyRead, Replication: rep, Fixtures: c.Fixtures, IndexFinished: c.IndexFinished})
 	if err != nil {
 		return nil, err
 	}

@@ -121,6 +121,25 @@ func TestProcessesOpenTheArchiveOrRefuseToStart(t *testing.T) {
 	}
 }
 
+// A workflow member with a retention and no archive refuses to start:
+// it would move finished orders out of Redis with nowhere to keep them.
+// Without a retention it starts as before.
+func TestARetentionWithoutTheArchiveRefusesToStart(t *testing.T) {
+	_, wfBin := proctest.Binaries(t)
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, wfBin, "-redis", srv.URL(), "-retention", "168h", "-ops-http", "127.0.0.1:0",
+		"-metrics-http", "off", "-log-format", "text")
+	out, err := cmd.CombinedOutput()
+	t.Log(string(out))
+	require.NoError(t, ctx.Err(), "the process did not stop by itself")
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "exits with an error, got %v", err)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, string(out), "refusing to start: -retention 168h0m0s moves finished orders out of Redis, and needs -archive")
+}
+
 // syncBuffer is a bytes.Buffer a process writes while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex

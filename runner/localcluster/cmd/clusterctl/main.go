@@ -1,6 +1,6 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel] [-archive]
+//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel] [-archive [-retention D]]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
@@ -127,6 +127,8 @@ type options struct {
 	redisHA string
 	// archive runs a PostgreSQL archive and gives every node -archive.
 	archive bool
+	// retention gives the workflows -retention (with archive).
+	retention time.Duration
 }
 
 func parse(name string, args []string) (options, error) {
@@ -142,6 +144,7 @@ func parse(name string, args []string) (options, error) {
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run a local 3-master Redis Cluster instead of one redis-server")
 	fs.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "replicas per master of the -redis-cluster (the nodes then wait for one per write)")
 	fs.BoolVar(&o.archive, "archive", false, "run a PostgreSQL archive (the event store's cold tier, docs/archive.md) under the run dir, and start every node with -archive")
+	fs.DurationVar(&o.retention, "retention", 0, "start the workflows with -retention: finished orders move to the -archive after it (docs/archive.md); 0 keeps every order in Redis")
 	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, two replicas and three sentinels instead of one redis-server (the nodes wait for one replica per write, so one Redis failure stops no write)`)
 	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
@@ -255,6 +258,9 @@ func up(args []string) error {
 	if o.archive {
 		sargs = append(sargs, "-archive")
 	}
+	if o.retention > 0 {
+		sargs = append(sargs, "-retention", o.retention.String())
+	}
 	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
 	sup.Stdout, sup.Stderr = logf, logf
 	sup.SysProcAttr = localcluster.DetachedProcAttr()
@@ -340,6 +346,7 @@ func serve(args []string) error {
 		RedisClusterReplicas: o.redisClusterReplicas,
 		RedisHA:              o.redisHA,
 		Archive:              o.archive,
+		Retention:            o.retention,
 		Env:                  localcluster.ChildEnv(os.Environ()),
 		Logf:                 logf,
 		OnRestart: func(name string, pid int) {

@@ -1,0 +1,139 @@
+package readmodel
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+)
+
+// The FinishedIndex: terminal orders by the time they ended, kept only
+// with Config.IndexFinished, in ActiveShards sorted sets (member: order
+// id, score: the terminal state's UpdatedAtUnixMs) beside the active
+// ones, under the same shard of an order. The terminal step moves an
+// order from the active index to this one: in its own script on one
+// server, right after it on a Redis Cluster (IndexActive), where a lost
+// write is found again by RebuildActiveIndex. The archiver reads it for
+// the orders past their grace and forgets each one it archived. Per
+// order it costs one ZADD in the terminal step, one ZREM at archival and
+// an entry of about 60 bytes while the order waits.
+
+// FinishedOrder is an entry of the FinishedIndex.
+type FinishedOrder struct {
+	OrderID          string
+	TerminalAtUnixMs int64
+}
+
+// Finished returns the terminal orders that ended at or before before,
+// oldest first, at most limit (0: no limit). An entry is a candidate
+// only: its record is not read.
+func (r *Redis) Finished(ctx context.Context, before time.Time, limit int) ([]FinishedOrder, error) {
+	max := strconv.FormatInt(before.UnixMilli(), 10)
+	var out []FinishedOrder
+	for shard := range ActiveShards {
+		by := &redis.ZRangeBy{Min: "-inf", Max: max}
+		if limit > 0 {
+			by.Count = int64(limit)
+		}
+		zs, err := r.client.ZRangeByScoreWithScores(ctx, r.keys.finished(shard), by).Result()
+		if err != nil {
+			return nil, translate("finished orders", err)
+		}
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			out = append(out, FinishedOrder{OrderID: id, TerminalAtUnixMs: int64(z.Score)})
+		}
+	}
+	slices.SortFunc(out, func(a, b FinishedOrder) int {
+		return cmp.Or(cmp.Compare(a.TerminalAtUnixMs, b.TerminalAtUnixMs), cmp.Compare(a.OrderID, b.OrderID))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// ForgetFinished drops orderID from the FinishedIndex: the archiver is
+// done with it. Forgetting an order that is not there is no error.
+func (r *Redis) ForgetFinished(ctx context.Context, orderID string) error {
+	if _, err := r.keys.record(orderID); err != nil {
+		return err
+	}
+	if err := r.client.ZRem(ctx, r.keys.finished(shardOf(orderID)), orderID).Err(); err != nil {
+		return translate("forget finished "+orderID, err)
+	}
+	return nil
+}
+
+// Kept names of the record's fields in a sealed order's record
+// (eventstore.SealedRecord.Kept).
+const (
+	keptVersion = "readmodel.version"
+	keptState   = "readmodel.state"
+)
+
+// AddCompaction adds the order's record to c: its version and state are
+// kept in the sealed record, the record itself goes.
+func (r *Redis) AddCompaction(c *eventstore.Compaction) error {
+	key, err := r.keys.record(c.OrderID())
+	if err != nil {
+		return err
+	}
+	c.Keep(key, fieldVersion, keptVersion)
+	c.Keep(key, fieldState, keptState)
+	c.Delete(key)
+	return nil
+}
+
+// EncodeState is a state as this store keeps it (and as the archive's
+// FinalState holds it).
+func EncodeState(state *contracts.OrderState) ([]byte, error) {
+	if state == nil {
+		return nil, errors.New("readmodel: encode a nil state")
+	}
+	b, err := proto.Marshal(state)
+	if err != nil {
+		return nil, fmt.Errorf("readmodel: encode state: %w", err)
+	}
+	return b, nil
+}
+
+// KeptState is the final state and version a compacted order's sealed
+// record kept of its record (AddCompaction), or ErrNotFound when it kept
+// none.
+func KeptState(rec eventstore.SealedRecord) (*contracts.OrderState, int64, error) {
+	raw, ok := rec.Kept[keptState]
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: no kept state", ErrNotFound)
+	}
+	version, err := strconv.ParseInt(rec.Kept[keptVersion], 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: kept version %q", ErrCorrupt, rec.Kept[keptVersion])
+	}
+	state := &contracts.OrderState{}
+	if err := proto.Unmarshal([]byte(raw), state); err != nil {
+		return nil, 0, fmt.Errorf("%w: kept state: %v", ErrCorrupt, err)
+	}
+	return state, version, nil
+}
+
+// PostponeFinished lists orderID again as ended at at, if it is listed.
+func (r *Redis) PostponeFinished(ctx context.Context, orderID string, at time.Time) error {
+	if _, err := r.keys.record(orderID); err != nil {
+		return err
+	}
+	err := r.client.ZAddXX(ctx, r.keys.finished(shardOf(orderID)), redis.Z{Score: float64(at.UnixMilli()), Member: orderID}).Err()
+	if err != nil {
+		return translate("postpone finished "+orderID, err)
+	}
+	return nil
+}
