@@ -263,7 +263,10 @@ archive-test: postgres
 # leave Redis for the archive, against a real redis-server and a real
 # PostgreSQL: the archiver killed between each pair of its steps leaves
 # every kind of order hot or archived and another finishes it; repairs
-# not done keep an order hot; what stays of an archived order, measured.
+# not done keep an order hot; three archivers share the shards under
+# leases and one stalled mid-batch leaves its shard to the others;
+# PostgreSQL SIGKILLed mid-pass delays archival and loses nothing; what
+# stays of an archived order, measured.
 retention-test: postgres redis
 	$(GO) test -race -count=1 -timeout 5m ./actors/archiver/...
 

@@ -37,21 +37,13 @@ type FinishedOrder struct {
 // oldest first, at most limit (0: no limit). An entry is a candidate
 // only: its record is not read.
 func (r *Redis) Finished(ctx context.Context, before time.Time, limit int) ([]FinishedOrder, error) {
-	max := strconv.FormatInt(before.UnixMilli(), 10)
 	var out []FinishedOrder
 	for shard := range ActiveShards {
-		by := &redis.ZRangeBy{Min: "-inf", Max: max}
-		if limit > 0 {
-			by.Count = int64(limit)
-		}
-		zs, err := r.client.ZRangeByScoreWithScores(ctx, r.keys.finished(shard), by).Result()
+		got, err := r.FinishedIn(ctx, shard, before, limit)
 		if err != nil {
-			return nil, translate("finished orders", err)
+			return nil, err
 		}
-		for _, z := range zs {
-			id, _ := z.Member.(string)
-			out = append(out, FinishedOrder{OrderID: id, TerminalAtUnixMs: int64(z.Score)})
-		}
+		out = append(out, got...)
 	}
 	slices.SortFunc(out, func(a, b FinishedOrder) int {
 		return cmp.Or(cmp.Compare(a.TerminalAtUnixMs, b.TerminalAtUnixMs), cmp.Compare(a.OrderID, b.OrderID))
@@ -136,4 +128,65 @@ func (r *Redis) PostponeFinished(ctx context.Context, orderID string, at time.Ti
 		return translate("postpone finished "+orderID, err)
 	}
 	return nil
+}
+
+// leaseScript takes or renews a lease. KEYS[1] the lease; ARGV owner,
+// ttl (ms). Reply 1 held by owner now, 0 held by another.
+var leaseScript = redis.NewScript(`#!lua
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// unleaseScript gives a lease back if owner holds it. KEYS[1] the lease;
+// ARGV owner.
+var unleaseScript = redis.NewScript(`#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+`)
+
+// LeaseFinished takes shard's lease of the FinishedIndex for owner for
+// ttl, or renews it when owner holds it already, and reports whether
+// owner holds it now. Archivers lease the shards they work on, so that
+// two of them do not archive the same order at once; a lease whose
+// owner died ends with its ttl.
+func (r *Redis) LeaseFinished(ctx context.Context, shard int, owner string, ttl time.Duration) (bool, error) {
+	if shard < 0 || shard >= ActiveShards || owner == "" || ttl < time.Millisecond {
+		return false, fmt.Errorf("readmodel: lease finished shard %d for %q, ttl %s: invalid", shard, owner, ttl)
+	}
+	n, err := leaseScript.Run(ctx, r.client, []string{r.keys.finishedLease(shard)}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, translate("lease finished shard", err)
+	}
+	return n == 1, nil
+}
+
+// UnleaseFinished gives shard's lease back if owner holds it.
+func (r *Redis) UnleaseFinished(ctx context.Context, shard int, owner string) error {
+	if err := unleaseScript.Run(ctx, r.client, []string{r.keys.finishedLease(shard)}, owner).Err(); err != nil {
+		return translate("unlease finished shard", err)
+	}
+	return nil
+}
+
+// FinishedIn is Finished for one shard of the FinishedIndex.
+func (r *Redis) FinishedIn(ctx context.Context, shard int, before time.Time, limit int) ([]FinishedOrder, error) {
+	if shard < 0 || shard >= ActiveShards {
+		return nil, fmt.Errorf("readmodel: finished shard %d: out of range", shard)
+	}
+	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(before.UnixMilli(), 10)}
+	if limit > 0 {
+		by.Count = int64(limit)
+	}
+	zs, err := r.client.ZRangeByScoreWithScores(ctx, r.keys.finished(shard), by).Result()
+	if err != nil {
+		return nil, translate("finished orders", err)
+	}
+	out := make([]FinishedOrder, 0, len(zs))
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		out = append(out, FinishedOrder{OrderID: id, TerminalAtUnixMs: int64(z.Score)})
+	}
+	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
@@ -100,6 +101,13 @@ func TestTheRecordLeavesWithTheCompaction(t *testing.T) {
 
 	_, _, err = rm.Get(ctx, o)
 	require.ErrorIs(t, err, readmodel.ErrNotFound, "the record is gone")
+	withSealed := newRedis(t, readmodel.Config{Client: c, Sealed: es})
+	got, version, err := withSealed.Get(ctx, o)
+	require.NoError(t, err, "the final state answers from the sealed record")
+	require.True(t, proto.Equal(final, got), "got %v", got)
+	require.EqualValues(t, 1, version)
+	_, _, err = withSealed.Get(ctx, "o-never")
+	require.ErrorIs(t, err, readmodel.ErrNotFound, "an order that never existed")
 	rec, err := es.Sealed(ctx, o)
 	require.NoError(t, err)
 	require.Equal(t, "1", rec.Kept["readmodel.version"])
@@ -113,4 +121,40 @@ func ids(fin []readmodel.FinishedOrder) []string {
 		out[i] = f.OrderID
 	}
 	return out
+}
+
+// A shard's lease is one owner's at a time: its owner renews it, another
+// is refused until the owner gives it back or its ttl ends; a stranger's
+// give-back changes nothing.
+func TestAFinishedShardIsLeasedToOneArchiverAtATime(t *testing.T) {
+	_, c := setup(t)
+	rm := newRedis(t, readmodel.Config{Client: c, IndexFinished: true})
+	ctx := ctxT(t)
+	held, err := rm.LeaseFinished(ctx, 3, "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	held, err = rm.LeaseFinished(ctx, 3, "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held, "its owner renews it")
+	held, err = rm.LeaseFinished(ctx, 3, "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, held, "another is refused")
+	held, err = rm.LeaseFinished(ctx, 4, "b", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held, "each shard has a lease of its own")
+	require.NoError(t, rm.UnleaseFinished(ctx, 3, "b"))
+	held, err = rm.LeaseFinished(ctx, 3, "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, held, "a stranger's give-back changes nothing")
+	require.NoError(t, rm.UnleaseFinished(ctx, 3, "a"))
+	held, err = rm.LeaseFinished(ctx, 3, "b", 50*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, held, "given back, it is free")
+	require.Eventually(t, func() bool {
+		held, err := rm.LeaseFinished(ctx, 3, "a", time.Minute)
+		require.NoError(t, err)
+		return held
+	}, 5*time.Second, 10*time.Millisecond, "a lease whose owner is gone ends with its ttl")
+	_, err = rm.LeaseFinished(ctx, readmodel.ActiveShards, "a", time.Minute)
+	require.Error(t, err, "no such shard")
 }

@@ -20,6 +20,7 @@ var ErrInvalidOrderID = errkind.New(errkind.InvalidArgument, "readmodel: invalid
 //	<prefix>{<orderId>}        hash version, state: the order's record
 //	<prefix>active:{<shard>}   sorted set: the ActiveIndex shard
 //	<prefix>finished:{<shard>} sorted set: the FinishedIndex shard
+//	<prefix>finished:{<shard>}:lease string: the archiver holding the shard
 type keys struct{ prefix string }
 
 // newKeys refuses a prefix with braces: the order id must be the record
@@ -67,3 +68,5 @@ func (k keys) active(shard int) string {
 func (k keys) finished(shard int) string {
 	return k.prefix + "finished:{" + strconv.Itoa(shard) + "}"
 }
+
+func (k keys) finishedLease(shard int) string { return k.finished(shard) + ":lease" }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
@@ -38,6 +39,17 @@ type Config struct {
 	// archiver reads (a retention above 0). Off, a terminal order is in no
 	// index, and costs nothing beyond its record.
 	IndexFinished bool
+	// Sealed, when set, is where Get finds an archived order's final
+	// state once its record left with the order's compaction: the event
+	// store's sealed record (eventstore.Redis.Sealed). A Get of an order
+	// without a record then costs one more read.
+	Sealed SealedReader
+}
+
+// SealedReader reads a sealed order's record (eventstore.Redis.Sealed):
+// eventstore.ErrNotSealed for an order that is not sealed.
+type SealedReader interface {
+	Sealed(ctx context.Context, orderID string) (eventstore.SealedRecord, error)
 }
 
 // Redis is the Store on Redis: one hash per order (key layout: keys) with
@@ -50,6 +62,7 @@ type Redis struct {
 	keys     keys
 	log      *slog.Logger
 	finished bool
+	sealed   SealedReader
 }
 
 var _ Store = (*Redis)(nil)
@@ -64,7 +77,7 @@ func NewRedis(cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{client: cfg.Client, keys: k, log: cfg.Logger, finished: cfg.IndexFinished}
+	r := &Redis{client: cfg.Client, keys: k, log: cfg.Logger, finished: cfg.IndexFinished, sealed: cfg.Sealed}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -102,7 +115,27 @@ end
 return 1
 `)
 
-// Get implements Store.
+// archived is Get of an order without a record: an archived order's
+// final state, kept in its sealed record, or ErrNotFound.
+func (r *Redis) archived(ctx context.Context, orderID string) (*contracts.OrderState, int64, error) {
+	if r.sealed == nil {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, orderID)
+	}
+	rec, err := r.sealed.Sealed(ctx, orderID)
+	switch {
+	case errors.Is(err, eventstore.ErrNotSealed):
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, orderID)
+	case err != nil:
+		return nil, 0, fmt.Errorf("readmodel: get %s: %w", orderID, err)
+	case !rec.Compacted():
+		// Sealed but still hot: its record is missing, as for any order.
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, orderID)
+	}
+	return KeptState(rec)
+}
+
+// Get implements Store. An archived order answers the final state its
+// sealed record kept (Config.Sealed).
 func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error) {
 	key, err := r.keys.record(orderID)
 	if err != nil {
@@ -116,7 +149,7 @@ func (r *Redis) Get(ctx context.Context, orderID string) (*contracts.OrderState,
 		return nil, 0, fmt.Errorf("readmodel: get %s: HMGET returned %d values", orderID, len(vals))
 	}
 	if vals[0] == nil && vals[1] == nil {
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, orderID)
+		return r.archived(ctx, orderID)
 	}
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s (key %s): %s", ErrCorrupt, orderID, key, fmt.Sprintf(format, args...))

@@ -54,9 +54,15 @@ type Events interface {
 type Records interface {
 	// Get returns the order's record, or readmodel.ErrNotFound.
 	Get(ctx context.Context, orderID string) (*contracts.OrderState, int64, error)
-	// Finished lists the terminal orders that ended by before, oldest
-	// first, at most limit.
-	Finished(ctx context.Context, before time.Time, limit int) ([]readmodel.FinishedOrder, error)
+	// FinishedIn lists the terminal orders of one shard (0 to
+	// readmodel.ActiveShards-1) that ended by before, oldest first, at
+	// most limit.
+	FinishedIn(ctx context.Context, shard int, before time.Time, limit int) ([]readmodel.FinishedOrder, error)
+	// LeaseFinished takes or renews a shard's lease for owner, for ttl;
+	// false when another owner holds it.
+	LeaseFinished(ctx context.Context, shard int, owner string, ttl time.Duration) (bool, error)
+	// UnleaseFinished gives a shard's lease back if owner holds it.
+	UnleaseFinished(ctx context.Context, shard int, owner string) error
 	// ForgetFinished drops the order from that list.
 	ForgetFinished(ctx context.Context, orderID string) error
 	// PostponeFinished lists a listed order again as ended at, so that
@@ -105,6 +111,12 @@ type Config struct {
 	Archive     archive.Store
 	// Kind is the order grains' kind in the Location Store.
 	Kind string
+	// Owner names this archiver in the shards' leases (the member's id);
+	// required.
+	Owner string
+	// LeaseTTL is how long a shard's lease lasts unless renewed: how long
+	// the shards of an archiver that died stay untouched. Default 30 s.
+	LeaseTTL time.Duration
 	// Retention is the grace after an order's terminal event before it is
 	// archived; it must be above 0.
 	Retention time.Duration
@@ -123,10 +135,17 @@ var ErrConfig = errors.New("archiver: invalid config")
 var ErrMismatch = errors.New("archiver: the archive does not hold what was written")
 
 // Archiver moves finished orders past their retention to the archive.
-// Its passes may run anywhere, any number at once: every step is
-// idempotent, so two archivers of one order do the work twice and agree.
+// Its passes may run anywhere, any number at once: a pass works on the
+// shards of the finished list whose lease it holds, so two archivers do
+// not take the same order at once; should a lease lapse under one (a
+// stalled process), every step is idempotent, and two archivers of one
+// order do the work twice and agree. An archiver that dies leaves its
+// shards to the others when their leases end.
 type Archiver struct {
 	cfg Config
+	// next is the shard the next pass starts at: each pass starts one
+	// further, so no shard waits behind a busy one.
+	next int
 	// after, nil outside tests (export_test.go), is called after each
 	// step of an order's archival; an error stops the archival there, as
 	// a crash of the archiver would.
@@ -138,13 +157,16 @@ func New(cfg Config) (*Archiver, error) {
 	switch {
 	case cfg.Events == nil || cfg.Records == nil || cfg.Modules == nil || cfg.Locations == nil || cfg.Relocations == nil || cfg.Archive == nil:
 		return nil, fmt.Errorf("%w: every store is required", ErrConfig)
-	case cfg.Kind == "":
-		return nil, fmt.Errorf("%w: Kind is empty", ErrConfig)
+	case cfg.Kind == "" || cfg.Owner == "":
+		return nil, fmt.Errorf("%w: Kind and Owner are required", ErrConfig)
 	case cfg.Retention <= 0:
 		return nil, fmt.Errorf("%w: Retention %s must be above 0", ErrConfig, cfg.Retention)
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -171,22 +193,62 @@ const (
 	Skipped
 )
 
-// Pass is what one pass did.
+// Pass is what one pass did. Busy counts the shards another archiver
+// held.
 type Pass struct {
-	Candidates, Archived, Deferred, Skipped, Failed int
+	Candidates, Archived, Deferred, Skipped, Failed, Busy int
 }
 
 // RunOnce archives the orders past their retention, at most Batch of
-// them, one after another. An order that fails is logged and left for
-// the next pass; the first failure of the archive itself (unavailable)
-// ends the pass, which reports it.
+// them, one after another, from the shards whose lease it takes. An
+// order that fails is logged and left for the next pass; a failure of
+// the archive itself (unavailable) ends the pass, which reports it.
 func (a *Archiver) RunOnce(ctx context.Context) (Pass, error) {
-	cands, err := a.cfg.Records.Finished(ctx, a.cfg.Now().Add(-a.cfg.Retention), a.cfg.Batch)
-	if err != nil {
-		return Pass{}, fmt.Errorf("archiver: candidates: %w", err)
+	var p Pass
+	start := a.next
+	a.next = (a.next + 1) % readmodel.ActiveShards
+	for i := range readmodel.ActiveShards {
+		if p.Candidates >= a.cfg.Batch {
+			break
+		}
+		if err := a.shard(ctx, (start+i)%readmodel.ActiveShards, &p); err != nil {
+			return p, err
+		}
 	}
-	p := Pass{Candidates: len(cands)}
+	return p, nil
+}
+
+// shard works through one shard's candidates under its lease, renewed
+// every third of its ttl, and gives the lease back.
+func (a *Archiver) shard(ctx context.Context, shard int, p *Pass) error {
+	held, err := a.cfg.Records.LeaseFinished(ctx, shard, a.cfg.Owner, a.cfg.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("archiver: lease shard %d: %w", shard, err)
+	}
+	if !held {
+		p.Busy++
+		return nil
+	}
+	defer func() {
+		if err := a.cfg.Records.UnleaseFinished(context.WithoutCancel(ctx), shard, a.cfg.Owner); err != nil {
+			a.cfg.Logger.Warn("shard lease not given back; it ends by itself", slog.Int("shard", shard), slog.Any("error", err))
+		}
+	}()
+	leased := time.Now()
+	cands, err := a.cfg.Records.FinishedIn(ctx, shard, a.cfg.Now().Add(-a.cfg.Retention), a.cfg.Batch-p.Candidates)
+	if err != nil {
+		return fmt.Errorf("archiver: candidates: %w", err)
+	}
+	p.Candidates += len(cands)
 	for _, c := range cands {
+		if time.Since(leased) > a.cfg.LeaseTTL/3 {
+			if held, err = a.cfg.Records.LeaseFinished(ctx, shard, a.cfg.Owner, a.cfg.LeaseTTL); err != nil || !held {
+				// Lapsed and taken, or unknown: the rest is the
+				// other archiver's, or the next pass's.
+				return err
+			}
+			leased = time.Now()
+		}
 		out, err := a.Archive(ctx, c.OrderID)
 		switch {
 		case err == nil && out == Archived:
@@ -197,13 +259,13 @@ func (a *Archiver) RunOnce(ctx context.Context) (Pass, error) {
 			p.Deferred++
 		case errors.Is(err, archive.ErrUnavailable) || ctx.Err() != nil:
 			p.Failed++
-			return p, err
+			return err
 		default:
 			p.Failed++
 			a.cfg.Logger.Warn("order not archived; a later pass retries", slog.String("order", c.OrderID), slog.Any("error", err))
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // Run makes a pass every interval until ctx ends.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/archiver"
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
@@ -23,6 +24,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
+	"github.com/shoppingmall-go/shoppingmall/runner/pgserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/pgserver/pgtest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
@@ -37,6 +39,7 @@ var errCrash = errors.New("archiver crashed here")
 type env struct {
 	rdb     *redis.Client
 	stores  *node.Stores
+	pg      *pgserver.Server
 	archive *archive.Postgres
 	wf      *workflow.Service
 }
@@ -64,19 +67,31 @@ func setup(t *testing.T) *env {
 	require.NoError(t, st.Commerce.Payment().PutMethod(ctx, commerce.PaymentMethod{MethodID: "pm-no", Reason: "card declined"}))
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })
-	return &env{rdb: c, stores: st, archive: arch, wf: wf}
+	return &env{rdb: c, stores: st, pg: pg, archive: arch, wf: wf}
 }
 
 func (e *env) archiver(t *testing.T) *archiver.Archiver {
 	t.Helper()
-	a, err := archiver.New(archiver.Config{
+	return e.archiverWith(t, func(*archiver.Config) {})
+}
+
+// archiverWith is an archiver over e's stores, named by a fresh owner,
+// with edit's changes to its Config.
+func (e *env) archiverWith(t *testing.T, edit func(*archiver.Config)) *archiver.Archiver {
+	t.Helper()
+	owner++
+	cfg := archiver.Config{
 		Events: e.stores.Events.(*eventstore.Redis), Records: e.stores.ReadModel.(*readmodel.Redis),
 		Modules: e.stores.Commerce, Locations: e.stores.Locations, Relocations: e.stores.Relocation.(*relocation.Redis),
-		Archive: e.archive, Kind: kind, Retention: time.Hour,
-	})
+		Archive: e.archive, Kind: kind, Retention: time.Hour, Owner: fmt.Sprintf("member-%d", owner),
+	}
+	edit(&cfg)
+	a, err := archiver.New(cfg)
 	require.NoError(t, err)
 	return a
 }
+
+var owner int
 
 // kinds are the three ends of an order: confirmed, failed for stock,
 // failed for payment.
@@ -163,6 +178,10 @@ func (e *env) requireArchived(t *testing.T, id string, want contracts.OrderStatu
 	require.NoError(t, err)
 	require.Equal(t, want, st.GetStatus())
 	require.EqualValues(t, len(rec.Events), version)
+	got, gotVersion, err := e.stores.ReadModel.Get(ctx, id)
+	require.NoError(t, err, "%s: the read model answers the final state", id)
+	require.True(t, proto.Equal(st, got))
+	require.Equal(t, version, gotVersion)
 
 	keys := e.keysOf(t, id)
 	allowed := []string{"sm:es:{" + id + "}:fence", "sm:cs:idem:order:{" + id + "}",
@@ -274,12 +293,7 @@ func TestAPassArchivesOnlyFinishedRepairedOrdersPastTheirRetention(t *testing.T)
 	require.Zero(t, p.Candidates, "put back one retention later")
 
 	require.NoError(t, e.stores.Commerce.Idempotency().MarkStarted(ctx, "unmarked", unmarked))
-	later, err := archiver.New(archiver.Config{
-		Events: e.stores.Events.(*eventstore.Redis), Records: e.stores.ReadModel.(*readmodel.Redis),
-		Modules: e.stores.Commerce, Locations: e.stores.Locations, Relocations: e.stores.Relocation.(*relocation.Redis),
-		Archive: e.archive, Kind: kind, Retention: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) },
-	})
-	require.NoError(t, err)
+	later := e.archiverWith(t, func(c *archiver.Config) { c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } })
 	p, err = later.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, archiver.Pass{Candidates: 1, Archived: 1}, p)

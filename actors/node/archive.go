@@ -18,7 +18,10 @@ import (
 type ArchiverConfig struct {
 	// Retention is the grace after an order's terminal event; above 0.
 	Retention time.Duration
-	Logger    *slog.Logger
+	// Owner names the archiver in the finished list's shard leases: the
+	// member's id.
+	Owner  string
+	Logger *slog.Logger
 }
 
 // NewArchiver returns the archiver over st's Redis stores and the
@@ -33,6 +36,6 @@ func NewArchiver(st *Stores, arch archive.Store, cfg ArchiverConfig) (*archiver.
 	}
 	return archiver.New(archiver.Config{
 		Events: events, Records: records, Modules: st.Commerce, Locations: st.Locations, Relocations: relocations,
-		Archive: arch, Kind: grain.KindName, Retention: cfg.Retention, Logger: cfg.Logger,
+		Archive: arch, Kind: grain.KindName, Retention: cfg.Retention, Owner: cfg.Owner, Logger: cfg.Logger,
 	})
 }

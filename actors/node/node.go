@@ -232,7 +232,13 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	events, err1 := eventstore.NewRedis(eventstore.Config{Client: ev})
-	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm, IndexFinished: opt.IndexFinished})
+	// An archived order's final state stays in its sealed record, which
+	// the read model reads where its own record is gone.
+	var sealed readmodel.SealedReader
+	if err1 == nil {
+		sealed = events
+	}
+	projections, err2 := readmodel.NewRedis(readmodel.Config{Client: rm, IndexFinished: opt.IndexFinished, Sealed: sealed})
 	commerceStore, err3 := commerce.NewRedis(commerce.Config{Client: cs, LedgerMaxLen: opt.StockLedgerMax, SkipLegacyIdempotency: opt.SkipLegacyIdempotency})
 	if err := errors.Join(err1, err2, err3); err != nil {
 		s.Close()

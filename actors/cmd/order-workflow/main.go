@@ -195,7 +195,7 @@ func run(args []string) error {
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
 	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, Logger: log})
 	if o.retention > 0 {
-		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Logger: log})
+		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Owner: w.Member.ID(), Logger: log})
 		if err != nil {
 			return err
 		}
