@@ -66,21 +66,19 @@ func (r *Redis) ForgetFinished(ctx context.Context, orderID string) error {
 	return nil
 }
 
-// Kept names of the record's fields in a sealed order's record
-// (eventstore.SealedRecord.Kept).
-const (
-	keptVersion = "readmodel.version"
-	keptState   = "readmodel.state"
-)
+// keptState names the record's state in a sealed order's record
+// (eventstore.SealedRecord.Kept). Its version is not kept: the archiver
+// compacts only an order whose record reflects its whole stream, so it
+// is the sealed record's own (SealedRecord.Version).
+const keptState = "readmodel.state"
 
-// AddCompaction adds the order's record to c: its version and state are
-// kept in the sealed record, the record itself goes.
+// AddCompaction adds the order's record to c: its state is kept in the
+// sealed record, the record itself goes.
 func (r *Redis) AddCompaction(c *eventstore.Compaction) error {
 	key, err := r.keys.record(c.OrderID())
 	if err != nil {
 		return err
 	}
-	c.Keep(key, fieldVersion, keptVersion)
 	c.Keep(key, fieldState, keptState)
 	c.Delete(key)
 	return nil
@@ -107,15 +105,11 @@ func KeptState(rec eventstore.SealedRecord) (*contracts.OrderState, int64, error
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: no kept state", ErrNotFound)
 	}
-	version, err := strconv.ParseInt(rec.Kept[keptVersion], 10, 64)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: kept version %q", ErrCorrupt, rec.Kept[keptVersion])
-	}
 	state := &contracts.OrderState{}
 	if err := proto.Unmarshal([]byte(raw), state); err != nil {
 		return nil, 0, fmt.Errorf("%w: kept state: %v", ErrCorrupt, err)
 	}
-	return state, version, nil
+	return state, rec.Version, nil
 }
 
 // PostponeFinished lists orderID again as ended at at, if it is listed.

@@ -79,11 +79,22 @@ func (r *Redis) CompactReservation(ctx context.Context, id string) error {
 			return translate("drop holds of "+id, err)
 		}
 	}
-	if err := r.client.HDel(ctx, rec, "lines", "short", "state", "orderId", "reserveCalls", "releaseCalls", "releaseRequestReason").Err(); err != nil {
+	if err := trimReservationScript.Run(ctx, r.client, []string{rec}).Err(); err != nil {
 		return translate("compact reservation "+id, err)
 	}
 	return nil
 }
+
+// trimReservationScript drops what only an unfinished call reads, and an
+// empty reason (every script reads a missing one as empty). KEYS[1]
+// reservation record.
+var trimReservationScript = redis.NewScript(`#!lua
+redis.call('HDEL', KEYS[1], 'lines', 'short', 'state', 'orderId', 'reserveCalls', 'releaseCalls', 'releaseRequestReason')
+for _, f in ipairs({'reason', 'releaseReason'}) do
+  if redis.call('HGET', KEYS[1], f) == '' then redis.call('HDEL', KEYS[1], f) end
+end
+return 1
+`)
 
 // compactPaymentScript: KEYS[1] payment record. Reply 1 compacted (or
 // nothing recorded), 0 undecided.
@@ -91,6 +102,7 @@ var compactPaymentScript = redis.NewScript(`#!lua
 if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
 if not redis.call('HGET', KEYS[1], 'accepted') then return 0 end
 redis.call('HDEL', KEYS[1], 'orderId', 'methodId', 'amount', 'currency', 'calls')
+if redis.call('HGET', KEYS[1], 'reason') == '' then redis.call('HDEL', KEYS[1], 'reason') end
 return 1
 `)
 

@@ -100,6 +100,9 @@ type options struct {
 	overloadMaxInFlight int
 	overloadMaxOrders   int64
 	overloadGenerator   string
+	// The retention phase (retention.go): 0 orders skips it.
+	retention       time.Duration
+	retentionOrders int
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -155,6 +158,8 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.overloadSettle, "overload-settle", 30*time.Second, "after the overload phase, how long acknowledged orders have to reach a terminal status before each one's status is read")
 	fs.IntVar(&o.overloadMaxInFlight, "overload-max-inflight", 1024, "the overload generator's workers: most POSTs in flight; an order due while none is idle is not sent (counted apart)")
 	fs.Int64Var(&o.overloadMaxOrders, "overload-max-orders", 500000, "most orders the overload timeline may hold; a longer one is refused")
+	fs.IntVar(&o.retentionOrders, "retention-orders", 10000, "the retention phase, last, on a cluster of its own with the archive: a closed loop of this many orders, their keys and bytes in Redis while hot and once archived, and the archiver's throughput (0 = skip it; the working tree only, never with -peers)")
+	fs.DurationVar(&o.retention, "retention", 30*time.Second, "the retention phase's -retention: longer than its load, so that the archival runs on an otherwise idle cluster")
 	fs.StringVar(&o.overloadGenerator, "overload-generator", generatorOurs, "the overload phase's load generator: ours (a hand-written HTTP/1.1 poster that drops an order due while no worker is idle) or vegeta (vegeta's attacker over net/http, which sends such an order late)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -193,6 +198,8 @@ func (o options) validate() error {
 		return errors.New("-both-orders needs -baseline")
 	case (o.apiBin == "") != (o.workflowBin == ""):
 		return errors.New("-api-bin and -workflow-bin go together")
+	case o.retentionOrders < 0 || (o.retentionOrders > 0 && o.retention <= 0):
+		return errors.New("-retention-orders must be >= 0, and -retention > 0 with it")
 	}
 	return nil
 }
@@ -277,7 +284,14 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		logf("comparison: %s (baseline results in %s)", path, filepath.Join(base.RunDir, "bench-results.json"))
 		if o.bothOrders {
-			return reversedPass(ctx, o, dir, cur, bt, base, cmp)
+			if err := reversedPass(ctx, o, dir, cur, bt, base, cmp); err != nil {
+				return err
+			}
+		}
+	}
+	if o.retentionOrders > 0 {
+		if _, err := measureRetention(ctx, o, cur); err != nil {
+			return fmt.Errorf("retention phase: %w", err)
 		}
 	}
 	return nil
