@@ -14,7 +14,8 @@
 #   started, and nothing else.
 # - Nothing is pulled: the images are built FROM scratch
 #   (scripts/deploy/Dockerfile.local) from build.sh's static executables,
-#   and Redis from Debian's redis-server with the libraries ldd lists.
+#   Redis from Debian's redis-server and PostgreSQL from Debian's
+#   postgresql, each with the libraries ldd lists.
 # - Every service runs with host networking on loopback ports
 #   (compose.yaml names them); a port already taken fails the test before
 #   anything starts.
@@ -31,7 +32,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 compose_file=scripts/deploy/compose.yaml
 project=shoppingmall-compose-test
-ports=(6490 8181 8182 9181 9182 8191 8192 9561 9562 9563 9564 6431 6432 6433 6434)
+ports=(6490 5490 8181 8182 9181 9182 8191 8192 9561 9562 9563 9564 6431 6432 6433 6434)
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
@@ -54,6 +55,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 bash scripts/install-redis.sh >/dev/null
+bash scripts/install-postgres.sh >/dev/null
 install_time=$(since "$t")
 # Debian's client, the engine's own version: another docker on PATH may
 # be a newer client that builds with BuildKit.
@@ -152,11 +154,42 @@ ldd "$redis_bin" | awk '/=> \// { print $3 } /^\t\// { print $1 }' | while read 
   mkdir -p "$ctx/redis$(dirname "$lib")"
   cp -L "$lib" "$ctx/redis$lib"
 done
+# PostgreSQL: Debian's server binaries, its library and share folders,
+# the libraries ldd lists for them and for /bin/sh (initdb runs the
+# bootstrap backend through it), the UTC zone, a passwd entry for the
+# image's user (initdb looks its name up) and an entrypoint that
+# initializes /data once.
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+pgdir=$(dirname "$pgbin")
+pgver=$(basename "$pgdir")
+pg=$ctx/postgres
+mkdir -p "$pg$pgbin" "$pg/usr/share/postgresql" "$pg/usr/share/zoneinfo" "$pg/etc" "$pg/bin" "$ctx/pgdata"
+cp -L "$pgbin/postgres" "$pgbin/initdb" "$pg$pgbin/"
+cp -rL "$pgdir/lib" "$pg$pgdir/"
+cp -rL "/usr/share/postgresql/$pgver" "$pg/usr/share/postgresql/"
+cp -L /usr/share/zoneinfo/UTC "$pg/usr/share/zoneinfo/UTC"
+cp -L /bin/sh "$pg/bin/sh"
+for exe in "$pgbin/postgres" "$pgbin/initdb" /bin/sh "$pgdir"/lib/*.so; do
+  ldd "$exe" 2>/dev/null | awk '/=> \// { print $3 } /^\t\// { print $1 }'
+done | sort -u | while read -r lib; do
+  mkdir -p "$pg$(dirname "$lib")"
+  cp -L "$lib" "$pg$lib"
+done
+printf 'postgres:x:65532:65532::/data:/bin/sh\n' >"$pg/etc/passwd"
+printf 'postgres:x:65532:\n' >"$pg/etc/group"
+cat >"$pg/entrypoint.sh" <<EOF
+set -e
+if [ ! -s /data/PG_VERSION ]; then
+  $pgbin/initdb -D /data -U shoppingmall --auth=trust --encoding=UTF8 --locale=C >/dev/null
+fi
+exec $pgbin/postgres -D /data -c listen_addresses=127.0.0.1 -c port=5490 -c unix_socket_directories= "\$@"
+EOF
 cp scripts/deploy/Dockerfile.local "$ctx/Dockerfile"
 for target in commerce-api order-workflow; do
   "$docker" build -q --target "$target" -t "shoppingmall/$target:dev" "$ctx" >/dev/null
 done
 "$docker" build -q --target redis -t shoppingmall/redis:local "$ctx" >/dev/null
+"$docker" build -q --target postgres -t shoppingmall/postgres:local "$ctx" >/dev/null
 log "images built FROM scratch in $(since "$t"):"
 "$docker" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | sort | sed 's/^/  /'
 
@@ -164,7 +197,7 @@ log "images built FROM scratch in $(since "$t"):"
 SHOPPINGMALL_ADMIN_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 SHOPPINGMALL_ORDER_ID_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 export SHOPPINGMALL_ADMIN_TOKEN SHOPPINGMALL_ORDER_ID_SECRET
-unset SHOPPINGMALL_REDIS_IMAGE SHOPPINGMALL_TAG
+unset SHOPPINGMALL_REDIS_IMAGE SHOPPINGMALL_POSTGRES_IMAGE SHOPPINGMALL_ARCHIVE SHOPPINGMALL_TAG
 t=$(now)
 stack_up=1
 compose up -d 2>&1 | quiet
@@ -182,7 +215,13 @@ for url in http://127.0.0.1:8181/readyz http://127.0.0.1:8182/readyz http://127.
     sleep 0.2
   done
 done
-log "stack up and ready (2 APIs, 2 workflows, Redis) in $(since "$t")"
+log "stack up and ready (2 APIs, 2 workflows, Redis, PostgreSQL) in $(since "$t")"
+# Ready means each workflow opened the archive (it refuses to start
+# otherwise); with its retention it runs the archiver too.
+for w in workflow-a workflow-b; do
+  compose logs "$w" 2>&1 | grep -q '"msg":"archiver running"' || fail "$w runs no archiver: $(compose logs "$w" 2>&1 | tail -n 5)"
+done
+log "both workflows archive finished orders to PostgreSQL after 168h"
 compose ps 2>&1 | sed 's/^/  /'
 
 # An order through api-a, awaited through api-b.

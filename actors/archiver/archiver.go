@@ -268,22 +268,30 @@ func (a *Archiver) shard(ctx context.Context, shard int, p *Pass) error {
 	return nil
 }
 
-// Run makes a pass every interval until ctx ends.
+// Run makes passes until ctx ends: the next one at once while a pass
+// found a full batch (a backlog drains at the archiver's own pace), every
+// interval otherwise.
 func (a *Archiver) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		p, err := a.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			a.cfg.Logger.Warn("archive pass ended early; the next one retries", slog.Int("archived", p.Archived), slog.Any("error", err))
-		} else if p.Archived > 0 || p.Deferred > 0 {
-			a.cfg.Logger.Info("archive pass", slog.Int("archived", p.Archived), slog.Int("deferred", p.Deferred), slog.Int("failed", p.Failed))
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		p, err := a.RunOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.cfg.Logger.Warn("archive pass ended early; the next one retries", slog.Int("archived", p.Archived), slog.Any("error", err))
+		case p.Archived > 0 || p.Deferred > 0 || p.Failed > 0:
+			a.cfg.Logger.Info("archive pass", slog.Int("archived", p.Archived), slog.Int("deferred", p.Deferred), slog.Int("failed", p.Failed), slog.Int("busy", p.Busy))
+		}
+		next := interval
+		if err == nil && p.Candidates >= a.cfg.Batch {
+			next = 0
+		}
+		t.Reset(next)
 	}
 }
 

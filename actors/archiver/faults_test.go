@@ -173,3 +173,20 @@ func TestAnArchiveOutageDelaysArchivalAndLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, len(ids), n, "every candidate archived exactly once")
 }
+
+// A backlog drains at the archiver's own pace: Run takes the next batch
+// at once while a pass found a full one, not an interval later.
+func TestRunDrainsABacklogWithoutWaitingForItsInterval(t *testing.T) {
+	e := setup(t)
+	ids, _ := e.finishMany(t, "backlog", 100)
+	a := e.archiverWith(t, func(c *archiver.Config) { c.Batch = 20 })
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx, time.Hour) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		n, err := e.archive.Count(t.Context())
+		require.NoError(t, err)
+		return n == int64(len(ids))
+	}, 60*time.Second, 50*time.Millisecond, "five full batches, one after another, within the hour's interval")
+}
