@@ -438,6 +438,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 		rep.Notes = append(rep.Notes, "the APIs have no GET ?waitFor=terminal: outcomes were polled every "+o.poll.String())
 	}
 	rep.Replay = replayRead(ctx, rdb, res, o.replaySamples)
+	rep.RedisPerOrder = terminalFootprint(ctx, rdb, res)
 	if o.idleTimeout > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("grains passivate %s after their last message (-idle-timeout): the figures include the passivation of about as many orders as were measured", o.idleTimeout))
 	}

@@ -130,6 +130,9 @@ func printReport(w io.Writer, r *report) {
 	}
 	row("cold activation (proxy)", "%s = StartOrder latency (every order is a fresh activation)", p(r.Activation.Ms))
 	row("replay read", "%s, %.1f events/stream (eventstore Load from the runner)", p(r.Replay.Ms), r.Replay.Events)
+	if u := r.RedisPerOrder; u != nil {
+		row("Redis per terminal order", "%.2f keys, %.0f bytes (retention off; MEMORY USAGE of every key naming the order, over its %d orders)", u.KeysPerOrder, u.BytesPerOrder, u.Orders)
+	}
 	if r.Ceiling.Orders > 0 {
 		row("ceiling (Redis alone)", "%.1f orders/s for the same mix at concurrency %d (%.2f round trips, %.2f commands per order)",
 			r.Ceiling.OrdersPerSec, r.Ceiling.Concurrency, r.Ceiling.RoundTripsPerOrder, r.Ceiling.CommandsPerOrder)

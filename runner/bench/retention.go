@@ -104,7 +104,7 @@ func footprint(ctx context.Context, rdb redis.UniversalClient, ids map[string]bo
 			}
 			for i, k := range batch {
 				n, _ := cmds[i].Result()
-				if ok, _ := filepath.Match(shared, k); ok {
+				if ok, _ := filepath.Match(shared, k); ok && shared != "" {
 					sharedBytes += n
 					continue
 				}
@@ -146,6 +146,23 @@ func footprint(ctx context.Context, rdb redis.UniversalClient, ids map[string]bo
 		return usage{}, sharedBytes, nil
 	}
 	return usage{Orders: n, KeysPerOrder: float64(keys) / float64(n), BytesPerOrder: float64(bytes) / float64(n)}, sharedBytes, nil
+}
+
+// terminalFootprint is footprint over the terminal orders of res, nil
+// (logged) when it cannot be read.
+func terminalFootprint(ctx context.Context, rdb redis.UniversalClient, res loadResult) *usage {
+	ids := map[string]bool{}
+	for _, r := range res.Results {
+		if r.terminal() {
+			ids[r.OrderID] = true
+		}
+	}
+	u, _, err := footprint(ctx, rdb, ids, "")
+	if err != nil {
+		logf("Redis per terminal order not measured: %v", err)
+		return nil
+	}
+	return &u
 }
 
 // machineBusy is the machine's busy CPU time in seconds, over every CPU.

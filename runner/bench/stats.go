@@ -305,9 +305,13 @@ type report struct {
 		Method string `json:"method"`
 		Ms     pct    `json:"ms"`
 	} `json:"coldActivation"`
-	Replay  replayStats  `json:"replayRead"`
-	Mix     ceilingMix   `json:"ceilingMix"`
-	Ceiling ceilingStats `json:"ceiling"`
+	Replay replayStats `json:"replayRead"`
+	// RedisPerOrder is what a terminal order of the closed loop holds in
+	// Redis (retention off), measured after the phase; nil when the
+	// measure failed.
+	RedisPerOrder *usage       `json:"redisPerTerminalOrder,omitempty"`
+	Mix           ceilingMix   `json:"ceilingMix"`
+	Ceiling       ceilingStats `json:"ceiling"`
 	// OpenLoop is the fixed-rate phase; nil when skipped.
 	OpenLoop *openLoopStats `json:"openLoop,omitempty"`
 	// Overload is the burst above the peak; nil when skipped.
