@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ var errCrash = errors.New("archiver crashed here")
 // them as a workflow member wires them, and a workflow that drives
 // orders to their end.
 type env struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	stores  *node.Stores
 	pg      *pgserver.Server
 	archive *archive.Postgres
@@ -46,10 +47,18 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	ctx := t.Context()
 	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	return setupOn(t, srv.URL(), c)
+}
+
+// setupOn is setup over the Redis at url, which rdb reads.
+func setupOn(t *testing.T, url string, rdb redis.UniversalClient) *env {
+	t.Helper()
+	ctx := t.Context()
 	pg := pgtest.Start(t)
-	st, err := node.OpenStores(ctx, node.RedisURLs{Default: srv.URL()}, node.StoreOptions{IndexFinished: true})
+	st, err := node.OpenStores(ctx, node.RedisURLs{Default: url}, node.StoreOptions{IndexFinished: true})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	arch, err := archive.Open(ctx, archive.Config{URL: pg.URL()})
@@ -65,9 +74,7 @@ func setup(t *testing.T) *env {
 	require.NoError(t, st.Commerce.Inventory().SetStock(ctx, "SKU-2", 1_000))
 	require.NoError(t, st.Commerce.Payment().PutMethod(ctx, commerce.PaymentMethod{MethodID: "pm-ok", Approve: true}))
 	require.NoError(t, st.Commerce.Payment().PutMethod(ctx, commerce.PaymentMethod{MethodID: "pm-no", Reason: "card declined"}))
-	c := srv.Client()
-	t.Cleanup(func() { _ = c.Close() })
-	return &env{rdb: c, stores: st, pg: pg, archive: arch, wf: wf}
+	return &env{rdb: rdb, stores: st, pg: pg, archive: arch, wf: wf}
 }
 
 func (e *env) archiver(t *testing.T) *archiver.Archiver {
@@ -144,10 +151,25 @@ func (e *env) finish(t *testing.T, key string, lines []*contracts.OrderLine, met
 func (e *env) keysOf(t *testing.T, id string) []string {
 	t.Helper()
 	var out []string
-	for _, pat := range []string{"*{" + id + "}*", "*{" + order.ReservationID(id) + "}*", "*" + order.ReservationID(id), "*{" + order.PaymentID(id) + "}*"} {
-		ks, err := e.rdb.Keys(t.Context(), pat).Result()
-		require.NoError(t, err)
-		out = append(out, ks...)
+	keys := func(ctx context.Context, c redis.UniversalClient) error {
+		for _, pat := range []string{"*{" + id + "}*", "*{" + order.ReservationID(id) + "}*", "*" + order.ReservationID(id), "*{" + order.PaymentID(id) + "}*"} {
+			ks, err := c.Keys(ctx, pat).Result()
+			if err != nil {
+				return err
+			}
+			out = append(out, ks...)
+		}
+		return nil
+	}
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		require.NoError(t, cc.ForEachMaster(t.Context(), func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return keys(ctx, c)
+		}))
+	} else {
+		require.NoError(t, keys(t.Context(), e.rdb))
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -340,4 +362,25 @@ func (e *env) usage(t *testing.T, ctx context.Context, ids []string) (keys, byte
 		}
 	}
 	return keys / float64(len(ids)), bytes / float64(len(ids))
+}
+
+// On a 3-master Redis Cluster every order's compaction is one script on
+// its slot and every other write a per-id one: each kind of order is
+// archived with its compact record, and no master ever answered
+// CROSSSLOT (StartCluster checks).
+func TestArchivingOnARedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t)
+	e := setupOn(t, rc.URL(), rc.Client)
+	var ids []string
+	for _, k := range kinds {
+		ids = append(ids, e.finish(t, "cluster-"+k.name, k.lines, k.method, k.want))
+	}
+	// The finished list's entry is written right after the terminal step
+	// on a Redis Cluster (another slot).
+	p, err := e.archiver(t).RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, len(ids), p.Archived, "%+v", p)
+	for i, k := range kinds {
+		e.requireArchived(t, ids[i], k.want, k.reserved)
+	}
 }
