@@ -305,11 +305,11 @@ func (a *Archiver) Run(ctx context.Context, interval time.Duration) {
 //  3. write the archive (idempotent);
 //  4. read the row back and compare;
 //  5. compact the module records (their own per-id scripts);
-//  6. compact the order's slot in one script: its stream, record,
-//     Location keys, envelope and operations go, the sealed record
-//     stays with the final state;
-//  7. drop the entries in other slots: the owner's index, the operations'
-//     index, the finished list.
+//  6. drop the entries in other slots that only the hot keys name (the
+//     owner's index, the operations' index), then compact the order's
+//     slot in one script: its stream, record, Location keys, envelope
+//     and operations go, the sealed record stays with the final state;
+//  7. drop the order from the finished list.
 //
 // A crash between any two leaves the order hot (up to 6) or archived
 // with its compact record (from 6), and a rerun from the start finishes
@@ -320,7 +320,7 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	case err == nil && rec.Compacted():
 		// A crash after the compaction: the entries in other slots are
 		// what may be left.
-		return Archived, a.forgetElsewhere(ctx, orderID, "", nil)
+		return Archived, a.forgetFinished(ctx, orderID)
 	case err != nil && !errors.Is(err, eventstore.ErrNotSealed):
 		return 0, fmt.Errorf("archiver: %s: %w", orderID, err)
 	}
@@ -345,7 +345,7 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	if !ready {
 		if rec, err := a.cfg.Events.Sealed(ctx, orderID); err == nil && rec.Compacted() {
 			// Another archiver compacted it meanwhile.
-			return Archived, a.forgetElsewhere(ctx, orderID, "", nil)
+			return Archived, a.forgetFinished(ctx, orderID)
 		}
 		return Deferred, a.cfg.Records.PostponeFinished(ctx, orderID, a.cfg.Now())
 	}
@@ -380,13 +380,20 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	if err := a.step("payment"); err != nil {
 		return 0, err
 	}
-	// The owner, for its index entry in another slot (none once the
-	// grain was released: Release drops it).
+	// The entries in other slots that only the hot keys name go first:
+	// the owner's index entry (none once the grain was released, which
+	// drops it) and the operations' index entries. Best-effort: a stale
+	// one is dropped by whoever reads it, and a missing one for an order
+	// still hot (a crash right here) is put back by the reconciler.
 	loc, err := a.cfg.Locations.Get(ctx, a.cfg.Kind, orderID)
 	if err != nil {
 		return 0, fmt.Errorf("archiver: %s: location: %w", orderID, err)
 	}
-	owner := loc.Owner
+	if loc.Owner != "" {
+		if err := a.cfg.Locations.Unindex(ctx, loc.Owner, a.cfg.Kind, orderID); err != nil {
+			a.cfg.Logger.Warn("owner's index entry of an archived order left", slog.String("order", orderID), slog.Any("error", err))
+		}
+	}
 	c := eventstore.NewCompaction(orderID, now)
 	if err := a.cfg.Records.AddCompaction(c); err != nil {
 		return 0, fmt.Errorf("archiver: %s: %w", orderID, err)
@@ -398,13 +405,16 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	if err != nil {
 		return 0, fmt.Errorf("archiver: %s: %w", orderID, err)
 	}
+	if err := a.cfg.Relocations.ForgetOperations(ctx, ops); err != nil {
+		a.cfg.Logger.Warn("operation index entries of an archived order left", slog.String("order", orderID), slog.Any("error", err))
+	}
 	if _, err := a.cfg.Events.Compact(ctx, c); err != nil {
 		return 0, fmt.Errorf("archiver: compact %s: %w", orderID, err)
 	}
 	if err := a.step("compact"); err != nil {
 		return 0, err
 	}
-	return Archived, a.forgetElsewhere(ctx, orderID, owner, ops)
+	return Archived, a.forgetFinished(ctx, orderID)
 }
 
 // record is the order's archive record, read after the seal (the stream
@@ -460,21 +470,11 @@ func (a *Archiver) notYet(orderID, why string) error {
 	return nil
 }
 
-// forgetElsewhere drops the order's entries in other slots, once its
-// slot is compacted. The owner's index and the operations' index are
-// best-effort (a stale entry there is dropped by whoever reads it); the
-// finished list goes last, so a crash before it brings the order back to
-// a pass, which finds it compacted and comes here again.
-func (a *Archiver) forgetElsewhere(ctx context.Context, orderID, owner string, ops []string) error {
-	if owner != "" {
-		if err := a.cfg.Locations.Unindex(ctx, owner, a.cfg.Kind, orderID); err != nil {
-			a.cfg.Logger.Warn("owner's index entry of an archived order left", slog.String("order", orderID), slog.Any("error", err))
-		}
-	}
-	if err := a.cfg.Relocations.ForgetOperations(ctx, ops); err != nil {
-		a.cfg.Logger.Warn("operation index entries of an archived order left", slog.String("order", orderID), slog.Any("error", err))
-	}
-	if err := a.step("elsewhere"); err != nil {
+// forgetFinished drops the order from the finished list, once its slot
+// is compacted: last, so a crash before it brings the order back to a
+// pass, which finds it compacted and comes here again.
+func (a *Archiver) forgetFinished(ctx context.Context, orderID string) error {
+	if err := a.step("forget"); err != nil {
 		return err
 	}
 	if err := a.cfg.Records.ForgetFinished(ctx, orderID); err != nil {

@@ -220,6 +220,9 @@ func (e *env) requireArchived(t *testing.T, id string, want contracts.OrderStatu
 	m, err := e.stores.Commerce.MappingOf(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, commerce.MappingStarted, m.Status, "the mapping stays, with its fingerprint")
+	owned, err := e.stores.Locations.Owned(ctx, "member-1", kind)
+	require.NoError(t, err)
+	require.NotContains(t, owned, id, "the owner's index forgot it")
 
 	// A zombie of the order: its reservation and payment answer their
 	// first results, and no stock moves.
@@ -245,7 +248,7 @@ func (e *env) requireArchived(t *testing.T, id string, want contracts.OrderStatu
 func TestAKilledArchiverLeavesEveryOrderHotOrArchived(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
-	steps := []string{"seal", "write", "verify", "reservation", "payment", "compact", "elsewhere"}
+	steps := []string{"seal", "write", "verify", "reservation", "payment", "compact", "forget"}
 	for _, step := range steps {
 		for _, k := range kinds {
 			id := e.finish(t, fmt.Sprintf("%s-%s", step, k.name), k.lines, k.method, k.want)
@@ -300,26 +303,42 @@ func TestAPassArchivesOnlyFinishedRepairedOrdersPastTheirRetention(t *testing.T)
 	ready := e.finish(t, "ready", kinds[0].lines, kinds[0].method, kinds[0].want)
 	unmarked := e.finish(t, "unmarked", kinds[2].lines, kinds[2].method, kinds[2].want)
 	require.NoError(t, e.rdb.HSet(ctx, "sm:cs:idem:order:{"+unmarked+"}", "status", string(commerce.MappingPending)).Err())
+	behind := e.finish(t, "behind", kinds[1].lines, kinds[1].method, kinds[1].want)
+	final, version, err := e.stores.ReadModel.Get(ctx, behind)
+	require.NoError(t, err)
+	created := proto.Clone(final).(*contracts.OrderState)
+	created.Status = contracts.OrderStatus_Created
+	require.NoError(t, e.stores.ReadModel.(*readmodel.Redis).Replace(ctx, behind, 1, created), "a projection behind its stream")
 
 	a := e.archiver(t)
 	p, err := a.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, archiver.Pass{Candidates: 2, Archived: 1, Deferred: 1}, p)
+	require.Equal(t, archiver.Pass{Candidates: 3, Archived: 1, Deferred: 2}, p)
 	e.requireArchived(t, ready, kinds[0].want, true)
-	require.True(t, e.hot(t, unmarked), "a pending repair keeps the order hot")
-	_, _, err = e.stores.Events.Open(ctx, unmarked, 9)
-	require.ErrorIs(t, err, eventstore.ErrSealed, "sealed all the same")
+	for _, id := range []string{unmarked, behind} {
+		require.True(t, e.hot(t, id), "a pending repair keeps the order hot")
+		_, _, err = e.stores.Events.Open(ctx, id, 9)
+		require.ErrorIs(t, err, eventstore.ErrSealed, "sealed all the same")
+		_, err := e.archive.Get(ctx, id)
+		require.ErrorIs(t, err, archive.ErrNotFound, "nothing written to the archive")
+	}
 
 	p, err = a.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, p.Candidates, "put back one retention later")
 
+	// The repairs still write (the projection and the mapping are not
+	// the stream); a repaired projection lists its order again.
+	_, err = e.stores.ReadModel.Put(ctx, behind, version, final)
+	require.NoError(t, err)
+
 	require.NoError(t, e.stores.Commerce.Idempotency().MarkStarted(ctx, "unmarked", unmarked))
 	later := e.archiverWith(t, func(c *archiver.Config) { c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } })
 	p, err = later.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, archiver.Pass{Candidates: 1, Archived: 1}, p)
+	require.Equal(t, archiver.Pass{Candidates: 2, Archived: 2}, p)
 	e.requireArchived(t, unmarked, kinds[2].want, true)
+	e.requireArchived(t, behind, kinds[1].want, false)
 }
 
 // What stays of an archived order, measured: keys and bytes per order
