@@ -32,6 +32,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
 // testCA is a certificate authority made for one test.
@@ -221,10 +222,13 @@ func TestClusterTLSRefusesABadConfigurationAtStart(t *testing.T) {
 // refuses 127.0.0.1 on the same port.
 func TestAutomanagedHealthListensOnTheBindHost(t *testing.T) {
 	h := newHarness(t)
-	l, err := net.Listen("tcp", "127.0.0.2:0")
+	// A reserved port outside the ephemeral range: a port the kernel
+	// handed out on 127.0.0.2 may be another test's listener or outgoing
+	// connection on 127.0.0.1, which the last check would take for this
+	// member's.
+	ports, err := redisserver.FreePorts(1)
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := ports[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m, err := cluster.Start(ctx, cluster.Config{
