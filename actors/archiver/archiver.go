@@ -318,8 +318,8 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	rec, err := a.cfg.Events.Sealed(ctx, orderID)
 	switch {
 	case err == nil && rec.Compacted():
-		// A crash after the compaction: the entries in other slots are
-		// what may be left.
+		// A crash after the compaction: the finished-list entry is what
+		// may be left.
 		return Archived, a.forgetFinished(ctx, orderID)
 	case err != nil && !errors.Is(err, eventstore.ErrNotSealed):
 		return 0, fmt.Errorf("archiver: %s: %w", orderID, err)

@@ -349,22 +349,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		// The figures are read by now and the cluster is throwaway: a
-		// graceful stop would only add a drain that moves every live
-		// order (thousands without an idle timeout) and API leaves that
-		// wait on those members, so every node is killed and Redis
-		// stopped.
-		logf("stopping cluster (nodes killed: the run's figures are already read)")
-		for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
-			if kerr := c.Kill(n); kerr != nil {
-				logf("kill %s: %v", n, kerr)
-			}
-		}
-		if serr := c.Stop(); serr != nil {
-			logf("stop: %v", serr)
-		}
-	}()
+	defer killCluster(c)
 	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8})
 	if err != nil {
 		return nil, err
@@ -628,4 +613,21 @@ func workflowMetrics(c *localcluster.Cluster) []string {
 		urls = append(urls, c.MetricsURL(n))
 	}
 	return urls
+}
+
+// killCluster ends a measured cluster. The figures are read by now and
+// the cluster is throwaway: a graceful stop would only add a drain that
+// moves every live order (thousands without an idle timeout) and API
+// leaves that wait on those members, so every node is killed and Redis
+// (and PostgreSQL) stopped.
+func killCluster(c *localcluster.Cluster) {
+	logf("stopping cluster (nodes killed: the run's figures are already read)")
+	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
+		if kerr := c.Kill(n); kerr != nil {
+			logf("kill %s: %v", n, kerr)
+		}
+	}
+	if serr := c.Stop(); serr != nil {
+		logf("stop: %v", serr)
+	}
 }

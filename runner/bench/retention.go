@@ -198,14 +198,7 @@ func measureRetention(ctx context.Context, o options, t target) (*retentionRepor
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
-			_ = c.Kill(n)
-		}
-		if serr := c.Stop(); serr != nil {
-			logf("stop: %v", serr)
-		}
-	}()
+	defer killCluster(c)
 	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8})
 	if err != nil {
 		return nil, err

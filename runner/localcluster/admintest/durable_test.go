@@ -46,14 +46,7 @@ func TestProcessesRefuseAStoreWithoutTheAOF(t *testing.T) {
 			cmd.Env = append(cmd.Environ(), "SHOPPINGMALL_ADMIN_TOKEN=", "SHOPPINGMALL_ORDER_ID_SECRET=admintest-order-id-secret")
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			t.Log(out.String())
-			require.NoError(t, ctx.Err(), "the process did not stop by itself")
-			var exit *exec.ExitError
-			require.True(t, errors.As(err, &exit), "exits with an error, got %v", err)
-			require.NotZero(t, exit.ExitCode())
-			require.Contains(t, out.String(), "refusing to start")
-			require.Contains(t, out.String(), "append-only file is off")
+			requireRefused(t, ctx, cmd.Run(), out.String(), "refusing to start", "append-only file is off")
 		})
 	}
 }
@@ -93,14 +86,7 @@ func TestProcessesOpenTheArchiveOrRefuseToStart(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd, out := run(ctx, fmt.Sprintf("postgres://shoppingmall@127.0.0.1:%d/shoppingmall?sslmode=disable", closed[0]))
-			err := cmd.Run()
-			t.Log(out.String())
-			require.NoError(t, ctx.Err(), "the process did not stop by itself")
-			var exit *exec.ExitError
-			require.True(t, errors.As(err, &exit), "exits with an error, got %v", err)
-			require.NotZero(t, exit.ExitCode())
-			require.Contains(t, out.String(), "refusing to start: -archive")
-			require.Contains(t, out.String(), "archive: unavailable")
+			requireRefused(t, ctx, cmd.Run(), out.String(), "refusing to start: -archive", "archive: unavailable")
 
 			cmd, out = run(ctx, pg.URL())
 			require.NoError(t, cmd.Start())
@@ -123,7 +109,7 @@ func TestProcessesOpenTheArchiveOrRefuseToStart(t *testing.T) {
 
 // A workflow member with a retention and no archive refuses to start:
 // it would move finished orders out of Redis with nowhere to keep them.
-// Without a retention it starts as before.
+// (With -archive it starts: TestProcessesOpenTheArchiveOrRefuseToStart.)
 func TestARetentionWithoutTheArchiveRefusesToStart(t *testing.T) {
 	_, wfBin := proctest.Binaries(t)
 	srv := redistest.Start(t)
@@ -132,12 +118,22 @@ func TestARetentionWithoutTheArchiveRefusesToStart(t *testing.T) {
 	cmd := exec.CommandContext(ctx, wfBin, "-redis", srv.URL(), "-retention", "168h", "-ops-http", "127.0.0.1:0",
 		"-metrics-http", "off", "-log-format", "text")
 	out, err := cmd.CombinedOutput()
-	t.Log(string(out))
+	requireRefused(t, ctx, err, string(out), "refusing to start: -retention 168h0m0s moves finished orders out of Redis, and needs -archive")
+}
+
+// requireRefused checks a process that refused to start: it stopped by
+// itself, before ctx's end, with a non-zero exit and out saying each of
+// wants.
+func requireRefused(t *testing.T, ctx context.Context, err error, out string, wants ...string) {
+	t.Helper()
+	t.Log(out)
 	require.NoError(t, ctx.Err(), "the process did not stop by itself")
 	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "exits with an error, got %v", err)
 	require.NotZero(t, exit.ExitCode())
-	require.Contains(t, string(out), "refusing to start: -retention 168h0m0s moves finished orders out of Redis, and needs -archive")
+	for _, w := range wants {
+		require.Contains(t, out, w)
+	}
 }
 
 // syncBuffer is a bytes.Buffer a process writes while the test reads it.
