@@ -247,7 +247,9 @@ overload-test: test-bin
 
 # Real-process proof of the locked admin surface (runner/localcluster/admintest):
 # 401 without or with a wrong token, 404 on the public port, 200 with it;
-# the stuck-order report lists a held order and -resume finishes it.
+# the stuck-order report lists a held order and -resume finishes it; an
+# archived order of each kind answers every question as before and writes
+# nothing, and with PostgreSQL SIGKILLed rebuild and the timeline are 503.
 admin-test: test-bin postgres
 	$(GO) test -race -count=1 -timeout 5m ./runner/localcluster/admintest/
 

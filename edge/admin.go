@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/telemetry"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // requireAdminToken lets a request through only with
@@ -60,6 +63,10 @@ func (s *Server) adminRelocate(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.writeContext(r)
 	defer cancel()
+	if err := s.refuseArchived(ctx, id); err != nil {
+		s.fail(w, r, fmt.Errorf("relocate order %s: %w", id, err))
+		return
+	}
 	res, err := s.cfg.Operator.RelocateOrder(ctx, req)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("relocate order %s: %w", id, err))
@@ -84,6 +91,10 @@ func (s *Server) adminClose(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.writeContext(r)
 	defer cancel()
+	if err := s.refuseArchived(ctx, id); err != nil {
+		s.fail(w, r, fmt.Errorf("close order %s: %w", id, err))
+		return
+	}
 	res, err := s.cfg.Operator.CloseOrder(ctx, req)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("close order %s: %w", id, err))
@@ -91,4 +102,26 @@ func (s *Server) adminClose(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(r.Context(), "order closed", "order", id, "generation", res.GetGeneration())
 	s.writeMessage(w, r, http.StatusOK, res)
+}
+
+// errOrderArchived: an operator command that needs an owner, on an
+// archived order, which has none and is never activated again.
+var errOrderArchived = errkind.New(errkind.FailedPrecondition, "the order is archived")
+
+// refuseArchived refuses an operator command that would reach (and so
+// activate) an archived order's grain, from one read of the event store;
+// without Streams the grain finds out (its activation is refused by the
+// sealed stream and leaves no record).
+func (s *Server) refuseArchived(ctx context.Context, id string) error {
+	if s.cfg.Streams == nil {
+		return nil
+	}
+	p, err := s.cfg.Streams.Presence(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check the event stream: %w", err)
+	case p.Tier == eventstore.TierArchived:
+		return errOrderArchived
+	}
+	return nil
 }

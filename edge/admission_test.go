@@ -324,19 +324,30 @@ func TestNegativeBudgetIsUnbounded(t *testing.T) {
 	wg.Wait()
 }
 
-// fakeStreams is the event store's existence check.
+// fakeStreams is the event store's presence check: exists holds the
+// orders with a stream, archived the archived ones' sealed records.
 type fakeStreams struct {
-	mu     sync.Mutex
-	exists map[string]bool
-	err    error
-	calls  int
+	mu       sync.Mutex
+	exists   map[string]bool
+	archived map[string]eventstore.SealedRecord
+	err      error
+	calls    int
 }
 
-func (f *fakeStreams) StreamExists(_ context.Context, id string) (bool, error) {
+func (f *fakeStreams) Presence(_ context.Context, id string) (eventstore.Presence, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
-	return f.exists[id], f.err
+	if f.err != nil {
+		return eventstore.Presence{}, f.err
+	}
+	if rec, ok := f.archived[id]; ok {
+		return eventstore.Presence{Tier: eventstore.TierArchived, Sealed: rec}, nil
+	}
+	if f.exists[id] {
+		return eventstore.Presence{Tier: eventstore.TierHot}, nil
+	}
+	return eventstore.Presence{}, nil
 }
 
 // TestCommandOnAnOrderWithoutAStreamCostsNoGrainCall: continue and

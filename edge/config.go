@@ -86,13 +86,28 @@ type Operator interface {
 	ResumeOrder(ctx context.Context, req *contracts.ResumeOrderReq) (*contracts.ResumeOrderRes, error)
 }
 
-// Streams tells whether an order has an event stream (the
-// OrderEventStore: eventstore.StreamChecker).
+// Streams tells where an order's events are (the OrderEventStore:
+// eventstore.StreamChecker).
 type Streams interface {
-	// StreamExists reports whether the order's stream holds an event. It
-	// must not read the read model: rebuild-projection exists for an order
-	// whose projection is lost.
-	StreamExists(ctx context.Context, orderID string) (bool, error)
+	// Presence reports whether the order has no event, a stream in
+	// Redis, or was archived (with its sealed record). It must not read
+	// the read model: rebuild-projection exists for an order whose
+	// projection is lost.
+	Presence(ctx context.Context, orderID string) (eventstore.Presence, error)
+}
+
+// ArchivedOrders answers the questions about an archived order that need
+// its history, which only the archive holds (actors/archiver.Cold).
+// Errors wrap archive.ErrUnavailable (kind StoreUnavailable) when the
+// archive does not answer.
+type ArchivedOrders interface {
+	// History returns the archived order's sealed record and its events
+	// in version order.
+	History(ctx context.Context, orderID string) (eventstore.SealedRecord, []eventstore.Envelope, error)
+	// Rebuild re-derives the final state from the archive's events and
+	// rewrites the state the sealed record keeps only if it differs,
+	// writing nothing else.
+	Rebuild(ctx context.Context, orderID string) (*contracts.OrderState, bool, error)
 }
 
 // Topology is what this process's cluster member currently sees.
@@ -201,9 +216,16 @@ type Config struct {
 	Barrier eventstore.Barrier
 	// Streams, optional, lets continue and rebuild-projection answer an
 	// order without an event stream 404 from one cheap check, without a
-	// grain call (and so without a cold activation); without it they ask
-	// the grain, which answers the same 404.
+	// grain call (and so without a cold activation), and an archived
+	// order from its sealed record or the archive, never activating it;
+	// without it they ask the grain, which answers the same 404.
 	Streams Streams
+	// Archive, optional, answers rebuild-projection and the timeline of
+	// an archived order (one whose hot keys the archiver removed, which
+	// Streams reports) from the archive; without it they answer 503
+	// STORE_UNAVAILABLE. The other answers for an archived order need
+	// only its sealed record and never this.
+	Archive ArchivedOrders
 	// Admission is the public routes' in-flight budget per route kind
 	// (admission.go); its zero value takes DefaultAdmission.
 	Admission Admission

@@ -270,6 +270,15 @@ func httpError(err error) (int, apiError) {
 			Message: "the route does not answer this method; the Allow header lists the methods it does"}
 	case errors.Is(err, errUnknownSKU):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "sku not found: it was never stocked"}
+	case errors.Is(err, errOrderArchived):
+		return http.StatusConflict, apiError{Code: CodeFailedPrecondition,
+			Message: "the order is archived: nothing owns it and nothing activates it again; its state and history answer from its sealed record and the archive"}
+	case errors.Is(err, errNoArchive):
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
+			Message: "the order is archived: its history is in the archive, which this API is not configured with", retryAfter: retryAfterSoon}
+	case errors.Is(err, errArchiveUnavailable) && errkind.Of(err) == errkind.StoreUnavailable:
+		return http.StatusServiceUnavailable, apiError{Code: CodeUnavailable, Reason: ReasonStoreUnavailable,
+			Message: "the order is archived and the archive holding its history is unavailable; retry later", retryAfter: retryAfterSoon}
 	}
 	// Of picks one kind when err carries several: a deadline before the
 	// store that wrapped it, a refusal before the outage behind it, a

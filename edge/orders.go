@@ -14,6 +14,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
@@ -225,7 +226,10 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	s.writeMessage(w, r, http.StatusOK, &contracts.GetOrderStateRes{State: st})
 }
 
-// continueOrder is POST /orders/{orderId}/continue.
+// continueOrder is POST /orders/{orderId}/continue. An archived order
+// is terminal: its answer is the final state its sealed record keeps,
+// and no grain is activated for it (an activation would write a
+// Location record and a generation).
 func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
 	req := &contracts.ContinueOrderWorkflowReq{}
 	id, ok := s.orderCommand(w, r, req, &req.OrderId, &req.SourceCommandId, "continue-")
@@ -234,8 +238,18 @@ func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.writeContext(r)
 	defer cancel()
-	if err := s.checkStream(ctx, id); err != nil {
+	p, err := s.presence(ctx, id)
+	if err != nil {
 		s.fail(w, r, fmt.Errorf("continue order %s: %w", id, err))
+		return
+	}
+	if p.Tier == eventstore.TierArchived {
+		st, _, err := readmodel.KeptState(p.Sealed)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("continue archived order %s: %w", id, err))
+			return
+		}
+		s.writeMessage(w, r, http.StatusOK, &contracts.ContinueOrderWorkflowRes{State: st})
 		return
 	}
 	res, err := s.cfg.Orders.ContinueOrderWorkflow(ctx, req)
@@ -246,7 +260,9 @@ func (s *Server) continueOrder(w http.ResponseWriter, r *http.Request) {
 	s.writeMessage(w, r, http.StatusOK, res)
 }
 
-// rebuildProjection is POST /orders/{orderId}/rebuild-projection.
+// rebuildProjection is POST /orders/{orderId}/rebuild-projection. An
+// archived order is rebuilt from the archive's events, the cold tier's
+// replay (ArchivedOrders.Rebuild), without activating it.
 func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
 	req := &contracts.RebuildOrderProjectionReq{}
 	id, ok := s.orderCommand(w, r, req, &req.OrderId, &req.SourceCommandId, "rebuild-")
@@ -255,8 +271,18 @@ func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.writeContext(r)
 	defer cancel()
-	if err := s.checkStream(ctx, id); err != nil {
+	p, err := s.presence(ctx, id)
+	if err != nil {
 		s.fail(w, r, fmt.Errorf("rebuild projection of order %s: %w", id, err))
+		return
+	}
+	if p.Tier == eventstore.TierArchived {
+		st, err := s.rebuildArchived(ctx, id)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("rebuild projection of archived order %s: %w", id, err))
+			return
+		}
+		s.writeMessage(w, r, http.StatusOK, &contracts.RebuildOrderProjectionRes{State: st})
 		return
 	}
 	res, err := s.cfg.Orders.RebuildOrderProjection(ctx, req)
@@ -267,29 +293,54 @@ func (s *Server) rebuildProjection(w http.ResponseWriter, r *http.Request) {
 	s.writeMessage(w, r, http.StatusOK, res)
 }
 
+// errNoArchive: the order is archived and this API was started without
+// the archive, which alone holds its history.
+var errNoArchive = errkind.New(errkind.StoreUnavailable, "the order is archived and this API has no archive configured (-archive)")
+
+// errArchiveUnavailable marks a failed read of an archived order's
+// history: one of kind StoreUnavailable is answered as the archive's
+// outage.
+var errArchiveUnavailable = errors.New("the archived order's history could not be read")
+
+func (s *Server) rebuildArchived(ctx context.Context, id string) (*contracts.OrderState, error) {
+	if s.cfg.Archive == nil {
+		return nil, errNoArchive
+	}
+	st, rewrote, err := s.cfg.Archive.Rebuild(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errArchiveUnavailable, err)
+	}
+	if rewrote {
+		s.log.InfoContext(ctx, "archived order's kept state rewritten from the archive's events", slog.String("orderId", id))
+	}
+	return st, nil
+}
+
 // errNoStream: the order has no event stream, so a command on it is the
 // grain's own 404 (workflow.ErrNotFound), answered without asking it.
 var errNoStream = fmt.Errorf("%w: the order has no event stream", ErrNotFound)
 
-// checkStream keeps a command on an order without a stream from costing a
+// presence keeps a command on an order without a stream from costing a
 // cold activation (and its Location round trips) only to learn that: an
 // id that never started is answered 404 from one read of the event
-// store, with the reply the grain would have given. It reads the stream,
+// store, with the reply the grain would have given, and an archived one
+// is told apart in the same read. It reads the stream and the fence,
 // never the read model, whose record may be the very thing a rebuild is
 // for. An order whose start is still being recorded may be answered 404
-// too, as if the command had come a moment earlier.
-func (s *Server) checkStream(ctx context.Context, orderID string) error {
+// too, as if the command had come a moment earlier. Without Streams it
+// answers TierHot: the grain finds out.
+func (s *Server) presence(ctx context.Context, orderID string) (eventstore.Presence, error) {
 	if s.cfg.Streams == nil {
-		return nil
+		return eventstore.Presence{Tier: eventstore.TierHot}, nil
 	}
-	ok, err := s.cfg.Streams.StreamExists(ctx, orderID)
+	p, err := s.cfg.Streams.Presence(ctx, orderID)
 	switch {
 	case err != nil:
-		return fmt.Errorf("check the event stream: %w", err)
-	case !ok:
-		return errNoStream
+		return eventstore.Presence{}, fmt.Errorf("check the event stream: %w", err)
+	case p.Tier == eventstore.TierNone:
+		return eventstore.Presence{}, errNoStream
 	}
-	return nil
+	return p, nil
 }
 
 // orderCommand decodes a continue/rebuild body (empty means {}), fills the

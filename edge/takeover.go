@@ -107,6 +107,10 @@ func (s *Server) adminTakeoverOrder(w http.ResponseWriter, r *http.Request) {
 	req.OrderID = id
 	ctx, cancel := s.writeContext(r)
 	defer cancel()
+	if err := s.refuseArchived(ctx, id); err != nil {
+		s.fail(w, r, fmt.Errorf("take over order %s: %w", id, err))
+		return
+	}
 	res, err := s.cfg.Takeover.Order(ctx, req)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("take over order %s: %w", id, err))

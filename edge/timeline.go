@@ -184,7 +184,24 @@ type TimelineReply struct {
 	// Entries are in time order (buildTimeline says how ties and clock
 	// differences between members are resolved).
 	Entries []TimelineEntry `json:"entries"`
+	// Archived is set for an archived order: its events come from the
+	// archive, its state from its sealed record, and Authority is
+	// Archived at the generation the order was sealed at; its ownership
+	// history and operations left Redis with it.
+	Archived *TimelineArchived `json:"archived,omitempty"`
 }
+
+// TimelineArchived says when an archived order was sealed and compacted,
+// and the last version its archived history holds.
+type TimelineArchived struct {
+	SealedAtUnixMs   int64 `json:"sealedAtUnixMs"`
+	ArchivedAtUnixMs int64 `json:"archivedAtUnixMs"`
+	Version          int64 `json:"version"`
+}
+
+// AuthorityArchived is TimelineAuthority.Status of an archived order: it
+// has no Location record, and nothing activates it again.
+const AuthorityArchived = "Archived"
 
 // registerTimeline adds the timeline route to the admin router r; without
 // a Config.Timeline there is none.
@@ -220,6 +237,15 @@ func (s *Server) timeline(ctx context.Context, id string) (*TimelineReply, error
 	if tl.Now != nil {
 		now = tl.Now()
 	}
+	if s.cfg.Streams != nil {
+		p, err := s.cfg.Streams.Presence(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if p.Tier == eventstore.TierArchived {
+			return s.archivedTimeline(ctx, id, now)
+		}
+	}
 	var in timelineInput
 	var err error
 	if in.Events, err = tl.Events.Load(ctx, id); err != nil {
@@ -242,10 +268,7 @@ func (s *Server) timeline(ctx context.Context, id string) (*TimelineReply, error
 	if err != nil {
 		return nil, err
 	}
-	if in.Reservation, err = found(tl.Inventory.Reservation(ctx, order.ReservationID(id))); err != nil {
-		return nil, err
-	}
-	if in.Authorization, err = found(tl.Payment.Authorization(ctx, order.PaymentID(id))); err != nil {
+	if err := s.timelineEffects(ctx, id, &in); err != nil {
 		return nil, err
 	}
 	if len(in.History) > 0 || rec.Owner != "" {
@@ -265,6 +288,52 @@ func (s *Server) timeline(ctx context.Context, id string) (*TimelineReply, error
 		if rep.State, err = contracts.MarshalJSON(state); err != nil {
 			return nil, fmt.Errorf("encoding the projection: %w", err)
 		}
+	}
+	return rep, nil
+}
+
+// timelineEffects reads what the order's external effects answered first
+// into in.
+func (s *Server) timelineEffects(ctx context.Context, id string, in *timelineInput) error {
+	tl := s.cfg.Timeline
+	var err error
+	if in.Reservation, err = found(tl.Inventory.Reservation(ctx, order.ReservationID(id))); err != nil {
+		return err
+	}
+	in.Authorization, err = found(tl.Payment.Authorization(ctx, order.PaymentID(id)))
+	return err
+}
+
+// archivedTimeline is the timeline of an archived order: its events from
+// the archive (ArchivedOrders.History), its effects' first results (the
+// modules keep them), its final state from its sealed record. Without
+// the archive, or with the archive down, it is 503 STORE_UNAVAILABLE,
+// never a timeline without the events.
+func (s *Server) archivedTimeline(ctx context.Context, id string, now time.Time) (*TimelineReply, error) {
+	if s.cfg.Archive == nil {
+		return nil, errNoArchive
+	}
+	rec, events, err := s.cfg.Archive.History(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errArchiveUnavailable, err)
+	}
+	in := timelineInput{Events: events}
+	if err := s.timelineEffects(ctx, id, &in); err != nil {
+		return nil, err
+	}
+	rep := &TimelineReply{
+		OrderID: id, AsOfUnixMs: now.UnixMilli(),
+		Authority: TimelineAuthority{Status: AuthorityArchived, Generation: rec.Fence.Generation},
+		Entries:   buildTimeline(in),
+		Archived:  &TimelineArchived{SealedAtUnixMs: rec.SealedAtUnixMs, ArchivedAtUnixMs: rec.ArchivedAtUnixMs, Version: rec.Version},
+	}
+	state, version, err := readmodel.KeptState(rec)
+	if err != nil {
+		return nil, err
+	}
+	rep.StateVersion = version
+	if rep.State, err = contracts.MarshalJSON(state); err != nil {
+		return nil, fmt.Errorf("encoding the kept state: %w", err)
 	}
 	return rep, nil
 }

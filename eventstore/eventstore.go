@@ -171,4 +171,8 @@ type StreamChecker interface {
 	// order id that cannot name a stream fails with ErrInvalidOrderID;
 	// an unreachable store with ErrUnavailable.
 	StreamExists(ctx context.Context, orderID string) (bool, error)
+	// Presence reports where the order's events are (TierNone, TierHot
+	// or TierArchived, the last with the order's sealed record), in one
+	// read that loads none of them, with StreamExists' errors.
+	Presence(ctx context.Context, orderID string) (Presence, error)
 }

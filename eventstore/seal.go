@@ -108,6 +108,12 @@ func (r *Redis) Sealed(ctx context.Context, orderID string) (SealedRecord, error
 	if err != nil {
 		return SealedRecord{}, translate("read sealed record "+orderID, err)
 	}
+	return sealedRecord(orderID, m)
+}
+
+// sealedRecord reads a fence hash as a sealed record: ErrNotSealed when
+// it is not sealed, ErrCorrupt when a field of this store is no number.
+func sealedRecord(orderID string, m map[string]string) (SealedRecord, error) {
 	if m[fenceSealed] == "" {
 		return SealedRecord{}, fmt.Errorf("%w: %s", ErrNotSealed, orderID)
 	}
@@ -141,6 +147,95 @@ func (r *Redis) Sealed(ctx context.Context, orderID string) (SealedRecord, error
 		}
 	}
 	return rec, nil
+}
+
+// Tier is where an order's events are.
+type Tier uint8
+
+const (
+	// TierNone: no event anywhere, an order that never started (or whose
+	// start is still being recorded).
+	TierNone Tier = iota
+	// TierHot: the stream is in Redis (sealed or not).
+	TierHot
+	// TierArchived: the order was compacted; its events are in the
+	// archive and its sealed record answers for it (Presence.Sealed).
+	TierArchived
+)
+
+// Presence is where an order's events are, and for an archived order its
+// sealed record.
+type Presence struct {
+	Tier Tier
+	// Sealed is the sealed record when Tier is TierArchived.
+	Sealed SealedRecord
+}
+
+// Presence implements StreamChecker: the stream's EXISTS and the fence's
+// fields in one round trip on the order's slot. An archived order is
+// TierArchived even when the read saw its stream a moment before the
+// compaction removed it: the sealed record answers the same either way.
+func (r *Redis) Presence(ctx context.Context, orderID string) (Presence, error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return Presence{}, err
+	}
+	var exists *redis.IntCmd
+	var fence *redis.MapStringStringCmd
+	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, k.stream)
+		fence = p.HGetAll(ctx, k.fence)
+		return nil
+	})
+	if err != nil {
+		return Presence{}, translate("check presence of "+orderID, err)
+	}
+	if m := fence.Val(); m[fenceArchived] != "" {
+		rec, err := sealedRecord(orderID, m)
+		if err != nil {
+			return Presence{}, err
+		}
+		return Presence{Tier: TierArchived, Sealed: rec}, nil
+	}
+	if exists.Val() > 0 {
+		return Presence{Tier: TierHot}, nil
+	}
+	return Presence{Tier: TierNone}, nil
+}
+
+// rewriteKeptScript sets one kept field of a compacted order's sealed
+// record, unless it holds that value already.
+//
+// KEYS: fence. ARGV: kept-as, value.
+// Reply: 0 unchanged, 1 written, 2 not compacted.
+var rewriteKeptScript = redis.NewScript(`#!lua
+if not redis.call('HGET', KEYS[1], 'archived') then return 2 end
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
+// RewriteKept sets the kept field as (a name with its owner's '.' prefix,
+// as Compaction.Keep gave it) of a compacted order's sealed record to
+// value, and reports whether it wrote: the same value already there is
+// no write. An order that is not compacted fails with ErrNotSealed and
+// nothing is written: a hot order's own keys are its stores' to repair.
+func (r *Redis) RewriteKept(ctx context.Context, orderID, as string, value []byte) (bool, error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return false, err
+	}
+	if !strings.Contains(as, ".") {
+		return false, fmt.Errorf("%w: rewrite kept field %q of %s: a kept name carries its owner's prefix", ErrConfig, as, orderID)
+	}
+	n, err := rewriteKeptScript.Run(ctx, r.client, []string{k.fence}, as, value).Int()
+	if err != nil {
+		return false, translate("rewrite kept field of "+orderID, err)
+	}
+	if n == 2 {
+		return false, fmt.Errorf("%w: %s is not compacted", ErrNotSealed, orderID)
+	}
+	return n == 1, nil
 }
 
 // Compaction is the removal of a sealed order's hot keys, committed as one

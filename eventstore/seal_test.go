@@ -125,3 +125,64 @@ func TestCompactKeepsTheSealedRecordAlone(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrSealed, "a compacted order takes no writer either")
 	require.EqualValues(t, 1, c.DBSize(ctx).Val(), "and the refusal writes nothing")
 }
+
+// Presence tells an order without events, a hot one (sealed or not) and
+// an archived one apart in one read, with the archived one's sealed
+// record; RewriteKept rewrites a kept field of a compacted order only,
+// and only when it differs.
+func TestPresenceAndTheKeptFieldsOfACompactedOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	s := newRedis(t, eventstore.Config{Client: c})
+	ctx := ctxT(t)
+	const o = "presence-1"
+
+	p, err := s.Presence(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.Presence{Tier: eventstore.TierNone}, p)
+	f, _, err := s.Open(ctx, o, 2)
+	require.NoError(t, err)
+	p, err = s.Presence(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.TierNone, p.Tier, "a fence without an event is no stream")
+	_, err = commitProjected(ctx, s, o, 0, f, []eventstore.Envelope{{EventID: "e1", EventType: "T", CreatedAtUnixMs: 1, Data: []byte("{}")}},
+		eventstore.Projection{Key: "rm:{" + o + "}", VersionField: "v", StateField: "s", Version: 1, State: []byte("final")})
+	require.NoError(t, err)
+	p, err = s.Presence(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.Presence{Tier: eventstore.TierHot}, p)
+
+	_, err = s.RewriteKept(ctx, o, "rm.state", []byte("x"))
+	require.ErrorIs(t, err, eventstore.ErrNotSealed, "a hot order's keys are its stores'")
+	_, err = s.Seal(ctx, o, 10)
+	require.NoError(t, err)
+	p, err = s.Presence(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.TierHot, p.Tier, "sealed, still hot")
+	_, err = s.RewriteKept(ctx, o, "rm.state", []byte("x"))
+	require.ErrorIs(t, err, eventstore.ErrNotSealed, "sealed is not compacted")
+
+	cp := eventstore.NewCompaction(o, 20)
+	cp.Keep("rm:{"+o+"}", "s", "rm.state")
+	cp.Delete("rm:{" + o + "}")
+	_, err = s.Compact(ctx, cp)
+	require.NoError(t, err)
+	p, err = s.Presence(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.Presence{Tier: eventstore.TierArchived, Sealed: eventstore.SealedRecord{
+		Fence: f, SealedAtUnixMs: 10, ArchivedAtUnixMs: 20, Version: 1, Kept: map[string]string{"rm.state": "final"}}}, p)
+
+	wrote, err := s.RewriteKept(ctx, o, "rm.state", []byte("final"))
+	require.NoError(t, err)
+	require.False(t, wrote, "the same value is no write")
+	_, err = s.RewriteKept(ctx, o, "gen", []byte("1"))
+	require.ErrorIs(t, err, eventstore.ErrConfig, "this store's own fields are not kept fields")
+	wrote, err = s.RewriteKept(ctx, o, "rm.state", []byte("again"))
+	require.NoError(t, err)
+	require.True(t, wrote)
+	rec, err := s.Sealed(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"rm.state": "again"}, rec.Kept)
+	require.Equal(t, f, rec.Fence, "the generation stays what the order was sealed at")
+	require.EqualValues(t, 1, c.DBSize(ctx).Val(), "the sealed record is still the one key")
+}

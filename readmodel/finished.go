@@ -112,6 +112,28 @@ func KeptState(rec eventstore.SealedRecord) (*contracts.OrderState, int64, error
 	return state, rec.Version, nil
 }
 
+// KeptWriter rewrites a field a compacted order's sealed record kept
+// (eventstore.Redis.RewriteKept).
+type KeptWriter interface {
+	// RewriteKept sets the kept field as to value unless it holds it, and
+	// reports whether it wrote; an order not compacted is
+	// eventstore.ErrNotSealed.
+	RewriteKept(ctx context.Context, orderID, as string, value []byte) (bool, error)
+}
+
+// RewriteKeptState makes state the final state a compacted order's
+// sealed record keeps of its record (KeptState), and reports whether it
+// wrote: a record that keeps these bytes already is left alone. The
+// cold tier's rebuild calls it with the state replayed from the
+// archive's events.
+func RewriteKeptState(ctx context.Context, w KeptWriter, orderID string, state *contracts.OrderState) (bool, error) {
+	b, err := EncodeState(state)
+	if err != nil {
+		return false, err
+	}
+	return w.RewriteKept(ctx, orderID, keptState, b)
+}
+
 // PostponeFinished lists orderID again as ended at at, if it is listed.
 func (r *Redis) PostponeFinished(ctx context.Context, orderID string, at time.Time) error {
 	if _, err := r.keys.record(orderID); err != nil {

@@ -97,16 +97,20 @@ return 1
 `)
 
 // compactPaymentScript: KEYS[1] payment record. Reply 1 compacted (or
-// nothing recorded), 0 undecided.
+// nothing recorded), 0 undecided. An accepted payment keeps the amount
+// it captured: it is part of its first result (Payment.Captured, what an
+// archived order's timeline shows), a few bytes.
 var compactPaymentScript = redis.NewScript(`#!lua
 if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
 if not redis.call('HGET', KEYS[1], 'accepted') then return 0 end
-redis.call('HDEL', KEYS[1], 'orderId', 'methodId', 'amount', 'currency', 'calls')
+redis.call('HDEL', KEYS[1], 'orderId', 'methodId', 'currency', 'calls')
 if redis.call('HGET', KEYS[1], 'reason') == '' then redis.call('HDEL', KEYS[1], 'reason') end
 return 1
 `)
 
-// CompactPayment keeps payment id's first result alone. A payment that
+// CompactPayment keeps payment id's first result alone (with the
+// captured amount of an accepted one), readable as before
+// (AuthorizationRecords, with no calls counted). A payment that
 // was never made is nothing to compact.
 func (r *Redis) CompactPayment(ctx context.Context, id string) error {
 	if id == "" {

@@ -48,6 +48,12 @@ func TestACompactedReservationAnswersItsFirstResult(t *testing.T) {
 	fields, err := c.HKeys(ctx, commerce.DefaultKeyPrefix+"reservation:{kept}").Result()
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"accepted", "archived"}, fields, "an empty reason is dropped too")
+	for _, id := range []string{"kept", "back", "short"} {
+		rec, err := inv.Reservation(ctx, id)
+		require.NoError(t, err, "%s: a compacted record reads as before (an archived order's timeline)", id)
+		require.Equal(t, id != "short", rec.Reserve.GetAccepted(), id)
+		require.Equal(t, id == "back", rec.Release != nil, id)
+	}
 
 	stockA, stockB := stockOf(t, s, "a"), stockOf(t, s, "b")
 	res, err = inv.Reserve(ctx, req("kept", &contracts.OrderLine{Sku: "a", Quantity: 1}))
@@ -106,7 +112,11 @@ func TestACompactedPaymentAnswersItsFirstResult(t *testing.T) {
 	require.Zero(t, c.Exists(ctx, commerce.DefaultKeyPrefix+"payment:{never}").Val())
 	fields, err := c.HKeys(ctx, commerce.DefaultKeyPrefix+"payment:{p}").Result()
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"accepted"}, fields)
+	require.ElementsMatch(t, []string{"accepted", "amount"}, fields)
+	rec, err := pay.Authorization(ctx, "p")
+	require.NoError(t, err, "a compacted record reads as before (an archived order's timeline)")
+	require.True(t, rec.Result.GetAccepted())
+	require.EqualValues(t, 5, rec.Captured)
 	require.NoError(t, pay.PutMethod(ctx, commerce.PaymentMethod{MethodID: "ok"}))
 	require.True(t, authorize().GetAccepted(), "the first result, whatever the seed says now")
 }

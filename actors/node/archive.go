@@ -39,3 +39,14 @@ func NewArchiver(st *Stores, arch archive.Store, cfg ArchiverConfig) (*archiver.
 		Archive: arch, Kind: grain.KindName, Retention: cfg.Retention, Owner: cfg.Owner, Logger: cfg.Logger,
 	})
 }
+
+// NewCold returns the cold tier's answers for archived orders
+// (archiver.Cold) over st's event store and the archive: what an API
+// answers rebuild-projection and the timeline of an archived order with.
+func NewCold(st *Stores, arch archive.Store) (*archiver.Cold, error) {
+	events, ok := st.Events.(*eventstore.Redis)
+	if !ok {
+		return nil, fmt.Errorf("%w: archived orders are answered from the Redis event store's sealed records", archiver.ErrConfig)
+	}
+	return archiver.NewCold(events, arch)
+}

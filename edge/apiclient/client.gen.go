@@ -1231,7 +1231,8 @@ type ClientInterface interface {
 	//
 	// Sent to the order's owner. An empty body means {}; an empty
 	// sourceCommandId is filled by the server. An order that never
-	// started is 404.
+	// started is 404. An archived order answers its final state from
+	// its compact record, and nothing is activated for it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1242,7 +1243,8 @@ type ClientInterface interface {
 	//
 	// Sent to the order's owner. An empty body means {}; an empty
 	// sourceCommandId is filled by the server. An order that never
-	// started is 404.
+	// started is 404. An archived order answers its final state from
+	// its compact record, and nothing is activated for it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1253,7 +1255,9 @@ type ClientInterface interface {
 	//
 	// Sent to the order's owner, which rebuilds the projection from the
 	// stream alone. Body as for continue. An order without a stream is
-	// 404.
+	// 404. An archived order is rebuilt from the archive's events, and
+	// only its compact record's state is rewritten, if it differs; with
+	// the archive unavailable that is 503 STORE_UNAVAILABLE.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1264,7 +1268,9 @@ type ClientInterface interface {
 	//
 	// Sent to the order's owner, which rebuilds the projection from the
 	// stream alone. Body as for continue. An order without a stream is
-	// 404.
+	// 404. An archived order is rebuilt from the archive's events, and
+	// only its compact record's state is rewritten, if it differs; with
+	// the archive unavailable that is 503 STORE_UNAVAILABLE.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1375,7 +1381,8 @@ func (c *Client) GetOrder(ctx context.Context, orderId OrderId, params *GetOrder
 //
 // Sent to the order's owner. An empty body means {}; an empty
 // sourceCommandId is filled by the server. An order that never
-// started is 404.
+// started is 404. An archived order answers its final state from
+// its compact record, and nothing is activated for it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1396,7 +1403,8 @@ func (c *Client) ContinueOrderWithBody(ctx context.Context, orderId OrderId, par
 //
 // Sent to the order's owner. An empty body means {}; an empty
 // sourceCommandId is filled by the server. An order that never
-// started is 404.
+// started is 404. An archived order answers its final state from
+// its compact record, and nothing is activated for it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1417,7 +1425,9 @@ func (c *Client) ContinueOrder(ctx context.Context, orderId OrderId, params *Con
 //
 // Sent to the order's owner, which rebuilds the projection from the
 // stream alone. Body as for continue. An order without a stream is
-// 404.
+// 404. An archived order is rebuilt from the archive's events, and
+// only its compact record's state is rewritten, if it differs; with
+// the archive unavailable that is 503 STORE_UNAVAILABLE.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1438,7 +1448,9 @@ func (c *Client) RebuildProjectionWithBody(ctx context.Context, orderId OrderId,
 //
 // Sent to the order's owner, which rebuilds the projection from the
 // stream alone. Body as for continue. An order without a stream is
-// 404.
+// 404. An archived order is rebuilt from the archive's events, and
+// only its compact record's state is rewritten, if it differs; with
+// the archive unavailable that is 503 STORE_UNAVAILABLE.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1938,7 +1950,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Sent to the order's owner. An empty body means {}; an empty
 	// sourceCommandId is filled by the server. An order that never
-	// started is 404.
+	// started is 404. An archived order answers its final state from
+	// its compact record, and nothing is activated for it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1949,7 +1962,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Sent to the order's owner. An empty body means {}; an empty
 	// sourceCommandId is filled by the server. An order that never
-	// started is 404.
+	// started is 404. An archived order answers its final state from
+	// its compact record, and nothing is activated for it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1960,7 +1974,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Sent to the order's owner, which rebuilds the projection from the
 	// stream alone. Body as for continue. An order without a stream is
-	// 404.
+	// 404. An archived order is rebuilt from the archive's events, and
+	// only its compact record's state is rewritten, if it differs; with
+	// the archive unavailable that is 503 STORE_UNAVAILABLE.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1971,7 +1987,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Sent to the order's owner, which rebuilds the projection from the
 	// stream alone. Body as for continue. An order without a stream is
-	// 404.
+	// 404. An archived order is rebuilt from the archive's events, and
+	// only its compact record's state is rewritten, if it differs; with
+	// the archive unavailable that is 503 STORE_UNAVAILABLE.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2894,7 +2912,8 @@ func (c *ClientWithResponses) GetOrderWithResponse(ctx context.Context, orderId 
 //
 // Sent to the order's owner. An empty body means {}; an empty
 // sourceCommandId is filled by the server. An order that never
-// started is 404.
+// started is 404. An archived order answers its final state from
+// its compact record, and nothing is activated for it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2911,7 +2930,8 @@ func (c *ClientWithResponses) ContinueOrderWithBodyWithResponse(ctx context.Cont
 //
 // Sent to the order's owner. An empty body means {}; an empty
 // sourceCommandId is filled by the server. An order that never
-// started is 404.
+// started is 404. An archived order answers its final state from
+// its compact record, and nothing is activated for it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2928,7 +2948,9 @@ func (c *ClientWithResponses) ContinueOrderWithResponse(ctx context.Context, ord
 //
 // Sent to the order's owner, which rebuilds the projection from the
 // stream alone. Body as for continue. An order without a stream is
-// 404.
+// 404. An archived order is rebuilt from the archive's events, and
+// only its compact record's state is rewritten, if it differs; with
+// the archive unavailable that is 503 STORE_UNAVAILABLE.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2945,7 +2967,9 @@ func (c *ClientWithResponses) RebuildProjectionWithBodyWithResponse(ctx context.
 //
 // Sent to the order's owner, which rebuilds the projection from the
 // stream alone. Body as for continue. An order without a stream is
-// 404.
+// 404. An archived order is rebuilt from the archive's events, and
+// only its compact record's state is rewritten, if it differs; with
+// the archive unavailable that is 503 STORE_UNAVAILABLE.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/archiver"
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
@@ -30,6 +31,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/selfcheck"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
@@ -49,6 +51,10 @@ type Config struct {
 	// Admission is the edge's in-flight budget per route kind; its zero
 	// value takes edge.DefaultAdmission.
 	Admission edge.Admission
+	// Archive, optional, is the event store's cold tier (-archive): with
+	// it the API answers rebuild-projection and the timeline of an
+	// archived order from it; without it they are 503 STORE_UNAVAILABLE.
+	Archive archive.Store
 	// SelfCheck enables the runner's /self-check/ hooks.
 	SelfCheck bool
 	// Admin enables /admin/.
@@ -189,6 +195,13 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	// One writer, one lock, for the route observer's lines and the edge's.
 	cfg.Evidence = telemetry.NewEvidence(cfg.Evidence, cfg.Logger)
 	st := cfg.Stores
+	var cold *archiver.Cold
+	if cfg.Archive != nil {
+		var err error
+		if cold, err = node.NewCold(st, cfg.Archive); err != nil {
+			return nil, err
+		}
+	}
 	routes := edge.NewRouteObserver(edge.RouteObserverConfig{
 		NodeID: cfg.Cluster.NodeName, Names: st.Location, Evidence: cfg.Evidence, Logger: cfg.Logger,
 	})
@@ -254,6 +267,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		TracerProvider: cfg.TracerProvider,
 	}
 	ecfg.Streams = streams(st)
+	if cold != nil {
+		ecfg.Archive = cold
+	}
 	ecfg.Barrier = st.Barrier
 	var feed *readmodel.TerminalFeed
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/edge"
+	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -168,7 +169,7 @@ func TestTheEdgeChecksStreamsInTheEventStore(t *testing.T) {
 	require.NotNil(t, sc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ok, err := sc.StreamExists(ctx, "ord-never")
+	p, err := sc.Presence(ctx, "ord-never")
 	require.NoError(t, err)
-	require.False(t, ok)
+	require.Equal(t, eventstore.TierNone, p.Tier)
 }

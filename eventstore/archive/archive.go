@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
 // Errors of the archive, checked with errors.Is.
@@ -27,7 +28,9 @@ var (
 	// ErrUnavailable: the archive did not answer (unreachable, stalled
 	// past the call's timeout, shutting down); the call may or may not
 	// have been applied, and repeating it is safe.
-	ErrUnavailable = errors.New("archive: unavailable")
+	// Its kind is errkind.StoreUnavailable: an API answers it 503
+	// STORE_UNAVAILABLE.
+	ErrUnavailable = errkind.New(errkind.StoreUnavailable, "archive: unavailable")
 	// ErrInvalidArgument: the record or id is malformed; nothing was sent.
 	ErrInvalidArgument = errors.New("archive: invalid argument")
 	// ErrConfig: Open was given a Config it cannot use, or the database's

@@ -765,6 +765,30 @@ func (c *Cluster) stopArchive() error {
 	return err
 }
 
+// KillArchive SIGKILLs the archive's PostgreSQL (every backend with it);
+// its data stays for RestartArchive.
+func (c *Cluster) KillArchive() error {
+	c.mu.Lock()
+	a := c.archive
+	c.mu.Unlock()
+	if a == nil {
+		return fmt.Errorf("%w: no archive", ErrConfig)
+	}
+	return a.Kill()
+}
+
+// RestartArchive starts the archive again, on its data and port, after
+// KillArchive.
+func (c *Cluster) RestartArchive(ctx context.Context) error {
+	c.mu.Lock()
+	a := c.archive
+	c.mu.Unlock()
+	if a == nil {
+		return fmt.Errorf("%w: no archive", ErrConfig)
+	}
+	return a.Restart(ctx)
+}
+
 // ArchiveURL is the archive's PostgreSQL URL; "" without Config.Archive.
 func (c *Cluster) ArchiveURL() string {
 	c.mu.Lock()

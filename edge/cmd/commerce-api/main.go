@@ -79,6 +79,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
 	"github.com/shoppingmall-go/shoppingmall/edge"
 	"github.com/shoppingmall-go/shoppingmall/edge/edgenode"
+	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
 )
 
 func main() {
@@ -193,7 +194,12 @@ func run(args []string) error {
 	// topology, which a healthy member sees within a few refreshes.
 	joinCtx, cancelJoin := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelJoin()
+	var arch archive.Store
+	if proc.Archive != nil {
+		arch = proc.Archive
+	}
 	api, err := edgenode.Start(joinCtx, edgenode.Config{
+		Archive:        arch,
 		Cluster:        o.Cluster(log),
 		Stores:         stores,
 		Readiness:      ready,

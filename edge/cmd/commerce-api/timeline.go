@@ -27,7 +27,12 @@ type timelineReply struct {
 		Node       string `json:"node"`
 		Generation int64  `json:"generation"`
 	} `json:"authority"`
-	Entries []timelineEntry `json:"entries"`
+	Entries  []timelineEntry `json:"entries"`
+	Archived *struct {
+		SealedAtUnixMs   int64 `json:"sealedAtUnixMs"`
+		ArchivedAtUnixMs int64 `json:"archivedAtUnixMs"`
+		Version          int64 `json:"version"`
+	} `json:"archived"`
 }
 
 type timelineEntry struct {
@@ -106,6 +111,11 @@ func printTimeline(w io.Writer, rep *timelineReply) {
 		authority += ", owner " + owner
 	}
 	fmt.Fprintf(w, "order %s: %s; authority %s\n", rep.OrderID, state, authority)
+	if a := rep.Archived; a != nil {
+		fmt.Fprintf(w, "archived at %s (sealed at %s): the events below are the archive's, versions 1 to %d; its ownership history and operations left Redis with it\n",
+			time.UnixMilli(a.ArchivedAtUnixMs).UTC().Format("2006-01-02 15:04:05.000"),
+			time.UnixMilli(a.SealedAtUnixMs).UTC().Format("2006-01-02 15:04:05.000"), a.Version)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME (UTC)\tKIND\tWHAT\tGENERATION\tDETAIL")
 	for _, e := range rep.Entries {

@@ -32,11 +32,23 @@ const (
 	addressID = "addr-admin"
 )
 
+// cartScarce asks for more of skuScarce than there is; methodDeclined
+// declines every authorization: with cartID and methodOK, the three ends
+// of an order.
+const (
+	cartScarce     = "cart-admin-scarce"
+	skuScarce      = "sku-admin-scarce"
+	methodDeclined = "pm-admin-declined"
+)
+
 func seed() commerce.Seed {
 	return commerce.Seed{
-		Carts:   []commerce.Cart{{CartID: cartID, Lines: []*contracts.OrderLine{{Sku: sku, Quantity: 1}}, Amount: 1990, Currency: "EUR"}},
-		Stock:   map[string]int64{sku: 1_000_000},
-		Methods: []commerce.PaymentMethod{{MethodID: methodOK, Approve: true}},
+		Carts: []commerce.Cart{
+			{CartID: cartID, Lines: []*contracts.OrderLine{{Sku: sku, Quantity: 1}}, Amount: 1990, Currency: "EUR"},
+			{CartID: cartScarce, Lines: []*contracts.OrderLine{{Sku: sku, Quantity: 1}, {Sku: skuScarce, Quantity: 5}}, Amount: 2990, Currency: "EUR"},
+		},
+		Stock:   map[string]int64{sku: 1_000_000, skuScarce: 1},
+		Methods: []commerce.PaymentMethod{{MethodID: methodOK, Approve: true}, {MethodID: methodDeclined, Reason: "card declined"}},
 	}
 }
 
@@ -53,11 +65,17 @@ type env struct {
 
 func start(t *testing.T) *env {
 	t.Helper()
+	return startWith(t, func(*localcluster.Config) {})
+}
+
+// startWith is start with edit's changes to the cluster's Config.
+func startWith(t *testing.T, edit func(*localcluster.Config)) *env {
+	t.Helper()
 	apiBin, wfBin := proctest.Binaries(t)
 	runDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	cfg := localcluster.Config{
 		RunDir: runDir, APIBin: apiBin, WorkflowBin: wfBin,
 		Admin: true, SelfCheck: true, Fixtures: true,
 		Env:       localcluster.ChildEnv(os.Environ()),
@@ -76,7 +94,17 @@ func start(t *testing.T) *env {
 			}
 			return cs.ApplySeed(ctx, seed())
 		},
-	})
+	}
+	edit(&cfg)
+	if cfg.Archive {
+		// PostgreSQL runs as an unprivileged user, who must reach its
+		// folder under the run folder: t.TempDir and the folder above it
+		// are root's alone (mode 0700).
+		for _, d := range []string{runDir, filepath.Dir(runDir)} {
+			require.NoError(t, os.Chmod(d, 0o711))
+		}
+	}
+	c, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
