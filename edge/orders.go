@@ -114,6 +114,17 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 		Currency:          cart.Currency,
 	})
 	if err != nil {
+		if s.archived(ctx, m.OrderID) {
+			// The key's mapping was lost (deleted by hand) after its order
+			// was archived: the sealed order refused the activation, and
+			// wrote nothing. Which request started it is not kept beside
+			// the mapping, so the start is refused as the archived
+			// order's, and the mapping this call made is given back.
+			err = errOrderArchived
+			if rsv.Created {
+				s.forget(ctx, req.IdempotencyKey, m)
+			}
+		}
 		if rsv.Created && errors.Is(err, errkind.KeyReused) {
 			// The key's mapping was lost and this call made it anew for a
 			// request the order refused: left in place, it would refuse
@@ -314,6 +325,18 @@ func (s *Server) rebuildArchived(ctx context.Context, id string) (*contracts.Ord
 		s.log.InfoContext(ctx, "archived order's kept state rewritten from the archive's events", slog.String("orderId", id))
 	}
 	return st, nil
+}
+
+// archived reports whether the order is archived, after a grain call on
+// it failed: only a start whose mapping was lost reaches an archived
+// order's grain. Without Streams, or when the check fails, it reports
+// false and the call's own error stands.
+func (s *Server) archived(ctx context.Context, orderID string) bool {
+	if s.cfg.Streams == nil {
+		return false
+	}
+	p, err := s.cfg.Streams.Presence(context.WithoutCancel(ctx), orderID)
+	return err == nil && p.Tier == eventstore.TierArchived
 }
 
 // errNoStream: the order has no event stream, so a command on it is the

@@ -149,6 +149,18 @@ func sealedRecord(orderID string, m map[string]string) (SealedRecord, error) {
 	return rec, nil
 }
 
+// SealMark is where a sealed order is marked: its fence's key and the
+// field Seal sets, in the order's hash slot. The Location Store reads it
+// in its activation script (location.Config.Sealed), so that no
+// activation of a sealed order begins.
+func (r *Redis) SealMark(orderID string) (key, field string, err error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return "", "", err
+	}
+	return k.fence, fenceSealed, nil
+}
+
 // Tier is where an order's events are.
 type Tier uint8
 

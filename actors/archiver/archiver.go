@@ -120,6 +120,10 @@ type Config struct {
 	// Retention is the grace after an order's terminal event before it is
 	// archived; it must be above 0.
 	Retention time.Duration
+	// HostedRecheck is how soon an order whose grain still hosts it (its
+	// Location record not Missing) is taken again; default 1 min. Such
+	// an order waits, sealed, until its owner passivates it.
+	HostedRecheck time.Duration
 	// Batch is how many candidates a pass takes; default 256.
 	Batch int
 	// Now is the clock; default time.Now.
@@ -165,6 +169,9 @@ func New(cfg Config) (*Archiver, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
 	}
+	if cfg.HostedRecheck <= 0 {
+		cfg.HostedRecheck = time.Minute
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
 	}
@@ -185,8 +192,9 @@ const (
 	// stays (by this pass or an earlier one).
 	Archived Outcome = iota + 1
 	// Deferred: the order is not ready (a repair pending: the projection
-	// behind its stream, the mapping not marked started); it is put back
-	// in the list one retention later.
+	// behind its stream, the mapping not marked started), and is put
+	// back in the list one retention later; or its grain still hosts it,
+	// and it is taken again after Config.HostedRecheck.
 	Deferred
 	// Skipped: the list named an order without a stream; it was dropped
 	// from the list.
@@ -298,7 +306,8 @@ func (a *Archiver) Run(ctx context.Context, interval time.Duration) {
 // Archive archives one terminal order, in this order:
 //
 //  1. seal it (no event is appended): no owner, zombie or late step
-//     writes to it afterwards;
+//     writes to it afterwards, and no activation begins; an order whose
+//     grain still hosts it waits (Deferred) until its owner releases it;
 //  2. check that its repairs are done: the projection equals the
 //     stream's fold, the mapping is started (Deferred otherwise: a sealed
 //     order is still hot, and the repairs still write their own keys);
@@ -337,6 +346,20 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	}
 	if err := a.step("seal"); err != nil {
 		return 0, err
+	}
+	// A grain that still hosts the order would outlive its keys, and
+	// answer (and write a projection or a mapping) from memory. Once
+	// sealed no activation begins (location.Config.Sealed), so the
+	// order waits, sealed and hot, until its owner passivates and
+	// releases it; a new owner never comes.
+	loc, err := a.cfg.Locations.Get(ctx, a.cfg.Kind, orderID)
+	if err != nil {
+		return 0, fmt.Errorf("archiver: %s: location: %w", orderID, err)
+	}
+	if loc.Status != location.Missing {
+		a.cfg.Logger.Debug("finished order still hosted; archived once its owner releases it", slog.String("order", orderID),
+			slog.String("status", string(loc.Status)), slog.String("owner", loc.Owner))
+		return Deferred, a.cfg.Records.PostponeFinished(ctx, orderID, a.cfg.Now().Add(a.cfg.HostedRecheck-a.cfg.Retention))
 	}
 	r, ready, err := a.record(ctx, orderID, fence)
 	if err != nil {
@@ -385,10 +408,6 @@ func (a *Archiver) Archive(ctx context.Context, orderID string) (Outcome, error)
 	// drops it) and the operations' index entries. Best-effort: a stale
 	// one is dropped by whoever reads it, and a missing one for an order
 	// still hot (a crash right here) is put back by the reconciler.
-	loc, err := a.cfg.Locations.Get(ctx, a.cfg.Kind, orderID)
-	if err != nil {
-		return 0, fmt.Errorf("archiver: %s: location: %w", orderID, err)
-	}
 	if loc.Owner != "" {
 		if err := a.cfg.Locations.Unindex(ctx, loc.Owner, a.cfg.Kind, orderID); err != nil {
 			a.cfg.Logger.Warn("owner's index entry of an archived order left", slog.String("order", orderID), slog.Any("error", err))

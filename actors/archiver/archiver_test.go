@@ -17,6 +17,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/archiver"
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
+	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
@@ -30,7 +31,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
 )
 
-const kind = "order"
+// kind is the order grains' kind, under which the node's stores mark a
+// sealed order for the Location Store (node.NewStores).
+const kind = grain.KindName
 
 var errCrash = errors.New("archiver crashed here")
 
@@ -143,6 +146,11 @@ func (e *env) finish(t *testing.T, key string, lines []*contracts.OrderLine, met
 		}
 	}
 	require.Equal(t, want, e.wf.View(o).GetStatus(), key)
+	// Its grain passivates, releasing the record, as an idle owner does:
+	// the archiver takes no order a grain still hosts.
+	released, err := e.stores.Locations.ReleaseAt(ctx, kind, id, "member-1", "p-"+id, location.KeepGeneration)
+	require.NoError(t, err)
+	require.True(t, released)
 	return id
 }
 
@@ -402,4 +410,61 @@ func TestArchivingOnARedisCluster(t *testing.T) {
 	for i, k := range kinds {
 		e.requireArchived(t, ids[i], k.want, k.reserved)
 	}
+}
+
+// An order whose grain still hosts it is not archived: it waits, sealed
+// and hot, and once sealed no activation of it begins, nor does a
+// creation lock get taken for it; when its owner passivates, the next
+// pass archives it, and still nothing activates it: the Location Store
+// refuses (location.ErrSealed) and writes nothing, so no generation at
+// or below the archived one is ever used again.
+func TestAHostedOrderWaitsForItsOwnerAndNothingActivatesItOnceSealed(t *testing.T) {
+	e := setup(t)
+	ctx := t.Context()
+	id := e.finish(t, "hosted", kinds[0].lines, kinds[0].method, kinds[0].want)
+	// Hosted again (an activation after the passivation, before the seal).
+	ok, gen, _, err := e.stores.Locations.BeginCreate(ctx, kind, id, "tok-2", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, e.stores.Locations.CommitReady(ctx, kind, id, "tok-2", location.Record{Owner: "member-2", PIDAddress: "a", PIDID: "p2-" + id, Generation: gen}))
+
+	now := time.Now()
+	a := e.archiverWith(t, func(c *archiver.Config) {
+		c.Retention = time.Millisecond
+		c.HostedRecheck = time.Hour
+		c.Now = func() time.Time { return now }
+	})
+	out, err := a.Archive(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, archiver.Deferred, out, "its grain still hosts it")
+	require.True(t, e.hot(t, id))
+	fin, err := e.stores.ReadModel.(*readmodel.Redis).Finished(ctx, now.Add(30*time.Minute), 0)
+	require.NoError(t, err)
+	require.Empty(t, fin, "taken again after HostedRecheck, not at once")
+
+	// Sealed: no other activation begins, no creation lock is taken.
+	_, err = e.stores.Locations.ReleaseAt(ctx, kind, id, "member-2", "p2-"+id, location.KeepGeneration)
+	require.NoError(t, err)
+	_, _, _, err = e.stores.Locations.BeginCreate(ctx, kind, id, "tok-3", time.Minute)
+	require.ErrorIs(t, err, location.ErrSealed)
+	c, ok := e.stores.Locations.CreationFor(kind, id)
+	require.True(t, ok)
+	require.NotEmpty(t, c.Sealed, "a creation lock taken by another store checks the seal too")
+	before := e.keysOf(t, id)
+	fenceOf, err := e.stores.Events.(*eventstore.Redis).Sealed(ctx, id)
+	require.NoError(t, err)
+	fence := fenceOf.Fence
+
+	out, err = a.Archive(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, archiver.Archived, out, "released: archived")
+	e.requireArchived(t, id, kinds[0].want, kinds[0].reserved)
+	after := e.keysOf(t, id)
+	require.NotEqual(t, before, after)
+	_, _, _, err = e.stores.Locations.BeginCreate(ctx, kind, id, "tok-4", time.Minute)
+	require.ErrorIs(t, err, location.ErrSealed, "an archived order is activated by no one")
+	require.Equal(t, after, e.keysOf(t, id), "and the refusal writes nothing")
+	sealed, err := e.stores.Events.(*eventstore.Redis).Sealed(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, fence, sealed.Fence, "the sealed record keeps the last writer's fence")
 }

@@ -36,7 +36,8 @@ if ARGV[5] == '1' then
 end
 redis.call('HSET', KEYS[2], 'orderId', ARGV[2], 'status', ARGV[3], 'fingerprint', ARGV[4], 'key', ARGV[1])
 local locked = 0
-if #KEYS == 5 and redis.call('EXISTS', KEYS[5]) == 0 and redis.call('SET', KEYS[4], ARGV[6], 'NX', 'PX', ARGV[7]) then
+if #KEYS >= 5 and redis.call('EXISTS', KEYS[5]) == 0 and not (KEYS[6] and redis.call('HEXISTS', KEYS[6], ARGV[10]) == 1)
+   and redis.call('SET', KEYS[4], ARGV[6], 'NX', 'PX', ARGV[7]) then
   redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
   locked = 1
 end
@@ -79,6 +80,10 @@ type CartReservation struct {
 type CreationLock struct {
 	Lock, Record, Field, Value, Token string
 	TTL                               time.Duration
+	// Unless and UnlessField, optional, are a hash and field of the
+	// lock's store on the same server: while the field exists the lock
+	// is not taken (location.Creation.Sealed, an archived order).
+	Unless, UnlessField string
 }
 
 // ReserveForCart is Carts.GetCart followed by Idempotency.Reserve in one
@@ -123,6 +128,10 @@ func (r *Redis) reserveForCart(ctx context.Context, cartID, key string, candidat
 	if lock != nil {
 		keys = append(keys, lock.Lock, lock.Record)
 		args = append(args, lock.Token, lock.TTL.Milliseconds(), lock.Field, lock.Value)
+		if lock.Unless != "" && lock.UnlessField != "" {
+			keys = append(keys, lock.Unless)
+			args = append(args, lock.UnlessField)
+		}
 	}
 	res, err := reserveForCartScript.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil {

@@ -264,7 +264,16 @@ func NewStores(urls RedisURLs, opt StoreOptions) (*Stores, error) {
 		return nil, err
 	}
 	s.Commits = pa
-	locations, err5 := location.NewRedis(location.Config{Client: loc})
+	// An archived (or sealing) order is activated by no one: the Location
+	// Store's activation script reads the order's seal mark in its slot.
+	sealMark := func(kind, id string) (string, string, bool) {
+		if kind != grain.KindName {
+			return "", "", false
+		}
+		key, field, err := events.SealMark(id)
+		return key, field, err == nil
+	}
+	locations, err5 := location.NewRedis(location.Config{Client: loc, Sealed: sealMark})
 	relocations, err6 := relocation.NewRedis(relocation.Config{Client: rel})
 	if err := errors.Join(err5, err6); err != nil {
 		s.Close()

@@ -18,16 +18,28 @@ import (
 type Creation struct {
 	Record, Lock          string
 	StatusField, Creating string
+	// Sealed and SealedField, when set, are the identity's seal mark
+	// (Config.Sealed): while the field exists the lock is not taken.
+	Sealed, SealedField string
 }
 
 // CreationFor returns kind/id's Creation, or false when the store's
 // client is not one server (a Redis Cluster keeps its keys apart from
-// any other store's) or id is not a valid identity.
+// any other store's), id is not a valid identity or its seal mark is
+// misplaced.
 func (s *Redis) CreationFor(kind, id string) (Creation, bool) {
 	if !s.SingleServer() || checkIdentity(id) != nil {
 		return Creation{}, false
 	}
-	return Creation{Record: s.keys.record(kind, id), Lock: s.keys.lock(kind, id), StatusField: "status", Creating: string(Creating)}, true
+	c := Creation{Record: s.keys.record(kind, id), Lock: s.keys.lock(kind, id), StatusField: "status", Creating: string(Creating)}
+	mark, field, ok, err := s.sealMark(kind, id)
+	if err != nil {
+		return Creation{}, false
+	}
+	if ok {
+		c.Sealed, c.SealedField = mark, field
+	}
+	return c, true
 }
 
 // SingleServer reports whether the store's client talks to one server,

@@ -20,6 +20,10 @@ var (
 	// took longer than the lock's lease (a member too busy to finish in
 	// time), so it is an overload: a retry is safe.
 	ErrLockLost = errkind.New(errkind.Overloaded, "location: creation lock lost")
+	// ErrSealed: the identity's state is sealed for good (an archived
+	// order, Config.Sealed); nothing activates it again, and the
+	// activation wrote nothing.
+	ErrSealed = errkind.New(errkind.FailedPrecondition, "location: the identity is sealed; nothing activates it")
 	// ErrNotOwner: the caller is not the identity's current owner.
 	ErrNotOwner = errors.New("location: not the owner")
 	// ErrInvalidIdentity: an identity (or member id) that cannot be stored.

@@ -21,14 +21,23 @@ type Config struct {
 	// DefaultKeyPrefix. It must differ from the Relocation Store's and
 	// must not contain '{' or '}': the identity is the keys' hash tag.
 	KeyPrefix string
+	// Sealed, optional, names where the store that owns an identity's
+	// state marks it sealed for good (eventstore.Redis.SealMark, for an
+	// order archived or being archived): a hash key in the identity's
+	// hash slot and a field. While that field exists no activation
+	// begins: BeginCreate fails with ErrSealed, and a creation lock
+	// another store's script takes (CreationFor) is not taken. ok false
+	// marks nothing for that identity.
+	Sealed func(kind, id string) (key, field string, ok bool)
 }
 
 // Redis is the Store on Redis (key layout: keys). Every mutation of a
 // record is one Lua script on keys sharing the identity's hash tag, so it
 // is atomic and valid on Redis Cluster.
 type Redis struct {
-	rdb  redis.UniversalClient
-	keys keys
+	rdb    redis.UniversalClient
+	keys   keys
+	sealed func(kind, id string) (key, field string, ok bool)
 }
 
 var (
@@ -46,7 +55,24 @@ func NewRedis(cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Redis{rdb: cfg.Client, keys: k}, nil
+	return &Redis{rdb: cfg.Client, keys: k, sealed: cfg.Sealed}, nil
+}
+
+// sealMark returns the identity's seal mark (Config.Sealed), or false.
+// A mark outside the identity's hash slot is refused: the scripts that
+// read it run on that slot alone.
+func (s *Redis) sealMark(kind, id string) (key, field string, ok bool, err error) {
+	if s.sealed == nil {
+		return "", "", false, nil
+	}
+	key, field, ok = s.sealed(kind, id)
+	if !ok {
+		return "", "", false, nil
+	}
+	if field == "" || !strings.Contains(key, "{"+id+"}") {
+		return "", "", false, fmt.Errorf("%w: seal mark %q of %s is not in its hash slot", ErrConfig, key, id)
+	}
+	return key, field, true, nil
 }
 
 func checkIdentity(id string) error {
@@ -113,6 +139,7 @@ if st == 'Ready' or st == 'Moving' then
           redis.call('HGET', KEYS[1], 'pidId') or '', redis.call('HGET', KEYS[1], 'generation') or '0',
           redis.call('HGET', KEYS[1], 'moveOp') or ''}
 end
+if KEYS[3] and redis.call('HEXISTS', KEYS[3], ARGV[3]) == 1 then return {'Sealed'} end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating'} end
 redis.call('HSET', KEYS[1], 'status', 'Creating')
 local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
@@ -127,11 +154,22 @@ func (s *Redis) BeginCreate(ctx context.Context, kind, id, token string, ttl tim
 	if err := checkIdentity(id); err != nil {
 		return false, 0, Record{}, err
 	}
-	res, err := beginCreate.Run(ctx, s.rdb, []string{s.keys.record(kind, id), s.keys.lock(kind, id)}, token, ttl.Milliseconds()).StringSlice()
+	keys := []string{s.keys.record(kind, id), s.keys.lock(kind, id)}
+	args := []any{token, ttl.Milliseconds()}
+	mark, field, ok, err := s.sealMark(kind, id)
+	if err != nil {
+		return false, 0, Record{}, err
+	}
+	if ok {
+		keys, args = append(keys, mark), append(args, field)
+	}
+	res, err := beginCreate.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
 		return false, 0, Record{}, translate(err)
 	}
 	switch res[0] {
+	case "Sealed":
+		return false, 0, Record{}, fmt.Errorf("%w: %s/%s", ErrSealed, kind, id)
 	case "acquired":
 		n, _ := strconv.ParseInt(res[1], 10, 64)
 		return true, n, Record{Status: Creating, TakenOver: len(res) > 2 && res[2] == "1"}, nil

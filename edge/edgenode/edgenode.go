@@ -385,6 +385,7 @@ func (r lockingReserver) ReserveForCart(ctx context.Context, cartID, key string,
 	}
 	return r.ReserveForCartLocking(ctx, cartID, key, candidate, commerce.CreationLock{
 		Lock: c.Lock, Record: c.Record, Field: c.StatusField, Value: c.Creating, Token: uuid.NewString(), TTL: r.ttl,
+		Unless: c.Sealed, UnlessField: c.SealedField,
 	})
 }
 

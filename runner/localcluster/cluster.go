@@ -130,8 +130,9 @@ type Config struct {
 	// as -archive (ArchiveURL), and Stop stops it after the nodes.
 	Archive bool
 	// Retention starts the workflows with -retention (docs/archive.md):
-	// finished orders move to the archive after it. It needs Archive;
-	// zero keeps every order in Redis.
+	// finished orders move to the archive after it, once their grains
+	// passivated. It needs Archive and a WorkflowIdleTimeout; zero keeps
+	// every order in Redis.
 	Retention time.Duration
 	// ArchiveEvery is the workflows' -archive-every; zero keeps theirs.
 	ArchiveEvery time.Duration
@@ -299,6 +300,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.Retention > 0 && !cfg.Archive {
 		return nil, fmt.Errorf("%w: a retention needs the archive", ErrConfig)
+	}
+	if cfg.Retention > 0 && cfg.WorkflowIdleTimeout <= 0 {
+		return nil, fmt.Errorf("%w: a retention needs a WorkflowIdleTimeout: an order is archived once its grain passivated", ErrConfig)
 	}
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = defaultRestartBackoff

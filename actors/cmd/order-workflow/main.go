@@ -117,6 +117,8 @@ func parse(args []string) (options, error) {
 		return o, fmt.Errorf("refusing to start: -retention %s moves finished orders out of Redis, and needs -archive to keep them", o.retention)
 	case o.retention > 0 && o.archiveEvery <= 0:
 		return o, fmt.Errorf("-archive-every %s must be above 0", o.archiveEvery)
+	case o.retention > 0 && o.idleTimeout <= 0:
+		return o, fmt.Errorf("refusing to start: -retention %s archives an order only once its grain passivated, which -idle-timeout 0 never does", o.retention)
 	}
 	o.IndexFinished = o.retention > 0
 	return o, nil

@@ -76,7 +76,8 @@ type archivedTimeline struct {
 
 // An archived order answers every question as before, against real
 // processes: a cluster whose workflows archive finished orders one
-// second after their end, into a real PostgreSQL. For a confirmed order,
+// second after their end (once their grains passivated), into a real
+// PostgreSQL. For a confirmed order,
 // one failed for stock and one failed for payment, once each has left
 // Redis but for its compact record: GET is its final state; a repeated
 // start with its key is 200 with the same order, another request with
@@ -91,6 +92,8 @@ type archivedTimeline struct {
 func TestAnArchivedOrderAnswersEveryQuestionAsBefore(t *testing.T) {
 	e := startWith(t, func(c *localcluster.Config) {
 		c.Archive, c.Retention, c.ArchiveEvery = true, time.Second, 250*time.Millisecond
+		// An order is archived once its grain passivated.
+		c.WorkflowIdleTimeout = 500 * time.Millisecond
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -253,4 +256,21 @@ func TestAnArchivedOrderAnswersEveryQuestionAsBefore(t *testing.T) {
 		}, 30*time.Second, 200*time.Millisecond, "%s: rebuild answers once the archive is back", o.name)
 	}
 	unchanged("once the archive is back")
+
+	// An operator deleted an archived order's idempotency mapping: a
+	// start with its key asks for the order's grain, whose activation the
+	// Location Store refuses, reading the order's seal mark (nor does the
+	// key's reservation take a creation lock for it). The start is
+	// refused as the archived order's (409), and leaves nothing: no
+	// mapping, no Location record, no generation.
+	o := orders[0]
+	mapping := "sm:cs:idem:order:{" + o.id + "}"
+	require.NoError(t, rdb.Del(ctx, mapping).Err())
+	delete(before[o.id], mapping)
+	_, rep, err = api.StartOrder(ctx, startReq(o))
+	require.NoError(t, err)
+	t.Logf("%s POST /orders, its mapping deleted -> %s", o.name, rep)
+	require.Equal(t, http.StatusConflict, rep.Status, rep.String())
+	require.Equal(t, "FAILED_PRECONDITION", rep.Error.Code)
+	unchanged("after a start whose mapping was deleted")
 }

@@ -108,7 +108,9 @@ func TestProcessesOpenTheArchiveOrRefuseToStart(t *testing.T) {
 }
 
 // A workflow member with a retention and no archive refuses to start:
-// it would move finished orders out of Redis with nowhere to keep them.
+// it would move finished orders out of Redis with nowhere to keep them;
+// so does one whose grains never passivate, since an order is archived
+// only once no grain hosts it.
 // (With -archive it starts: TestProcessesOpenTheArchiveOrRefuseToStart.)
 func TestARetentionWithoutTheArchiveRefusesToStart(t *testing.T) {
 	_, wfBin := proctest.Binaries(t)
@@ -119,6 +121,12 @@ func TestARetentionWithoutTheArchiveRefusesToStart(t *testing.T) {
 		"-metrics-http", "off", "-log-format", "text")
 	out, err := cmd.CombinedOutput()
 	requireRefused(t, ctx, err, string(out), "refusing to start: -retention 168h0m0s moves finished orders out of Redis, and needs -archive")
+
+	// Nor with grains that never passivate: it would archive nothing.
+	cmd = exec.CommandContext(ctx, wfBin, "-redis", srv.URL(), "-retention", "168h", "-archive", "postgres://nobody@127.0.0.1:1/none",
+		"-idle-timeout", "0", "-ops-http", "127.0.0.1:0", "-metrics-http", "off", "-log-format", "text")
+	out, err = cmd.CombinedOutput()
+	requireRefused(t, ctx, err, string(out), "refusing to start: -retention 168h0m0s archives an order only once its grain passivated, which -idle-timeout 0 never does")
 }
 
 // requireRefused checks a process that refused to start: it stopped by

@@ -1,6 +1,6 @@
 // Command clusterctl runs a local ShoppingMall cluster in the background:
 //
-//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel] [-archive [-retention D]]
+//	clusterctl up     [-run-dir .run] [-workflows 2] [-apis 2] [-self-check] [-fixtures] [-redis-cluster [-redis-cluster-replicas N]] [-redis-ha sentinel] [-archive [-retention D]] [-idle-timeout D]
 //	clusterctl down   [-run-dir .run]
 //	clusterctl seed   [-run-dir .run] -file seed.json
 //	clusterctl status [-run-dir .run]
@@ -129,7 +129,14 @@ type options struct {
 	archive bool
 	// retention gives the workflows -retention (with archive).
 	retention time.Duration
+	// idleTimeout is the workflows' -idle-timeout: 0 never passivates,
+	// but with a retention it is retentionIdleTimeout.
+	idleTimeout time.Duration
 }
+
+// retentionIdleTimeout is the workflows' -idle-timeout with a retention
+// and none given: an order is archived once its grain passivated.
+const retentionIdleTimeout = 5 * time.Second
 
 func parse(name string, args []string) (options, error) {
 	var o options
@@ -145,6 +152,7 @@ func parse(name string, args []string) (options, error) {
 	fs.IntVar(&o.redisClusterReplicas, "redis-cluster-replicas", 0, "replicas per master of the -redis-cluster (the nodes then wait for one per write)")
 	fs.BoolVar(&o.archive, "archive", false, "run a PostgreSQL archive (the event store's cold tier, docs/archive.md) under the run dir, and start every node with -archive")
 	fs.DurationVar(&o.retention, "retention", 0, "start the workflows with -retention: finished orders move to the -archive after it (docs/archive.md); 0 keeps every order in Redis")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, fmt.Sprintf("the workflows' -idle-timeout; 0 never passivates a grain, except with -retention, where it is %s (an order is archived once its grain passivated)", retentionIdleTimeout))
 	fs.StringVar(&o.redisHA, "redis-ha", "", `"sentinel": a primary, two replicas and three sentinels instead of one redis-server (the nodes wait for one replica per write, so one Redis failure stops no write)`)
 	fs.IntVar(&o.apis, "apis", 2, fmt.Sprintf("number of API processes (api-a, api-b, ...), 1 to %d", localcluster.MaxNodesPerRole))
 	if err := fs.Parse(args); err != nil {
@@ -152,6 +160,9 @@ func parse(name string, args []string) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.retention > 0 && o.idleTimeout == 0 {
+		o.idleTimeout = retentionIdleTimeout
 	}
 	for _, n := range []struct {
 		flag  string
@@ -261,6 +272,9 @@ func up(args []string) error {
 	if o.retention > 0 {
 		sargs = append(sargs, "-retention", o.retention.String())
 	}
+	if o.idleTimeout > 0 {
+		sargs = append(sargs, "-idle-timeout", o.idleTimeout.String())
+	}
 	sup := exec.Command(filepath.Join(bin, "clusterctl"), sargs...)
 	sup.Stdout, sup.Stderr = logf, logf
 	sup.SysProcAttr = localcluster.DetachedProcAttr()
@@ -347,6 +361,7 @@ func serve(args []string) error {
 		RedisHA:              o.redisHA,
 		Archive:              o.archive,
 		Retention:            o.retention,
+		WorkflowIdleTimeout:  o.idleTimeout,
 		Env:                  localcluster.ChildEnv(os.Environ()),
 		Logf:                 logf,
 		OnRestart: func(name string, pid int) {
