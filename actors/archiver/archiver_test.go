@@ -247,6 +247,13 @@ func (e *env) requireArchived(t *testing.T, id string, want contracts.OrderStatu
 	require.Equal(t, before, after, "%s: a late Reserve and Release move no stock (released %v)", id, rel.GetReleased())
 	_, _, err = e.stores.Events.Open(ctx, id, sealed.Fence.Generation+1)
 	require.ErrorIs(t, err, eventstore.ErrSealed, "no activation writes to it")
+	_, _, _, err = e.stores.Locations.BeginCreate(ctx, kind, id, "late", time.Minute)
+	require.ErrorIs(t, err, location.ErrSealed, "%s: no activation begins", id)
+	p, err := e.stores.Events.(*eventstore.Redis).Presence(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, eventstore.TierArchived, p.Tier)
+	require.Equal(t, sealed, p.Sealed, "the presence check reads the sealed record")
+	require.ElementsMatch(t, keys, e.keysOf(t, id), "%s: the checks wrote nothing", id)
 }
 
 // The archiver killed between each pair of its steps: the order is left

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,15 +86,63 @@ func (s *Stores) ReconcileIndexes(ctx context.Context) (Reconciled, error) {
 	return out, errors.Join(errActive, errOwned)
 }
 
+// DefaultPruneAfter is ReconcileConfig.PruneAfter when unset: well past
+// any lease, so a gone member's process has long fenced itself, or been
+// killed, before its traces go.
+const DefaultPruneAfter = 10 * time.Minute
+
+// PrunedMembers is one pruning pass's outcome.
+type PrunedMembers struct {
+	// Gone is how many gone records the pass read; Pruned how many
+	// members it pruned; Owning how many it left because a Location
+	// record still names them (their orders wait for a takeover).
+	Gone, Pruned, Owning int
+}
+
+// PruneMembers prunes every member recorded gone more than after before
+// now whose orders all left it (location.Redis.PruneMember): its name,
+// gone record, heartbeat and takeover index go. A failure on one member
+// is joined into the error and the others are still tried.
+func (s *Stores) PruneMembers(ctx context.Context, after time.Duration, now time.Time) (PrunedMembers, error) {
+	var out PrunedMembers
+	if s.Locations == nil {
+		return out, nil
+	}
+	gone, err := s.Locations.Gone(ctx)
+	if err != nil {
+		return out, fmt.Errorf("prune members: %w", err)
+	}
+	out.Gone = len(gone)
+	var errs []error
+	for id, g := range gone {
+		if now.Sub(time.UnixMilli(g.LeftAtUnixMs)) < after {
+			continue
+		}
+		r, err := s.Locations.PruneMember(ctx, id)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("prune member %s: %w", id, err))
+		case r.Pruned:
+			out.Pruned++
+		case r.Owns > 0:
+			out.Owning++
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // ReconcileConfig is RunReconciler's.
 type ReconcileConfig struct {
 	// Every is the time between two passes; 0 or less runs none.
-	Every  time.Duration
-	Logger *slog.Logger
+	Every time.Duration
+	// PruneAfter is how long a member stays recorded gone before a pass
+	// prunes it (PruneMembers); default DefaultPruneAfter, below 0 none.
+	PruneAfter time.Duration
+	Logger     *slog.Logger
 }
 
 // RunReconciler runs a pass every cfg.Every until ctx ends, the first at
-// a random point of the first period. A failed pass is logged and the
+// a random point of the first period; each pass ends with PruneMembers. A failed pass is logged and the
 // next one runs as planned: the indexes only find candidates, and the
 // records stay the truth meanwhile.
 func (s *Stores) RunReconciler(ctx context.Context, cfg ReconcileConfig) {
@@ -121,6 +170,18 @@ func (s *Stores) RunReconciler(ctx context.Context, cfg ReconcileConfig) {
 			log.Warn("index reconciler pass failed", slog.Any("error", err), slog.Duration("took", r.Took))
 		} else {
 			log.Info("index reconciler pass", slog.Int("activeOrders", r.Active), slog.Int("ownedOrders", r.Owned), slog.Duration("took", r.Took))
+		}
+		if cfg.PruneAfter >= 0 {
+			p, err := s.PruneMembers(ctx, cmp.Or(cfg.PruneAfter, DefaultPruneAfter), time.Now())
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				log.Warn("member pruning failed", slog.Any("error", err))
+			}
+			if p.Pruned > 0 || err != nil {
+				log.Info("members pruned", slog.Int("gone", p.Gone), slog.Int("pruned", p.Pruned), slog.Int("stillOwning", p.Owning))
+			}
 		}
 		wait = cfg.Every
 	}

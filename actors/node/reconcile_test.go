@@ -124,3 +124,36 @@ func (c cmdCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c cmdCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
+
+// A pass prunes the members recorded gone longer than PruneAfter ago
+// whose orders all left them, and only those: one gone a moment ago
+// stays, as does one an order still names, and a live one.
+func TestAPassPrunesOnlyLongGoneMembersWhoOwnNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := OpenStores(ctx, RedisURLs{Default: srv.URL()}, StoreOptions{})
+	require.NoError(t, err)
+	defer st.Close()
+	now := time.Now()
+	for _, m := range []string{"m-old", "m-new", "m-owns", "m-live"} {
+		require.NoError(t, st.Location.PutMemberName(ctx, m, "node-"+m))
+	}
+	ok, next, _, err := st.Location.BeginCreate(ctx, grain.KindName, "ord-held", "tok", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, st.Location.CommitReady(ctx, grain.KindName, "ord-held", "tok", location.Record{Owner: "m-owns", PIDAddress: "a", PIDID: "p", Generation: next}))
+	for m, at := range map[string]time.Time{"m-old": now.Add(-time.Hour), "m-new": now.Add(-time.Second), "m-owns": now.Add(-time.Hour)} {
+		_, err := st.Location.MarkGone(ctx, m, "node-"+m, at.UnixMilli())
+		require.NoError(t, err)
+	}
+
+	p, err := st.PruneMembers(ctx, 10*time.Minute, now)
+	require.NoError(t, err)
+	require.Equal(t, PrunedMembers{Gone: 3, Pruned: 1, Owning: 1}, p)
+	for m, kept := range map[string]bool{"m-old": false, "m-new": true, "m-owns": true, "m-live": true} {
+		name, err := st.Location.MemberName(ctx, m)
+		require.NoError(t, err)
+		require.Equal(t, kept, name != "", m)
+	}
+}

@@ -286,3 +286,42 @@ func TestLostLocationStoreForTheLeaseSuspendsTheMember(t *testing.T) {
 	stopWatch()
 	require.NoError(t, <-fenced)
 }
+
+// A member's gone record may be pruned while its process is paused
+// (location.Redis.PruneMember drops its name first, then the record): on
+// resuming, the self-fence read finds no gone record, and the name's
+// absence must fence it instead. Here the name alone goes, as a prune
+// caught between its two steps would leave it: the member fences itself,
+// evicted and marked pruned, though no gone record names it.
+func TestAMemberWhoseNameWasPrunedFencesItself(t *testing.T) {
+	h := newHarness(t)
+	w := h.startWorkflow("workflow-a")
+	select {
+	case <-w.Member.Lookup.NamePublished():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the member's name was never published")
+	}
+	fenced := make(chan error, 1)
+	go func() {
+		fenced <- w.RunSelfFence(ctxT(t, 30*time.Second), node.SelfFenceConfig{Interval: 20 * time.Millisecond})
+	}()
+	select {
+	case err := <-fenced:
+		require.FailNow(t, "fenced while its name stood", "%v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	c := h.redis.Client()
+	defer c.Close()
+	require.NoError(t, c.HDel(ctxT(t, 5*time.Second), location.DefaultKeyPrefix+"members", w.Member.ID()).Err())
+	select {
+	case err := <-fenced:
+		require.ErrorIs(t, err, node.ErrSelfFenced)
+		require.ErrorIs(t, err, placement.ErrEvicted)
+		require.ErrorContains(t, err, "pruned")
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the member did not fence itself once its name was gone")
+	}
+	_, gone, err := h.stores.Location.IsGone(ctxT(t, 5*time.Second), w.Member.ID())
+	require.NoError(t, err)
+	require.False(t, gone, "no gone record was needed")
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,10 @@ type GoneMember struct {
 	Node string `json:"node"`
 	// LeftAtUnixMs is when the recording member saw it leave.
 	LeftAtUnixMs int64 `json:"leftAtUnixMs"`
+	// Pruned: no record says so any more; the member's name was pruned
+	// with its record (PruneMember), which tells a paused member that it
+	// is gone.
+	Pruned bool `json:"-"`
 }
 
 // translateGone is translate, keeping a closed client recognisable so a
@@ -39,8 +44,12 @@ func translateGone(err error) error {
 	return translate(err)
 }
 
+// markGone: KEYS gone, heartbeat. ARGV member id, record, version field.
 var markGone = redis.NewScript(`#!lua
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then return 1 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
+  return 1
+end
 return 0
 `)
 
@@ -56,7 +65,7 @@ func (s *Redis) MarkGone(ctx context.Context, memberID, node string, leftAtUnixM
 	if err != nil {
 		return false, err
 	}
-	n, err := markGone.Run(ctx, s.rdb, []string{s.keys.gone()}, memberID, string(v)).Int()
+	n, err := markGone.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v), goneVersion).Int()
 	if err != nil {
 		return false, translateGone(err)
 	}
@@ -88,11 +97,16 @@ func (s *Redis) IsGone(ctx context.Context, memberID string) (GoneMember, bool, 
 	return goneFrom(memberID, v), true, nil
 }
 
-// GoneCount is the number of gone records: they are only ever added, so
-// a changed count is how a lookup learns, in one cheap command, that it
-// must read them again.
-func (s *Redis) GoneCount(ctx context.Context) (int64, error) {
-	n, err := s.rdb.HLen(ctx, s.keys.gone()).Result()
+// GoneVersion changes whenever the gone records do: every record written
+// and every one pruned (PruneMember) adds one to it, in the script that
+// does it. A changed version is how a lookup learns, in one cheap
+// command, that it must read them again; a count would not do once
+// records are pruned (one pruned and one added leave it as it was).
+func (s *Redis) GoneVersion(ctx context.Context) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.keys.heartbeat(), goneVersion).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
 	return n, translateGone(err)
 }
 
@@ -176,6 +190,9 @@ type HeartbeatVerdict struct {
 const (
 	heartbeatRun   = "~up"
 	heartbeatJudge = "~judge:"
+	// goneVersion is GoneVersion's counter, kept beside the heartbeats
+	// because that hash shares the gone records' slot.
+	goneVersion = "~gone"
 )
 
 // heartbeatLua is the heartbeat scripts' Redis clock in milliseconds and
@@ -267,6 +284,7 @@ if at and bound then
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[1], judge)
+redis.call('HINCRBY', KEYS[2], ARGV[5], 1)
 return {1}
 `)
 
@@ -283,7 +301,7 @@ func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, left
 	if err != nil {
 		return HeartbeatVerdict{}, err
 	}
-	r, err := markGoneIfStale.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v), heartbeatRun, heartbeatJudge).Int64Slice()
+	r, err := markGoneIfStale.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, string(v), heartbeatRun, heartbeatJudge, goneVersion).Int64Slice()
 	if err != nil {
 		return HeartbeatVerdict{}, translateGone(err)
 	}
@@ -298,4 +316,124 @@ func (s *Redis) MarkGoneIfStale(ctx context.Context, memberID, node string, left
 		return HeartbeatVerdict{Pending: true, Age: time.Duration(r[1]) * time.Millisecond, Bound: time.Duration(r[2]) * time.Millisecond}, nil
 	}
 	return HeartbeatVerdict{}, fmt.Errorf("%w: unexpected mark-gone reply %v", ErrStoreUnavailable, r)
+}
+
+// Pruning. Every process start adds a member id to the members hash, and
+// every departure seen a gone record and a heartbeat field; each member
+// also leaves its owned:<member> index behind. Left alone they only grow,
+// and every membership read walks them. A gone member is pruned once no
+// Location record names it: its orders were taken over, relocated or
+// archived, so nothing will ever read its records again. Its name, its
+// gone record, its heartbeat and its index go together.
+//
+// A pruned member must not serve again if it was only paused: its gone
+// record is gone, so the self-fence read alone would find it well. So a
+// member that published its name treats its name's absence as being
+// gone (see package placement), and pruning removes the name first, the
+// gone record after: a member that reads its gone record and then its
+// name (in that order) sees one or the other whichever step of a prune
+// it falls between, on one server as on a Redis Cluster, where the two
+// sit in different slots.
+
+// PruneOutcome is what PruneMember did.
+type PruneOutcome struct {
+	// Pruned: the member's name, gone record, heartbeat and index are
+	// gone (by this call, or it had none of them left).
+	Pruned bool
+	// NotGone: the member is not recorded gone; nothing was touched.
+	NotGone bool
+	// Owns is how many Location records still name the member (Ready or
+	// Moving there); while any does, nothing is touched.
+	Owns int
+}
+
+// pruneGone drops a member's gone record and heartbeat and moves the
+// gone version, in the gone records' slot. KEYS gone, heartbeat. ARGV
+// member id, judge prefix, version field. Reply 1 dropped, 0 none.
+var pruneGone = redis.NewScript(`#!lua
+local n = redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[2] .. ARGV[1])
+if n == 1 then redis.call('HINCRBY', KEYS[2], ARGV[3], 1) end
+return n
+`)
+
+// PruneMember removes a gone member's traces (its name, gone record,
+// heartbeat and takeover index) once no Location record names it, in
+// that order: the name first (see above). A member not recorded gone,
+// or one that a record still names (its index lists every record it was
+// made owner of; each is checked), is left as it is. Repeating it is
+// harmless. It reads one record per index entry: for a background pass,
+// not a request path.
+func (s *Redis) PruneMember(ctx context.Context, memberID string) (PruneOutcome, error) {
+	if memberID == "" {
+		return PruneOutcome{}, fmt.Errorf("%w: empty member id", ErrInvalidIdentity)
+	}
+	if _, gone, err := s.IsGone(ctx, memberID); err != nil || !gone {
+		return PruneOutcome{NotGone: !gone}, err
+	}
+	entries, err := s.rdb.SMembers(ctx, s.keys.owned(memberID)).Result()
+	if err != nil {
+		return PruneOutcome{}, translateGone(err)
+	}
+	owns := 0
+	for _, e := range entries {
+		kind, id, ok := splitOwned(e)
+		if !ok {
+			continue
+		}
+		rec, err := s.Get(ctx, kind, id)
+		if err != nil {
+			return PruneOutcome{}, err
+		}
+		if rec.Owner == memberID {
+			owns++
+		}
+	}
+	if owns > 0 {
+		return PruneOutcome{Owns: owns}, nil
+	}
+	if err := s.rdb.HDel(ctx, s.keys.members(), memberID).Err(); err != nil {
+		return PruneOutcome{}, translateGone(err)
+	}
+	if err := pruneGone.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, heartbeatJudge, goneVersion).Err(); err != nil {
+		return PruneOutcome{}, translateGone(err)
+	}
+	if err := s.rdb.Del(ctx, s.keys.owned(memberID)).Err(); err != nil {
+		return PruneOutcome{}, translateGone(err)
+	}
+	return PruneOutcome{Pruned: true}, nil
+}
+
+// MembershipSize is how many entries the membership keys hold: member
+// names, gone records, heartbeat fields (the store's own "~" fields
+// aside) and takeover indexes.
+type MembershipSize struct {
+	Names, Gone, Heartbeats, Indexes int
+}
+
+// MembershipSize counts the membership keys' entries. It walks the
+// keyspace for the indexes (SCAN): for operators and tests.
+func (s *Redis) MembershipSize(ctx context.Context) (MembershipSize, error) {
+	var out MembershipSize
+	names, err := s.rdb.HLen(ctx, s.keys.members()).Result()
+	if err != nil {
+		return out, translateGone(err)
+	}
+	gone, err := s.rdb.HLen(ctx, s.keys.gone()).Result()
+	if err != nil {
+		return out, translateGone(err)
+	}
+	beats, err := s.rdb.HKeys(ctx, s.keys.heartbeat()).Result()
+	if err != nil {
+		return out, translateGone(err)
+	}
+	out.Names, out.Gone = int(names), int(gone)
+	for _, f := range beats {
+		if !strings.HasPrefix(f, "~") {
+			out.Heartbeats++
+		}
+	}
+	n, err := s.countKeys(ctx, s.keys.owned("*"))
+	out.Indexes = n
+	return out, err
 }

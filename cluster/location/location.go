@@ -190,9 +190,10 @@ type Members interface {
 	Gone(ctx context.Context) (map[string]GoneMember, error)
 	// IsGone returns memberID's gone record, if there is one.
 	IsGone(ctx context.Context, memberID string) (GoneMember, bool, error)
-	// GoneCount is the number of gone records. They are only ever added,
-	// so a changed count tells a reader to read them again.
-	GoneCount(ctx context.Context) (int64, error)
+	// GoneVersion changes whenever the gone records do (a record
+	// written, a member pruned), so a changed version tells a reader to
+	// read them again.
+	GoneVersion(ctx context.Context) (int64, error)
 	// ProbeSelf is a member's self-fence read: its gone record, and when
 	// it is not gone and bound is positive, its heartbeat written at the
 	// store's clock with that bound, in one round trip (gone.go).

@@ -254,3 +254,37 @@ func (s *Redis) ResetTakenOver(ctx context.Context, kind, id, owner string, oldG
 	}
 	return out, nil
 }
+
+// splitOwned reads an index entry ("<kind>/<id>").
+func splitOwned(e string) (kind, id string, ok bool) {
+	kind, id, ok = strings.Cut(e, "/")
+	return kind, id, ok && kind != "" && id != ""
+}
+
+// countKeys counts the keys matching pattern by SCAN, on every master of
+// a Redis Cluster.
+func (s *Redis) countKeys(ctx context.Context, pattern string) (int, error) {
+	var mu sync.Mutex
+	n := 0
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			found, next, err := c.Scan(ctx, cursor, pattern, 500).Result()
+			if err != nil {
+				return translate(err)
+			}
+			mu.Lock()
+			n += len(found)
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		return n, err
+	}
+	err := scan(ctx, s.rdb)
+	return n, err
+}

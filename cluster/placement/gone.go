@@ -245,19 +245,19 @@ func (l *Lookup) nudgeGone() {
 func (l *Lookup) refreshGoneLoop() {
 	t := time.NewTicker(goneRefresh)
 	defer t.Stop()
-	count := int64(-1)
+	version := int64(-1)
 	var full time.Time
 	for {
 		if l.stopped() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), goneReadTimeout)
-		n, err := l.store.GoneCount(ctx)
-		if err == nil && (n != count || time.Since(full) > goneFullRefresh) {
+		n, err := l.store.GoneVersion(ctx)
+		if err == nil && (n != version || time.Since(full) > goneFullRefresh) {
 			var m map[string]location.GoneMember
 			if m, err = l.store.Gone(ctx); err == nil {
 				l.setGone(m)
-				count, full = int64(len(m)), time.Now()
+				version, full = n, time.Now()
 			}
 		}
 		cancel()

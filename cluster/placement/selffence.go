@@ -149,7 +149,11 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 		// is what keeps observers that lost sight of this member from
 		// recording it gone (gone.go). A member isolated from every API
 		// withholds it, so that it is recorded gone and fences.
-		return store.ProbeSelf(c, self, l.beatBound(bound))
+		g, gone, err := store.ProbeSelf(c, self, l.beatBound(bound))
+		if err != nil || gone {
+			return g, gone, err
+		}
+		return l.prunedSelf(c, store, self)
 	}, log, &l.watch)
 	if reason == nil {
 		return nil
@@ -162,6 +166,29 @@ func (l *Lookup) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error {
 		cfg.OnFence(reason)
 	}
 	return reason
+}
+
+// prunedSelf is the second half of the self-fence read: a member whose
+// name it published is missing from the store was pruned
+// (location.Redis.PruneMember, which removes the name before the gone
+// record, so this read, made after the gone record's, sees one or the
+// other) and is gone, though no gone record says so any more: a process
+// paused while it was recorded gone and pruned must not serve again.
+// Before the name is published nothing is read.
+func (l *Lookup) prunedSelf(ctx context.Context, store location.Store, self string) (location.GoneMember, bool, error) {
+	select {
+	case <-l.named:
+	default:
+		return location.GoneMember{}, false, nil
+	}
+	name, err := store.MemberName(ctx, self)
+	if err != nil {
+		return location.GoneMember{}, false, err
+	}
+	if name == "" {
+		return location.GoneMember{MemberID: self, Node: l.cfg.NodeName, Pruned: true}, true, nil
+	}
+	return location.GoneMember{}, false, nil
 }
 
 // watchSelf polls probe every cfg.Interval until ctx ends (nil) or the
@@ -232,6 +259,9 @@ func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Cont
 					slog.Int("failures", failures), slog.Bool("suspended", suspended), slog.Any("error", err))
 			}
 		case gone:
+			if g.Pruned {
+				return fmt.Errorf("%w: member %s (node %q) recorded gone and pruned: its name is no longer in the store", ErrEvicted, g.MemberID, g.Node)
+			}
 			return fmt.Errorf("%w: member %s (node %q) recorded gone, left at %s", ErrEvicted, g.MemberID, g.Node,
 				time.UnixMilli(g.LeftAtUnixMs).UTC().Format(time.RFC3339Nano))
 		default:

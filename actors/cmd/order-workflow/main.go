@@ -84,7 +84,7 @@ type options struct {
 	procflags.Common
 	fixtures                           bool
 	idleTimeout, requestTimeout, drain time.Duration
-	lease, reconcileEvery              time.Duration
+	lease, reconcileEvery, pruneAfter  time.Duration
 	retention, archiveEvery            time.Duration
 	opsHTTP, adminToken                string
 	limits                             placement.Limits
@@ -101,6 +101,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.limits.MailboxCapacity, "mailbox-capacity", placement.DefaultLimits.MailboxCapacity, "requests one order's mailbox holds; the next is answered 503 OVERLOADED at once")
 	fs.IntVar(&o.limits.MaxHosted, "max-hosted", placement.DefaultLimits.MaxHosted, "orders this member hosts; beyond it finished orders are passivated to make room, and with none to passivate new activations are refused OVERLOADED")
 	fs.IntVar(&o.limits.MaxActivations, "max-activations", placement.DefaultLimits.MaxActivations, "activations (and passivations to make room) this member runs at once; the next is refused OVERLOADED")
+	fs.DurationVar(&o.pruneAfter, "prune-members-after", node.DefaultPruneAfter, "how long a member stays recorded gone before the reconciler's pass prunes its name, gone record, heartbeat and takeover index, once no order names it (docs/operations.md); below 0 never")
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", node.DefaultReconcileEvery, "time between two passes of the index reconciler, which adds back every entry of the active and per-member indexes a lost write left out, from a scan of the per-order records (the first pass at a random point of the first period; 0 = none)")
 	fs.DurationVar(&o.retention, "retention", 0, "grace after an order's terminal event before its history moves to the -archive and its hot keys leave Redis, but for a compact record (docs/archive.md); 0 keeps every order in Redis; above 0 needs -archive")
 	fs.DurationVar(&o.archiveEvery, "archive-every", 30*time.Second, "time between two archiver passes, with -retention")
@@ -195,7 +196,7 @@ func run(args []string) error {
 	defer stopWatch()
 	fenced := make(chan error, 1)
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
-	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, Logger: log})
+	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, PruneAfter: o.pruneAfter, Logger: log})
 	if o.retention > 0 {
 		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Owner: w.Member.ID(), Logger: log})
 		if err != nil {
