@@ -283,8 +283,10 @@ metrics-test: test-bin
 
 # Real-process proof of self-fencing (runner/localcluster/pausetest): a workflow
 # owning orders is SIGSTOPped 3.5 s, is recorded gone, fences itself, exits
-# 3 and is restarted by the supervisor; prints the pause-to-capacity figure
-# (the whole output when it fails).
+# 3 and is restarted by the supervisor; one paused while it was recorded
+# gone and pruned fences on waking; 12 SIGKILL restarts under light load
+# leave the membership keys bounded once pruned. Prints the figures (the
+# whole output when it fails). About 57 s.
 pause-test: test-bin
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/pausetest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \

@@ -154,6 +154,10 @@ type Config struct {
 	WorkflowIdleTimeout time.Duration
 	// WorkflowLease is the workflows' -lease; zero keeps their default.
 	WorkflowLease time.Duration
+	// WorkflowArgs are further flags of every workflow process, after
+	// the others (a flag given twice takes the later value): a test's
+	// tuning, such as -reconcile-every.
+	WorkflowArgs []string
 	// Env is every node's environment; nil inherits the caller's. See
 	// ChildEnv.
 	Env []string
@@ -496,7 +500,7 @@ func (c *Cluster) args(n *node) []string {
 			a = append(a, "-archive-every", c.cfg.ArchiveEvery.String())
 		}
 	}
-	return a
+	return append(a, c.cfg.WorkflowArgs...)
 }
 
 func (c *Cluster) startNode(n *node) error {

@@ -45,19 +45,25 @@ const (
 type fixture struct {
 	c    *localcluster.Cluster
 	apis map[string]*client.API
-	loc  location.Store
+	loc  *location.Redis
 	hc   *http.Client
 }
 
 // startCluster starts redis-server and the four nodes under the default
 // restart policy (the supervisor restarts a node that exits on its own),
 // with the demo catalogue seeded first.
-func startCluster(t *testing.T) *fixture {
+func startCluster(t *testing.T, workflowArgs ...string) *fixture {
+	t.Helper()
+	return startClusterWith(t, func(c *localcluster.Config) { c.WorkflowArgs = workflowArgs })
+}
+
+// startClusterWith is startCluster with edit's changes to the Config.
+func startClusterWith(t *testing.T, edit func(*localcluster.Config)) *fixture {
 	t.Helper()
 	apiBin, wfBin := proctest.Binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	cfg := localcluster.Config{
 		RunDir: t.TempDir(), APIBin: apiBin, WorkflowBin: wfBin,
 		RequestTimeout: 5 * time.Second,
 		Env:            localcluster.ChildEnv(os.Environ()),
@@ -75,7 +81,9 @@ func startCluster(t *testing.T) *fixture {
 			}
 			return cs.ApplySeed(ctx, commerce.DemoSeed())
 		},
-	})
+	}
+	edit(&cfg)
+	c, err := localcluster.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -338,6 +346,179 @@ func TestPausedOwnerIsRecordedGoneFencesItselfAndCapacityReturns(t *testing.T) {
 		}
 	}
 	require.Positive(t, onNew, "the restarted %s takes new orders", paused)
+}
+
+// TestAPrunedPausedMemberFencesInsteadOfServing: workflow-a, owning no
+// order, is SIGSTOPped; the others record it gone, and workflow-b's
+// reconciler (every 300 ms here, pruning members gone for 1 ms) prunes
+// its name and gone record while it is stopped. Its lease is 2 minutes,
+// so on SIGCONT the lease does not fence it, and its gone record is no
+// longer there to: only its pruned name can. It logs "self-fenced: ...
+// recorded gone and pruned", exits 3 and is started again as a new
+// member, and no gone record of the old member id comes back.
+func TestAPrunedPausedMemberFencesInsteadOfServing(t *testing.T) {
+	f := startCluster(t, "-lease", "2m", "-reconcile-every", "300ms", "-prune-members-after", "1ms")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	names, err := f.loc.MemberNames(ctx)
+	require.NoError(t, err)
+	var old string
+	for id, n := range names {
+		if n == localcluster.WorkflowA {
+			old = id
+		}
+	}
+	require.NotEmpty(t, old, "member names: %v", names)
+	pid := f.c.PID(localcluster.WorkflowA)
+	logFrom, err := localcluster.LogSize(f.c.LogPath(localcluster.WorkflowA))
+	require.NoError(t, err)
+
+	var contOnce sync.Once
+	cont := func() { contOnce.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(cont)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	stopAt := time.Now()
+	require.Eventually(t, func() bool { return proctest.ProcState(pid) == "T" }, time.Second, 5*time.Millisecond)
+	var recorded bool
+	require.Eventually(t, func() bool {
+		if _, ok, err := f.loc.IsGone(ctx, old); err == nil && ok {
+			recorded = true
+		}
+		name, err := f.loc.MemberName(ctx, old)
+		_, gone, err2 := f.loc.IsGone(ctx, old)
+		return recorded && err == nil && err2 == nil && name == "" && !gone
+	}, 60*time.Second, 20*time.Millisecond, "workflow-a recorded gone (%v), then pruned, while stopped", &recorded)
+	t.Logf("workflow-a (member %s) recorded gone and pruned %s after its SIGSTOP", old, time.Since(stopAt).Round(time.Millisecond))
+	cont()
+
+	require.Eventually(t, func() bool { return len(f.c.Restarts(localcluster.WorkflowA)) == 1 }, capacityWithin, 20*time.Millisecond,
+		"workflow-a was not restarted by the supervisor")
+	r := f.c.Restarts(localcluster.WorkflowA)[0]
+	require.Equal(t, pid, r.OldPID)
+	require.Equal(t, "exit status 3", r.Exit, "the self-fenced exit status")
+	lines := localcluster.NewLogCursor(f.c.LogPath(localcluster.WorkflowA), logFrom)
+	require.NoError(t, lines.Refresh())
+	fenceLines := lines.Lines(localcluster.MatchFunc(`"msg":"self-fenced: `, func(l string) bool {
+		return strings.Contains(l, `"msg":"self-fenced: `)
+	}))
+	require.Len(t, fenceLines, 1, "the paused incarnation logs why it fenced itself")
+	require.Contains(t, fenceLines[0], "recorded gone and pruned", "its pruned name fenced it, not its lease nor a gone record")
+	require.Contains(t, fenceLines[0], `"leaseExpired":false`)
+	t.Logf("workflow-a: %s", fenceLines[0])
+	_, gone, err := f.loc.IsGone(ctx, old)
+	require.NoError(t, err)
+	require.False(t, gone, "the pruned member's record stays pruned")
+	for _, api := range localcluster.APINodes {
+		require.Eventually(t, func() bool { return f.workflowMembers(api) == 2 }, capacityWithin, 50*time.Millisecond,
+			"%s counts two workflow members again", api)
+	}
+}
+
+// restarts is how many times TestMembershipKeysStayBoundedAcrossRestarts
+// kills a workflow member: each kill leaves a member name, a gone record,
+// a heartbeat and an index that only pruning takes away.
+const restarts = 12
+
+// TestMembershipKeysStayBoundedAcrossRestarts: the two workflow members
+// are SIGKILLed and started again by the supervisor, one after the
+// other, restarts times, while an order starts every 100 ms through the
+// APIs. Every incarnation leaves its name, its gone record, its heartbeat
+// and its index behind, and the orders it owned wait (Unavailable)
+// until an operator takes its node's dead incarnations over. Then the
+// reconcilers (every 500 ms here, pruning members gone for 3 s) prune
+// every dead incarnation, so the membership keys hold the live members
+// alone, and every acknowledged order is confirmed.
+func TestMembershipKeysStayBoundedAcrossRestarts(t *testing.T) {
+	f := startClusterWith(t, func(c *localcluster.Config) {
+		c.Admin = true
+		c.WorkflowArgs = []string{"-reconcile-every", "500ms", "-prune-members-after", "3s"}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	before, err := f.loc.MembershipSize(ctx)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ids []string
+	refused := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			api := localcluster.APINodes[i%len(localcluster.APINodes)]
+			res, rep, err := f.apis[api].StartOrder(ctx, &contracts.StartOrderReq{
+				CartId: commerce.DemoCartOK, ShippingAddressId: "addr-restarts", PaymentMethodId: commerce.DemoMethodOK,
+				IdempotencyKey: fmt.Sprintf("restarts-%s-%d", run, i),
+			})
+			mu.Lock()
+			if err == nil && rep.OK() {
+				ids = append(ids, res.GetOrderId())
+			} else {
+				refused++ // not acknowledged: a client would retry
+			}
+			mu.Unlock()
+		}
+	}()
+	began := time.Now()
+	for i := range restarts {
+		name := localcluster.WorkflowNodes[i%len(localcluster.WorkflowNodes)]
+		n := len(f.c.Restarts(name))
+		require.NoError(t, syscall.Kill(f.c.PID(name), syscall.SIGKILL))
+		require.Eventually(t, func() bool { return len(f.c.Restarts(name)) > n }, 30*time.Second, 10*time.Millisecond,
+			"restart %d: the supervisor starts %s again", i+1, name)
+		for _, api := range localcluster.APINodes {
+			require.Eventually(t, func() bool { return f.workflowMembers(api) == len(localcluster.WorkflowNodes) }, 30*time.Second, 20*time.Millisecond,
+				"restart %d of %s: %s counts every workflow member again", i+1, name, api)
+		}
+	}
+	took := time.Since(began)
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	during, err := f.loc.MembershipSize(ctx)
+	require.NoError(t, err)
+	t.Logf("%d SIGKILL restarts in %s; %d orders acknowledged meanwhile, %d not", restarts, took.Round(time.Millisecond), len(ids), refused)
+	require.NotEmpty(t, ids)
+
+	// The operator takes every dead incarnation of each node over.
+	for _, node := range localcluster.WorkflowNodes {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.c.AdminURL(localcluster.APIA)+"/admin/members/"+node+"/takeover", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+f.c.AdminToken())
+		res, err := f.hc.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, "takeover of %s: %s", node, body)
+	}
+	for _, id := range ids {
+		require.Eventually(t, func() bool {
+			st, _, err := f.apis[localcluster.APIA].GetOrder(ctx, id)
+			if err == nil && st.GetStatus() == contracts.OrderStatus_Confirmed {
+				return true
+			}
+			_, _, _ = f.apis[localcluster.APIB].Continue(ctx, id) // the client's retry of its own order
+			return false
+		}, 60*time.Second, 100*time.Millisecond, "acknowledged order %s confirms", id)
+	}
+
+	var after location.MembershipSize
+	require.Eventually(t, func() bool {
+		after, err = f.loc.MembershipSize(ctx)
+		return err == nil && after.Gone == 0 && after.Names == before.Names
+	}, 60*time.Second, 100*time.Millisecond, "the membership keys shrink back to the live members: before %+v, now %+v", &before, &after)
+	require.LessOrEqual(t, after.Heartbeats, len(localcluster.WorkflowNodes))
+	require.LessOrEqual(t, after.Indexes, len(localcluster.WorkflowNodes))
+	t.Logf("FIGURE membership keys: before %d restarts %+v; right after them %+v; once pruned %+v", restarts, before, during, after)
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
