@@ -95,8 +95,9 @@ const DefaultPruneAfter = 10 * time.Minute
 type PrunedMembers struct {
 	// Gone is how many gone records the pass read; Pruned how many
 	// members it pruned; Owning how many it left because a Location
-	// record still names them (their orders wait for a takeover).
-	Gone, Pruned, Owning int
+	// record still names them (their orders wait for a takeover); Beats
+	// how many orphan heartbeats it dropped (location.Redis.PruneOrphanBeats).
+	Gone, Pruned, Owning, Beats int
 }
 
 // PruneMembers prunes every member recorded gone more than after before
@@ -128,6 +129,11 @@ func (s *Stores) PruneMembers(ctx context.Context, after time.Duration, now time
 			out.Owning++
 		}
 	}
+	beats, err := s.Locations.PruneOrphanBeats(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("prune orphan heartbeats: %w", err))
+	}
+	out.Beats = beats
 	return out, errors.Join(errs...)
 }
 
@@ -179,8 +185,9 @@ func (s *Stores) RunReconciler(ctx context.Context, cfg ReconcileConfig) {
 			if err != nil {
 				log.Warn("member pruning failed", slog.Any("error", err))
 			}
-			if p.Pruned > 0 || err != nil {
-				log.Info("members pruned", slog.Int("gone", p.Gone), slog.Int("pruned", p.Pruned), slog.Int("stillOwning", p.Owning))
+			if p.Pruned > 0 || p.Beats > 0 || err != nil {
+				log.Info("members pruned", slog.Int("gone", p.Gone), slog.Int("pruned", p.Pruned), slog.Int("stillOwning", p.Owning),
+					slog.Int("orphanHeartbeats", p.Beats))
 			}
 		}
 		wait = cfg.Every

@@ -437,3 +437,59 @@ func (s *Redis) MembershipSize(ctx context.Context) (MembershipSize, error) {
 	out.Indexes = n
 	return out, err
 }
+
+// orphanBeatBounds is how many of its own bounds an orphan heartbeat must
+// be old before PruneOrphanBeats drops it: a member that just started may
+// beat before it published its name.
+const orphanBeatBounds = 10
+
+// pruneBeats drops the listed heartbeats that have no gone record and
+// are older than orphanBeatBounds of their bounds (or unreadable), in
+// the gone records' slot. KEYS gone, heartbeat. ARGV judge prefix, then
+// the candidate member ids. Reply: how many it dropped.
+var pruneBeats = redis.NewScript("#!lua\n" + heartbeatLua + `
+local now = nowMs()
+local n = 0
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  if redis.call('HEXISTS', KEYS[1], id) == 0 then
+    local at, bound = pair(redis.call('HGET', KEYS[2], id))
+    if not at or not bound or now - at > ` + strconv.Itoa(orphanBeatBounds) + ` * bound then
+      n = n + redis.call('HDEL', KEYS[2], id)
+      redis.call('HDEL', KEYS[2], ARGV[1] .. id)
+    end
+  end
+end
+return n
+`)
+
+// PruneOrphanBeats drops the heartbeat of every member that has neither a
+// name nor a gone record, once it is older than ten of its bounds: a
+// member pruned while it was paused beats once more before its
+// self-fence read finds its name gone, and leaves that beat behind. It
+// returns how many it dropped.
+func (s *Redis) PruneOrphanBeats(ctx context.Context) (int, error) {
+	beats, err := s.rdb.HKeys(ctx, s.keys.heartbeat()).Result()
+	if err != nil {
+		return 0, translateGone(err)
+	}
+	names, err := s.rdb.HKeys(ctx, s.keys.members()).Result()
+	if err != nil {
+		return 0, translateGone(err)
+	}
+	named := make(map[string]bool, len(names))
+	for _, n := range names {
+		named[n] = true
+	}
+	args := []any{heartbeatJudge}
+	for _, id := range beats {
+		if !strings.HasPrefix(id, "~") && !named[id] {
+			args = append(args, id)
+		}
+	}
+	if len(args) == 1 {
+		return 0, nil
+	}
+	n, err := pruneBeats.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, args...).Int()
+	return n, translateGone(err)
+}

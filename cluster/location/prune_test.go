@@ -118,4 +118,24 @@ func testPrune(t *testing.T, s *location.Redis) {
 	v3, err := s.GoneVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, v2+1, v3)
+
+	// A pruned member that was only paused beats once more before its
+	// self-fence read finds its name gone: an orphan heartbeat, dropped
+	// once it is ten bounds old, unlike a named member's, however stale.
+	require.NoError(t, s.PutMemberName(ctx, "m-3", "node-m-3"))
+	for _, m := range []string{"m-2", "m-3"} {
+		_, gone, err := s.ProbeSelf(ctx, m, 20*time.Millisecond)
+		require.NoError(t, err)
+		require.False(t, gone)
+	}
+	n, err := s.PruneOrphanBeats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a fresh orphan beat may be a member that has not published its name yet")
+	require.Eventually(t, func() bool {
+		n, err = s.PruneOrphanBeats(ctx)
+		return err == nil && n == 1
+	}, 5*time.Second, 50*time.Millisecond, "dropped once ten bounds old")
+	size, err = s.MembershipSize(ctx)
+	require.NoError(t, err)
+	require.Equal(t, location.MembershipSize{Names: 1, Heartbeats: 1}, size, "m-3's own heartbeat stays, however stale")
 }
