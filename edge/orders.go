@@ -332,11 +332,7 @@ func (s *Server) rebuildArchived(ctx context.Context, id string) (*contracts.Ord
 // order's grain. Without Streams, or when the check fails, it reports
 // false and the call's own error stands.
 func (s *Server) archived(ctx context.Context, orderID string) bool {
-	if s.cfg.Streams == nil {
-		return false
-	}
-	p, err := s.cfg.Streams.Presence(context.WithoutCancel(ctx), orderID)
-	return err == nil && p.Tier == eventstore.TierArchived
+	return errors.Is(s.refuseArchived(context.WithoutCancel(ctx), orderID), errOrderArchived)
 }
 
 // errNoStream: the order has no event stream, so a command on it is the

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -116,6 +117,45 @@ func (s *Redis) ScanRecords(ctx context.Context, kind string, fn func(id string,
 		mu      sync.Mutex
 		stopped bool
 	)
+	return s.scanPages(ctx, pattern, func(ctx context.Context, c redis.Cmdable, found []string) error {
+		for _, k := range found {
+			id, ok := s.keys.recordID(kind, k)
+			if !ok {
+				continue
+			}
+			m, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				return translate(err)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return errScanStopped
+			}
+			err = fn(id, recordFrom(m))
+			stopped = err != nil
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// errScanStopped ends one master's scan once another's fn failed; that
+// failure is what ScanRecords returns.
+var errScanStopped = errors.New("location: scan stopped")
+
+// scanPages calls page with each page of keys matching pattern and the
+// client that holds them, by SCAN, on every master of a Redis Cluster
+// at once (page must then be safe for concurrent calls), until page
+// fails. A page that fails with errScanStopped ends that master's scan
+// quietly.
+func (s *Redis) scanPages(ctx context.Context, pattern string, page func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
@@ -123,29 +163,11 @@ func (s *Redis) ScanRecords(ctx context.Context, kind string, fn func(id string,
 			if err != nil {
 				return translate(err)
 			}
-			for _, k := range found {
-				id, ok := s.keys.recordID(kind, k)
-				if !ok {
-					continue
-				}
-				m, err := c.HGetAll(ctx, k).Result()
-				if err != nil {
-					return translate(err)
-				}
-				if len(m) == 0 {
-					continue
-				}
-				mu.Lock()
-				if stopped {
-					mu.Unlock()
+			if err := page(ctx, c, found); err != nil {
+				if errors.Is(err, errScanStopped) {
 					return nil
 				}
-				err = fn(id, recordFrom(m))
-				stopped = err != nil
-				mu.Unlock()
-				if err != nil {
-					return err
-				}
+				return err
 			}
 			if cursor = next; cursor == 0 {
 				return nil
@@ -264,27 +286,10 @@ func splitOwned(e string) (kind, id string, ok bool) {
 // countKeys counts the keys matching pattern by SCAN, on every master of
 // a Redis Cluster.
 func (s *Redis) countKeys(ctx context.Context, pattern string) (int, error) {
-	var mu sync.Mutex
-	n := 0
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		var cursor uint64
-		for {
-			found, next, err := c.Scan(ctx, cursor, pattern, 500).Result()
-			if err != nil {
-				return translate(err)
-			}
-			mu.Lock()
-			n += len(found)
-			mu.Unlock()
-			if cursor = next; cursor == 0 {
-				return nil
-			}
-		}
-	}
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-		return n, err
-	}
-	err := scan(ctx, s.rdb)
-	return n, err
+	var n atomic.Int64
+	err := s.scanPages(ctx, pattern, func(_ context.Context, _ redis.Cmdable, keys []string) error {
+		n.Add(int64(len(keys)))
+		return nil
+	})
+	return int(n.Load()), err
 }
