@@ -441,8 +441,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			latErr := startRedisLatency(ctx, rdb)
 			stopPSI := make(chan struct{})
 			psi := samplePSI(stopPSI)
+			rq := startRunQueue(runQueuePIDs(procs, c.RedisPIDs()))
 			phaseStart := time.Now()
 			ol := gen.openLoop(ctx, cfg, reportProgress)
+			runQueue := rq.done()
 			close(stopPSI)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -455,6 +457,8 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 			if latErr != nil {
 				tail.RedisErr = latErr.Error()
 			}
+			tail.Stages = readStages(ctx, rdb, ol.Results, phaseStart)
+			tail.RunQueue = runQueue
 			rep.OpenLoop.Tail = tail
 			if err := writeOrdersCSV(filepath.Join(t.Dir, "openloop-orders.csv"), ol.Results); err != nil {
 				logf("open loop: orders CSV: %v", err)

@@ -183,6 +183,12 @@ func printReport(w io.Writer, r *report) {
 			default:
 				row("  Redis latency monitor", "%s", strings.Join(evs, "; "))
 			}
+			if len(t.RunQueue) > 0 {
+				row("  on a core / waiting, ms/s", "%s", formatRunQueue(t.RunQueue))
+			}
+			for _, st := range t.Stages {
+				row("  slowest 1 % by "+st.By, "%s", formatStages(st))
+			}
 		}
 	}
 	tw.Flush()

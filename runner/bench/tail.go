@@ -72,6 +72,12 @@ type tailStats struct {
 	RedisThresholdMs int                 `json:"redisThresholdMs"`
 	Redis            []redisLatencyEvent `json:"redis,omitempty"`
 	RedisErr         string              `json:"redisError,omitempty"`
+	// Stages split the slowest orders' time into legs inside the system,
+	// by StartOrder and by start → terminal (stages.go).
+	Stages []stageStats `json:"stages,omitempty"`
+	// RunQueue is each process's time on a core and waiting for one
+	// over the phase, per second (runqueue.go).
+	RunQueue []runQueueStats `json:"runQueue,omitempty"`
 }
 
 // tailWindowStats is one window of the phase.
