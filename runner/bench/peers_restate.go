@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver"
 )
 
@@ -96,6 +97,7 @@ func startRestate(ctx context.Context, o options, dir string) (st *restateStack,
 	// appendfsync everysec.
 	st.redis, err = redisserver.Start(ctx, redisserver.Config{
 		Dir: filepath.Join(dir, "redis"), Port: ports[0], Persist: true, LogFile: filepath.Join(dir, "redis.log"),
+		Nice: localcluster.RedisNice,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("restate peer: redis: %w", err)
@@ -106,7 +108,11 @@ func startRestate(ctx context.Context, o options, dir string) (st *restateStack,
 	if err := os.WriteFile(cfgPath, []byte(restateConfig(filepath.Join(dir, "restate-data"), ports[1], ports[2], ports[3])), 0o644); err != nil {
 		return nil, err
 	}
-	if st.server, err = st.spawn(cpuRestateServer, bin, "--config-file", cfgPath, "--no-logo"); err != nil {
+	// Like ours' Redis, Restate's server (its log, its state and its
+	// invoker) runs ahead of the service it calls: nice(1) execs it, so
+	// every thread it starts has the priority (ours' Redis forks its
+	// rewrites at 0; Restate forks none).
+	if st.server, err = st.spawn(cpuRestateServer, "nice", "-n", strconv.Itoa(localcluster.RedisNice), bin, "--config-file", cfgPath, "--no-logo"); err != nil {
 		return nil, err
 	}
 	logf("restate peer: restate-server %s pid=%d ingress=%s admin=%s", restateVersion, st.server.Process.Pid, st.ingress, st.admin)

@@ -376,6 +376,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: redis: %w", err)
 		}
+		c.notePriority(c.redis.PriorityErr())
 		if err := os.WriteFile(c.redisPIDPath(), []byte(strconv.Itoa(c.redis.PID())+"\n"), 0o644); err != nil {
 			_ = c.redis.Stop()
 			return nil, fmt.Errorf("cluster: redis pid file: %w", err)

@@ -39,6 +39,7 @@ func (c *Cluster) startRedisCluster(ctx context.Context) error {
 		ReplicaBusPorts: ports[2*n+n*r:],
 		Persist:         c.cfg.RedisPersist,
 		AppendFsync:     c.cfg.RedisAppendFsync,
+		Nice:            RedisNice,
 	}
 	if r > 0 {
 		cc.NodeTimeout = 2 * time.Second
@@ -47,6 +48,7 @@ func (c *Cluster) startRedisCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: redis cluster: %w", err)
 	}
+	c.notePriority(rc.PriorityErr())
 	for i, pid := range rc.PIDs() {
 		if err := os.WriteFile(c.redisMasterPIDPath(i), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
 			return errors.Join(fmt.Errorf("cluster: redis pid file: %w", err), rc.Stop())

@@ -112,5 +112,21 @@ func (c *Cluster) redisConfig() redisserver.Config {
 		Persist:     c.cfg.RedisPersist,
 		AppendFsync: c.cfg.RedisAppendFsync,
 		LogFile:     filepath.Join(c.cfg.RunDir, "redis.log"),
+		Nice:        RedisNice,
+	}
+}
+
+// RedisNice is the nice value of every redis-server the cluster starts
+// (its main thread only: an AOF rewrite's child starts at 0). Every
+// process of the cluster shares the machine's cores, and Redis' main
+// thread, which every order's every command runs on, otherwise waits
+// for a core about as long as it runs (docs/performance.md).
+const RedisNice = -10
+
+// notePriority logs why a redis-server runs at the ordinary priority:
+// the cluster works, slower under load.
+func (c *Cluster) notePriority(err error) {
+	if err != nil {
+		c.cfg.Logf("redis-server at the ordinary priority (run as root or with CAP_SYS_NICE to favor it): %v", err)
 	}
 }

@@ -70,6 +70,7 @@ func (c *Cluster) startRedisHA(ctx context.Context, ports []int) error {
 			return fmt.Errorf("cluster: redis %d: %w", i+1, err)
 		}
 		h.data[i] = s
+		c.notePriority(s.PriorityErr())
 	}
 	if err := waitFor(ctx, "the replicas in sync", func() error {
 		for _, r := range h.data[1:] {

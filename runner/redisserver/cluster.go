@@ -66,6 +66,8 @@ type ClusterConfig struct {
 	Persist bool
 	// AppendFsync is every node's Config.AppendFsync.
 	AppendFsync string
+	// Nice is every node's Config.Nice.
+	Nice int
 }
 
 // Cluster is a running local Redis Cluster: one redis-server child
@@ -154,6 +156,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			ClusterNodeTimeout: cfg.NodeTimeout,
 			Persist:            cfg.Persist,
 			AppendFsync:        cfg.AppendFsync,
+			Nice:               cfg.Nice,
 		}
 		s, err := Start(ctx, nc)
 		if err != nil {
@@ -174,6 +177,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			ClusterNodeTimeout: cfg.NodeTimeout,
 			Persist:            cfg.Persist,
 			AppendFsync:        cfg.AppendFsync,
+			Nice:               cfg.Nice,
 		}
 		s, err := Start(ctx, rc)
 		if err != nil {
@@ -573,6 +577,18 @@ func (c *Cluster) PIDs() []int {
 		pids[i] = s.PID()
 	}
 	return pids
+}
+
+// PriorityErr is why some node runs at the ordinary priority although
+// ClusterConfig.Nice asked for another; nil when none does.
+func (c *Cluster) PriorityErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, s := range append(append([]*Server{}, c.nodes...), c.replicas...) {
+		errs = append(errs, s.PriorityErr())
+	}
+	return errors.Join(errs...)
 }
 
 // Stop stops every node, replicas included, by its PID (as Server.Stop,

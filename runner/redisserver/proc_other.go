@@ -2,8 +2,14 @@
 
 package redisserver
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+)
 
 // sysProcAttr: only Linux can tie the child's lifetime to the parent's;
 // elsewhere Stop is the only way the server ends.
 func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// favor: only Linux resets a raised priority in the children it forks.
+func favor(int, int) error { return errors.ErrUnsupported }

@@ -83,6 +83,14 @@ type Config struct {
 	// server (redis-server in sentinel mode, as Debian's redis-sentinel
 	// runs it), on a TCP Port. Persist and AppendFsync do not apply.
 	Sentinel *Sentinel
+	// Nice, when negative, runs the server's main thread at that nice
+	// value, ahead of the machine's ordinary processes, while what it
+	// forks (an AOF rewrite) starts at 0 again (SCHED_RESET_ON_FORK). On
+	// cores it shares with the processes it serves, the one thread that
+	// runs every command otherwise waits its turn behind theirs
+	// (docs/performance.md). It needs CAP_SYS_NICE; without it the
+	// server runs at the ordinary priority and PriorityErr says why.
+	Nice int
 }
 
 // Sentinel is a Redis Sentinel's watch of one primary. The timeouts are
@@ -139,7 +147,14 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	// priorityErr is why Config.Nice could not be applied.
+	priorityErr error
 }
+
+// PriorityErr is why the server runs at the ordinary priority although
+// Config.Nice asked for another; nil when it was applied or not asked.
+func (s *Server) PriorityErr() error { return s.priorityErr }
 
 // Start launches redis-server and waits, bounded by ctx (or 15s when ctx has
 // no deadline), until it answers PING. A server that exits or never answers
@@ -267,6 +282,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.waitErr = s.cmd.Wait()
 		close(s.exited)
 	}()
+	if cfg.Nice < 0 {
+		// After Start the child has exec'd: the pid is the server's main
+		// thread. Threads it starts later inherit its setting, reset to
+		// 0 by the same flag; its background threads mostly sleep.
+		if err := favor(s.cmd.Process.Pid, cfg.Nice); err != nil {
+			s.priorityErr = fmt.Errorf("redisserver: nice %d with reset-on-fork: %w", cfg.Nice, err)
+		}
+	}
 
 	if err := s.waitReady(ctx); err != nil {
 		_ = s.Stop()
