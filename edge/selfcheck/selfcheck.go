@@ -474,7 +474,11 @@ func (h *hooks) repeat(ctx context.Context, id string) (*selfcheckapi.RepeatEffe
 }
 
 // recordedOutcomes returns the reservation and payment outcomes the
-// stream records, nil where it records none.
+// stream records, nil where it records none. It reads the events as the
+// workflow does (contracts.UnmarshalStoredJSON): a field another build
+// added to an event of the same schema version is ignored, so that a
+// mixed-version cluster's self-check does not call a readable stream
+// corrupt.
 func recordedOutcomes(envs []eventstore.Envelope) (reserved, paid *selfcheckapi.EffectResult, err error) {
 	for _, e := range envs {
 		switch e.EventType {
@@ -482,7 +486,7 @@ func recordedOutcomes(envs []eventstore.Envelope) (reserved, paid *selfcheckapi.
 			reserved = &selfcheckapi.EffectResult{Accepted: true}
 		case order.TypeInventoryReservationFailed:
 			var m contracts.InventoryReservationFailedEvent
-			if err := contracts.UnmarshalJSON(e.Data, &m); err != nil {
+			if err := contracts.UnmarshalStoredJSON(e.Data, &m); err != nil {
 				return nil, nil, fmt.Errorf("%w: %s at version %d: %w", eventstore.ErrCorrupt, e.EventType, e.Version, err)
 			}
 			reserved = &selfcheckapi.EffectResult{Reason: m.GetReason()}
@@ -490,7 +494,7 @@ func recordedOutcomes(envs []eventstore.Envelope) (reserved, paid *selfcheckapi.
 			paid = &selfcheckapi.EffectResult{Accepted: true}
 		case order.TypePaymentFailed:
 			var m contracts.PaymentFailedEvent
-			if err := contracts.UnmarshalJSON(e.Data, &m); err != nil {
+			if err := contracts.UnmarshalStoredJSON(e.Data, &m); err != nil {
 				return nil, nil, fmt.Errorf("%w: %s at version %d: %w", eventstore.ErrCorrupt, e.EventType, e.Version, err)
 			}
 			paid = &selfcheckapi.EffectResult{Reason: m.GetReason()}

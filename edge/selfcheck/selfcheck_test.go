@@ -333,3 +333,19 @@ func TestRepeatEffectsComparesWithTheRecordedOutcomes(t *testing.T) {
 	require.Equal(t, map[string]int64{"sku-a": 7}, rep.Reservation.StockAfter)
 	require.Equal(t, 1, e.f.reserves)
 }
+
+// A failure event with a field a newer build added is read, not called
+// corrupt: the self-check decodes events as tolerantly as the workflow.
+func TestRepeatEffectsReadsAnEventWithAFieldItDoesNotKnow(t *testing.T) {
+	e := newEnv(t)
+	e.f.events["ord-1"] = []eventstore.Envelope{
+		{EventID: "e1", OrderID: "ord-1", EventType: order.TypeOrderStarted, Version: 1},
+		{EventID: "e2", OrderID: "ord-1", EventType: order.TypeInventoryReservationFailed, Version: 2, Schema: 1,
+			Data: []byte(`{"eventId":"e2","orderId":"ord-1","reason":"OUT_OF_STOCK","shortBy":{"sku-a":3}}`)},
+	}
+	w := e.do("POST", selfcheckapi.RepeatEffectsPath("ord-1"), "")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	var rep selfcheckapi.RepeatEffects
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rep))
+	require.Equal(t, "OUT_OF_STOCK", rep.Reservation.First.Reason)
+}
