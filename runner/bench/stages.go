@@ -68,14 +68,14 @@ func readStages(ctx context.Context, rdb redis.UniversalClient, results []orderR
 		{"startOrder", func(r orderResult) time.Duration { return r.StartLat }},
 		{"startToTerminal", func(r orderResult) time.Duration { return r.E2E }},
 	}
+	var done []orderResult
+	for _, r := range results {
+		if r.terminal() && r.OrderID != "" {
+			done = append(done, r)
+		}
+	}
 	var out []stageStats
 	for _, m := range measures {
-		var done []orderResult
-		for _, r := range results {
-			if r.terminal() && r.OrderID != "" {
-				done = append(done, r)
-			}
-		}
 		slices.SortFunc(done, func(a, b orderResult) int { return -cmp.Compare(m.of(a), m.of(b)) })
 		slow := done[:min(len(done), max(1, int(float64(len(results))*tailShare)))]
 		st := stageStats{By: m.by, Orders: len(slow)}
