@@ -392,14 +392,41 @@ func (s *Server) Resume() error { return s.signalGroup(syscall.SIGCONT) }
 // orphaned backend holds the port or the shared memory, and waits for the
 // postmaster; the data folder stays for Restart.
 func (s *Server) Kill() error {
+	pid := s.PID()
+	if pid == 0 {
+		return errors.New("pgserver: not running")
+	}
+	children := descendants(pid)
 	if err := s.signalGroup(syscall.SIGKILL); err != nil {
 		return err
 	}
 	s.wait(10 * time.Second)
+	waitExited(children, 10*time.Second)
 	return nil
 }
 
-func (s *Server) kill() { _ = s.signalGroup(syscall.SIGKILL); s.wait(10 * time.Second) }
+func (s *Server) kill() { _ = s.Kill() }
+
+// waitExited waits up to d for every pid to have exited (gone, or a
+// zombie, which holds no memory any more). A postmaster's backends
+// outlive it by a moment after a SIGKILL, and a postmaster started on
+// the folder while one still holds the old shared memory refuses to run.
+func waitExited(pids []int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+			if err != nil {
+				break
+			}
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i >= 0 && strings.HasPrefix(st[i+1:], " Z") {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
 
 // Restart starts the server again on its folder and port, after Kill or
 // Stop kept them (a temporary folder is kept until the last Stop).
