@@ -90,6 +90,9 @@ type Config struct {
 
 	// Kinds hosted here; none for an API member.
 	Kinds []*pcluster.Kind
+	// Schema is the newest event schema the hosted kinds read, advertised
+	// with the node name (placement.Config.Schema); 0 for an API member.
+	Schema int
 	// Location is the Location Store.
 	Location location.Store
 	// RequestTimeout is the default grain call timeout.
@@ -187,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return slog.New(levelHandler{min: cfg.frameworkLevel(), Handler: fw}).With("lib", "protoactor")
 	})}
 	system := actor.NewActorSystem(append(sysOpts, metricsOpt...)...)
-	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Logger: cfg.Logger, Metrics: cfg.Metrics,
+	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Schema: cfg.Schema, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		TracerProvider: cfg.TracerProvider, Limits: cfg.Limits})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)

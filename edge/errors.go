@@ -253,6 +253,7 @@ const internalProblem = `{"type":"` + ProblemTypePrefix + CodeInternal + `","tit
 // process; the caller logs err itself.
 func httpError(err error) (int, apiError) {
 	var fe *FieldError
+	var sr *schemaRefused
 	switch {
 	case err == nil:
 		return http.StatusInternalServerError, apiError{Code: CodeInternal, Message: "internal error"}
@@ -268,6 +269,8 @@ func httpError(err error) (int, apiError) {
 	case errors.Is(err, errMethodNotAllowed):
 		return http.StatusMethodNotAllowed, apiError{Code: CodeMethodNotAllowed,
 			Message: "the route does not answer this method; the Allow header lists the methods it does"}
+	case errors.As(err, &sr):
+		return http.StatusConflict, apiError{Code: CodeFailedPrecondition, Message: sr.msg}
 	case errors.Is(err, errUnknownSKU):
 		return http.StatusNotFound, apiError{Code: CodeNotFound, Message: "sku not found: it was never stocked"}
 	case errors.Is(err, errOrderArchived):

@@ -31,6 +31,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/commerce"
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
+	"github.com/shoppingmall-go/shoppingmall/cluster/compat"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
@@ -110,6 +111,30 @@ func (fakeLedger) StockReport(_ context.Context, sku string, limit int) (commerc
 	}[:min(limit, 2)]}, nil
 }
 
+// fakeSchema is a SchemaControl of two live workflow members, one of
+// which reads schema 2: a raise to 2 passes, to 3 is refused, to 9 meets
+// a store that does not answer.
+type fakeSchema struct{}
+
+func (fakeSchema) SchemaStatus(context.Context) (compat.Report, error) {
+	lvl := location.SchemaLevel{Level: 2, RaisedBy: "alice", RaisedAtUnixMs: 1000, From: 1}
+	return compat.Report{Level: lvl, History: []location.SchemaLevel{lvl}, Readable: 2, Members: []compat.Member{
+		{ID: "m-a", Node: "workflow-a", Schema: 3, Advertised: true, Workflow: true},
+		{ID: "m-b", Node: "workflow-b", Schema: 2, Advertised: true, Workflow: true},
+		{ID: "m-api", Node: "api-a"},
+	}}, nil
+}
+
+func (fakeSchema) RaiseSchema(_ context.Context, to int, by string) (location.SchemaLevel, bool, error) {
+	switch {
+	case to == 9:
+		return location.SchemaLevel{}, false, fmt.Errorf("%w: down", location.ErrStoreUnavailable)
+	case to > 2:
+		return location.SchemaLevel{}, false, &compat.BehindError{Schema: to, Behind: []compat.Member{{ID: "m-b", Node: "workflow-b", Schema: 2, Advertised: true, Workflow: true}}}
+	}
+	return location.SchemaLevel{Level: to, RaisedBy: by, RaisedAtUnixMs: 1000, From: 1}, true, nil
+}
+
 // neverWakes is a TerminalWatcher whose waits end by their timeout only.
 type neverWakes struct{}
 
@@ -148,7 +173,7 @@ func openAPIEnv(t *testing.T) (*env, *fakeTakeover, *fakeTimelineStores) {
 		c.Timeline = &Timeline{Events: tl, Ownership: tl, Operations: tl, Inventory: tl, Payment: tl,
 			Now: func() time.Time { return time.UnixMilli(5000) }}
 		c.Terminal = neverWakes{}
-		c.Mounts = append(c.Mounts, StockAdmin{Ledger: fakeLedger{}}, hookRoutes{})
+		c.Mounts = append(c.Mounts, StockAdmin{Ledger: fakeLedger{}}, SchemaAdmin{Control: fakeSchema{}}, hookRoutes{})
 	})
 	return e, tk, tl
 }
@@ -350,21 +375,26 @@ func requireFieldSchema(t *testing.T, at string, fd protoreflect.FieldDescriptor
 func TestOpenAPIReplySchemasMatchTheGoTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for name, v := range map[string]any{
-		"Error":             apiError{},
-		"Problem":           problem{},
-		"StuckReport":       StuckReport{},
-		"StuckEntry":        StuckEntry{},
-		"StuckOwner":        StuckOwner{},
-		"ResumeOutcome":     ResumeOutcome{},
-		"TakeoverOptions":   takeoverBody{},
-		"TakeoverReply":     TakeoverReply{},
-		"TakenOverOrder":    TakenOverOrder{},
-		"TakeoverFailure":   TakeoverFailure{},
-		"TimelineReply":     TimelineReply{},
-		"TimelineAuthority": TimelineAuthority{},
-		"TimelineEntry":     TimelineEntry{},
-		"StockReply":        StockReply{},
-		"StockMovement":     StockMovement{},
+		"Error":              apiError{},
+		"Problem":            problem{},
+		"StuckReport":        StuckReport{},
+		"StuckEntry":         StuckEntry{},
+		"StuckOwner":         StuckOwner{},
+		"ResumeOutcome":      ResumeOutcome{},
+		"TakeoverOptions":    takeoverBody{},
+		"TakeoverReply":      TakeoverReply{},
+		"TakenOverOrder":     TakenOverOrder{},
+		"TakeoverFailure":    TakeoverFailure{},
+		"TimelineReply":      TimelineReply{},
+		"TimelineAuthority":  TimelineAuthority{},
+		"TimelineEntry":      TimelineEntry{},
+		"StockReply":         StockReply{},
+		"StockMovement":      StockMovement{},
+		"SchemaLevel":        location.SchemaLevel{},
+		"SchemaMember":       compat.Member{},
+		"SchemaReport":       compat.Report{},
+		"SchemaRaiseRequest": SchemaRaiseRequest{},
+		"SchemaRaiseReply":   SchemaRaiseReply{},
 	} {
 		ref := doc.Components.Schemas[name]
 		require.NotNil(t, ref, name)
@@ -675,6 +705,12 @@ func TestOpenAPIRealRepliesMatchTheDocument(t *testing.T) {
 	c.valid(adm("GET", "/admin/stock/sku-a", ""), 200)
 	c.valid(adm("GET", "/admin/stock/sku-none", ""), 404)
 	c.refused(adm("GET", "/admin/stock/sku-a?limit=201", ""), 400)
+
+	c.valid(adm("GET", "/admin/schema", ""), 200)
+	c.valid(adm("POST", "/admin/schema/raise", `{"to":2,"by":"alice"}`), 200)
+	c.valid(adm("POST", "/admin/schema/raise", `{"to":3}`), 409)
+	c.valid(adm("POST", "/admin/schema/raise", `{"to":9}`), 503)
+	c.refused(adm("POST", "/admin/schema/raise", `{"to":0}`), 400)
 
 	var all []string
 	for path, pi := range doc.Paths.Map() {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/compat"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
@@ -447,6 +449,13 @@ type WorkflowConfig struct {
 	// Cluster.TracerProvider names another) and the grains' turns and
 	// background steps. Nil uses the global provider.
 	TracerProvider trace.TracerProvider
+	// SchemaAutoRaise raises the compatibility level by itself once every
+	// live workflow member reads a newer event schema (compat.GateConfig);
+	// off, only `commerce-api admin schema raise` does.
+	SchemaAutoRaise bool
+	// SchemaEvery is how often the member reads the level again; 0 takes
+	// compat's default.
+	SchemaEvery time.Duration
 }
 
 // Workflow is a running OrderWorkflow member.
@@ -454,7 +463,10 @@ type Workflow struct {
 	Member  *cluster.Member
 	Service *workflow.Service
 	Client  *grain.Client
-	log     *slog.Logger
+	// Schema is the member's view of the compatibility level, which its
+	// writes stamp; RunSchemaGate keeps it current.
+	Schema *compat.Gate
+	log    *slog.Logger
 	// probe is the Location Store the self-fence watch reads through
 	// (Stores.Probe).
 	probe location.Store
@@ -483,6 +495,20 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	}
 	wcfg.Commits = cfg.Stores.Commits
 	wcfg.Barrier = cfg.Stores.Barrier
+	// The gate asks the member's topology, which exists only once the
+	// member started: until then it counts nobody and raises nothing.
+	var member atomic.Pointer[cluster.Member]
+	gate := compat.NewGate(compat.GateConfig{
+		Store: cfg.Stores.Location, Own: workflow.Events.Schema, AutoRaise: cfg.SchemaAutoRaise,
+		Node: cfg.Cluster.NodeName, Interval: cfg.SchemaEvery, Logger: cfg.Logger,
+		Live: func() []string {
+			if m := member.Load(); m != nil {
+				return m.Lookup.EligibleIDs(grain.KindName)
+			}
+			return nil
+		},
+	})
+	wcfg.SchemaLevel = gate.Level
 	svc, err := workflow.New(wcfg)
 	if err != nil {
 		return nil, err
@@ -509,6 +535,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	kind := grain.Kind(gcfg)
 	cc := cfg.Cluster
 	cc.Kinds = append(cc.Kinds, kind)
+	cc.Schema = workflow.Events.Schema
 	cc.Location = cfg.Stores.Location
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
@@ -523,6 +550,17 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), log: cfg.Logger,
-		probe: cfg.Stores.Probe}, nil
+	member.Store(m)
+	// One read before the first order: a level raised long ago is what
+	// this member writes from its first event. A store that does not
+	// answer leaves it at the base schema, which every member reads.
+	if err := gate.Refresh(ctx); err != nil {
+		cfg.Logger.Warn("the compatibility level was not read at start; writing the base schema until it is", slog.Any("error", err))
+	}
+	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), Schema: gate,
+		log: cfg.Logger, probe: cfg.Stores.Probe}, nil
 }
+
+// RunSchemaGate keeps the member's view of the compatibility level
+// current until ctx ends (compat.Gate.Run).
+func (w *Workflow) RunSchemaGate(ctx context.Context) { w.Schema.Run(ctx) }

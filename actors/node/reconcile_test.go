@@ -32,7 +32,7 @@ func TestALostIndexEntryIsBackAfterOneReconcilerPass(t *testing.T) {
 	rdb := srv.Client()
 	defer rdb.Close()
 
-	require.NoError(t, st.Location.PutMemberName(ctx, "m-1", "workflow-a"))
+	require.NoError(t, st.Location.PutMember(ctx, "m-1", "workflow-a", 0))
 	const orders = 50
 	now := time.Now()
 	var lost string
@@ -137,7 +137,7 @@ func TestAPassPrunesOnlyLongGoneMembersWhoOwnNothing(t *testing.T) {
 	defer st.Close()
 	now := time.Now()
 	for _, m := range []string{"m-old", "m-new", "m-owns", "m-live"} {
-		require.NoError(t, st.Location.PutMemberName(ctx, m, "node-"+m))
+		require.NoError(t, st.Location.PutMember(ctx, m, "node-"+m, 0))
 	}
 	ok, next, _, err := st.Location.BeginCreate(ctx, grain.KindName, "ord-held", "tok", time.Minute)
 	require.NoError(t, err)

@@ -83,6 +83,19 @@ type Upcaster struct {
 	Up        func(body map[string]json.RawMessage) error
 }
 
+// Downcaster turns one event body of schema From into the shape of
+// schema From-1: what a writer whose build writes From stamps while the
+// compatibility level is below it (cluster/compat). A version that adds
+// an optional field registers one that removes it, so that the field is
+// written only once the level allows it; a version that reshapes a field
+// registers one that undoes its Upcaster.
+type Downcaster struct {
+	From int
+	// EventType is the event the step applies to; empty: every event.
+	EventType string
+	Down      func(body map[string]json.RawMessage) error
+}
+
 // Codec decodes stored event bodies of every schema up to Schema: a body
 // of an older schema goes through the Upcasters from its version up, one
 // of Schema is decoded as it is, and one of a newer schema is refused
@@ -92,8 +105,9 @@ type Upcaster struct {
 // another build may not have. The HTTP edge stays strict about what
 // clients send; only stored bodies are read this way.
 type Codec struct {
-	Schema    int
-	Upcasters []Upcaster
+	Schema      int
+	Upcasters   []Upcaster
+	Downcasters []Downcaster
 }
 
 // Events is the codec of this build.
@@ -189,36 +203,72 @@ func (c Codec) Decode(eventType string, schema int, data []byte) (order.Event, e
 	return nil, fmt.Errorf("%w: unknown event type %q", eventstore.ErrCorrupt, eventType)
 }
 
+// Encode is EncodeEvent written as schema: the event in this build's
+// shape (c.Schema), taken down through the Downcasters from c.Schema to
+// schema. A schema above c.Schema or below 1 is ErrInvalidArgument: a
+// build writes no schema it does not read.
+func (c Codec) Encode(e order.Event, schema int) (eventType string, data []byte, err error) {
+	if schema < 1 || schema > c.Schema {
+		return "", nil, fmt.Errorf("%w: cannot write schema %d, this build writes 1 to %d", ErrInvalidArgument, schema, c.Schema)
+	}
+	if eventType, data, err = EncodeEvent(e); err != nil || schema == c.Schema {
+		return eventType, data, err
+	}
+	var steps []reshape
+	for v := c.Schema; v > schema; v-- {
+		for _, d := range c.Downcasters {
+			if d.From == v && (d.EventType == "" || d.EventType == eventType) {
+				steps = append(steps, reshape{from: v, fn: d.Down})
+			}
+		}
+	}
+	if data, err = reshapeBody(eventType, data, steps); err != nil {
+		return "", nil, fmt.Errorf("%w: writing %s as schema %d: %w", ErrInvalidArgument, eventType, schema, err)
+	}
+	return eventType, data, nil
+}
+
 // upcast runs the upcasters from schema up to c.Schema over data. A step
 // with no upcaster for the type leaves the body as it is: that version
 // only added fields.
 func (c Codec) upcast(eventType string, schema int, data []byte) ([]byte, error) {
-	var body map[string]json.RawMessage
-	changed := false
+	var steps []reshape
 	for v := schema; v < c.Schema; v++ {
 		for _, u := range c.Upcasters {
-			if u.From != v || u.EventType != "" && u.EventType != eventType {
-				continue
+			if u.From == v && (u.EventType == "" || u.EventType == eventType) {
+				steps = append(steps, reshape{from: v, fn: u.Up})
 			}
-			if body == nil {
-				if err := json.Unmarshal(data, &body); err != nil || body == nil {
-					return nil, fmt.Errorf("%w: %s of schema %d is not a JSON object: %v", eventstore.ErrCorrupt, eventType, schema, err)
-				}
-			}
-			if err := u.Up(body); err != nil {
-				return nil, fmt.Errorf("%w: upcasting %s from schema %d: %w", eventstore.ErrCorrupt, eventType, v, err)
-			}
-			changed = true
 		}
 	}
-	if !changed {
-		return data, nil
-	}
-	out, err := json.Marshal(body)
+	out, err := reshapeBody(eventType, data, steps)
 	if err != nil {
-		return nil, fmt.Errorf("%w: upcast %s: %w", eventstore.ErrCorrupt, eventType, err)
+		return nil, fmt.Errorf("%w: upcasting %s from schema %d: %w", eventstore.ErrCorrupt, eventType, schema, err)
 	}
 	return out, nil
+}
+
+// reshape is one up- or downcasting step, from the schema it reads.
+type reshape struct {
+	from int
+	fn   func(body map[string]json.RawMessage) error
+}
+
+// reshapeBody runs steps over data as a JSON object, in order; none
+// leaves data as it is.
+func reshapeBody(eventType string, data []byte, steps []reshape) ([]byte, error) {
+	if len(steps) == 0 {
+		return data, nil
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(data, &body); err != nil || body == nil {
+		return nil, fmt.Errorf("%s is not a JSON object: %v", eventType, err)
+	}
+	for _, st := range steps {
+		if err := st.fn(body); err != nil {
+			return nil, fmt.Errorf("the step from schema %d: %w", st.from, err)
+		}
+	}
+	return json.Marshal(body)
 }
 
 func contractLines(ls []order.Line) []*contracts.OrderLine {

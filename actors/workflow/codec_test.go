@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -92,4 +93,54 @@ func TestUpcastersTurnOlderSchemasIntoTheCurrentShape(t *testing.T) {
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
 	_, err = c.Decode(order.TypeOrderFailed, 4, []byte(`{}`))
 	require.ErrorIs(t, err, workflow.ErrVersionUnsupported)
+}
+
+// A writer below its build's schema takes the body down through the
+// Downcasters of its event type, newest first, to the schema it stamps;
+// a schema it does not read, or none, is refused.
+func TestDowncastersWriteTheSchemaTheLevelAllows(t *testing.T) {
+	var steps []string
+	drop := func(field string, from int) func(map[string]json.RawMessage) error {
+		return func(b map[string]json.RawMessage) error {
+			steps = append(steps, fmt.Sprintf("%d:%s", from, field))
+			if _, ok := b[field]; !ok {
+				return errors.New("no " + field)
+			}
+			delete(b, field)
+			return nil
+		}
+	}
+	c := workflow.Codec{Schema: 3, Downcasters: []workflow.Downcaster{
+		{From: 2, EventType: order.TypeOrderFailed, Down: drop("failedAtUnixMs", 2)},
+		{From: 3, EventType: order.TypeOrderFailed, Down: drop("reason", 3)},
+		{From: 3, EventType: order.TypeOrderConfirmed, Down: drop("confirmedAtUnixMs", 3)},
+	}}
+	e := order.OrderFailed{EventID: "e", OrderID: "o", Reason: "declined", FailedAtUnixMs: 7}
+
+	typ, body, err := c.Encode(e, 3)
+	require.NoError(t, err)
+	require.Equal(t, order.TypeOrderFailed, typ)
+	require.JSONEq(t, `{"eventId":"e","orderId":"o","reason":"declined","failedAtUnixMs":7}`, string(body))
+	require.Empty(t, steps, "the build's own schema is written as it is")
+
+	_, body, err = c.Encode(e, 1)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"eventId":"e","orderId":"o"}`, string(body))
+	require.Equal(t, []string{"3:reason", "2:failedAtUnixMs"}, steps, "newest first, this event's only")
+
+	steps = nil
+	_, body, err = c.Encode(order.OrderConfirmed{EventID: "e", OrderID: "o", ConfirmedAtUnixMs: 7}, 2)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"eventId":"e","orderId":"o"}`, string(body))
+	require.Equal(t, []string{"3:confirmedAtUnixMs"}, steps)
+
+	for _, schema := range []int{0, 4} {
+		_, _, err = c.Encode(e, schema)
+		require.ErrorIs(t, err, workflow.ErrInvalidArgument, "schema %d", schema)
+	}
+	// A step that cannot apply refuses the write instead of stamping an
+	// older schema on a body of the newer shape.
+	bad := workflow.Codec{Schema: 2, Downcasters: []workflow.Downcaster{{From: 2, Down: drop("absent", 2)}}}
+	_, _, err = bad.Encode(e, 1)
+	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
 }

@@ -245,6 +245,15 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 	return err
 }
 
+// writeSchema is the schema this member's writes stamp now: the lower of
+// the compatibility level and what this build writes.
+func (s *Service) writeSchema() int {
+	if s.cfg.SchemaLevel == nil {
+		return Events.Schema
+	}
+	return max(1, min(s.cfg.SchemaLevel(), Events.Schema))
+}
+
 // appendWith is append that, given the start request of a new order,
 // also saves its envelope (the first one: once the event exists, any
 // later owner must be able to find the payment method it needs) and
@@ -255,8 +264,9 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	next := o.state
 	envs := make([]eventstore.Envelope, 0, len(evs))
 	types := make([]string, 0, len(evs))
+	schema := s.writeSchema()
 	for _, pe := range evs {
-		eventType, data, err := EncodeEvent(pe.ev)
+		eventType, data, err := Events.Encode(pe.ev, schema)
 		if err != nil {
 			return false, err
 		}
@@ -267,7 +277,7 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 		}
 		envs = append(envs, eventstore.Envelope{
 			EventID: pe.ev.ID(), OrderID: o.id, EventType: eventType,
-			SourceCommandID: pe.sourceCommandID, CreatedAtUnixMs: pe.at, Data: data, Schema: SchemaVersion,
+			SourceCommandID: pe.sourceCommandID, CreatedAtUnixMs: pe.at, Data: data, Schema: schema,
 		})
 		types = append(types, eventType)
 	}

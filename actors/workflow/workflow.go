@@ -97,6 +97,12 @@ type Config struct {
 	Barrier eventstore.Barrier
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
+	// SchemaLevel returns the cluster's compatibility level as this
+	// member last read it (compat.Gate.Level); every event is written as
+	// the lower of it and SchemaVersion, so that no member of an older
+	// build that may still own the order meets a schema it cannot read.
+	// It must not block. Nil writes SchemaVersion: a cluster of one build.
+	SchemaLevel func() int
 	// Evidence receives the raw evidence lines (docs/contract.md,
 	// "Evidence lines"), each with a single Write. Optional: nil discards
 	// them.

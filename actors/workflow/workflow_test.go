@@ -2,10 +2,12 @@ package workflow_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -1021,4 +1023,52 @@ func TestProjectedAppendRecordsEventAndProjectionTogether(t *testing.T) {
 	assert.Equal(t, int64(2), v, "the terminal append is recorded without its projection")
 	assert.Equal(t, contracts.OrderStatus_InventoryReserved, p.GetStatus())
 	assert.Equal(t, successOrder, e.d.Events.Types("ord-pb"))
+}
+
+// Every event is written as the lower of the compatibility level and the
+// build's schema: a build of a newer schema writes the older one, through
+// its downcaster, until the level rises, and the newer one from its next
+// write after that; an order holding both replays.
+func TestWritesStampTheLowerOfTheLevelAndTheBuildsSchema(t *testing.T) {
+	saved := workflow.Events
+	t.Cleanup(func() { workflow.Events = saved })
+	workflow.Events = workflow.Codec{Schema: 2, Downcasters: []workflow.Downcaster{{From: 2, Down: func(b map[string]json.RawMessage) error {
+		b["writtenDown"] = json.RawMessage("true")
+		return nil
+	}}}}
+	var level atomic.Int64
+	level.Store(1)
+	d := workflowtest.NewDeps()
+	ctx := context.Background()
+	require.NoError(t, d.Inventory.SetStock(ctx, "SKU-1", 10))
+	require.NoError(t, d.Payment.PutMethod(ctx, commerce.PaymentMethod{MethodID: methodOK, Approve: true}))
+	cfg := d.Config
+	cfg.SchemaLevel = func() int { return int(level.Load()) }
+	e := &env{t: t, ctx: ctx, d: d, svc: mustService(t, cfg)}
+
+	o, _ := e.start("ord-lvl", "key-lvl", methodOK)
+	progressed, err := e.svc.Step(ctx, o)
+	require.NoError(t, err)
+	require.True(t, progressed)
+	level.Store(2)
+	e.drive(o)
+
+	stream := d.Events.Stream("ord-lvl")
+	require.Len(t, stream, 4)
+	for i, env := range stream {
+		want := 2
+		if i < 2 {
+			want = 1
+		}
+		require.Equal(t, want, env.Schema, "event %d (%s)", i+1, env.EventType)
+		require.Equal(t, want == 1, strings.Contains(string(env.Data), "writtenDown"), "event %d body %s", i+1, env.Data)
+	}
+	reopened, err := e.svc.Open(ctx, "ord-lvl", 2)
+	require.NoError(t, err)
+	require.Equal(t, o.State(), reopened.State())
+
+	// A level above the build's schema writes the build's schema.
+	level.Store(5)
+	o2, _ := e.start("ord-lvl2", "key-lvl2", methodOK)
+	require.Equal(t, 2, d.Events.Stream(o2.OrderID())[0].Schema)
 }

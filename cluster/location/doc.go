@@ -2,8 +2,11 @@
 // hosts which grain. Per identity it keeps the authority record
 // (Missing, Creating, Ready, Moving, with owner, pid and generation, and
 // a takeover's mark until the next activation commits), the
-// creation lock and the ownership history; per member, its node name,
-// its gone record and the takeover index of what it was made owner of.
+// creation lock and the ownership history; per member, its node name and
+// the event schema it reads, its gone record and the takeover index of
+// what it was made owner of; cluster-wide, the event schema's
+// compatibility level and its history (schema.go; the rules that raise it
+// live in cluster/compat).
 // Every change of a record is one Lua script that also appends to its
 // history (redis.go, history.go); two are spelled out for another store's
 // script on the same server instead: taking a minted identity's creation

@@ -18,11 +18,19 @@ const DefaultKeyPrefix = "sm:loc:"
 // Per member, each in its own slot:
 //
 //	<prefix>members                hash: member id -> node name
+//	<prefix>{<prefix>members}schemas hash: member id -> newest event schema
+//	                               it reads (members that host orders), in
+//	                               the names' slot, written with the name
 //	<prefix>gone                   hash: member id -> GoneMember (JSON)
 //	<prefix>{<prefix>gone}heartbeat hash: member id -> "<ms>:<bound ms>", and
 //	                               "~up" and "~judge:<member id>" (gone.go),
 //	                               in the gone record's slot
 //	<prefix>owned:<memberId>       set: "<kind>/<id>" the member was made owner of
+//
+// Cluster-wide, in one slot:
+//
+//	<prefix>schema:level           string: the compatibility level (JSON SchemaLevel)
+//	<prefix>{<prefix>schema:level}history list: its changes, newest first
 type keys struct{ prefix string }
 
 // newKeys refuses a prefix with braces: the identity must be the keys'
@@ -46,6 +54,15 @@ func (k keys) lock(kind, id string) string { return k.record(kind, id) + ":lock"
 func (k keys) history(kind, id string) string { return k.record(kind, id) + ":history" }
 
 func (k keys) members() string { return k.prefix + "members" }
+
+// memberSchemas shares the names' slot (tagged with that key's whole
+// name, as heartbeat is with gone's), so a member's name and schema are
+// written in one MULTI on Redis Cluster too.
+func (k keys) memberSchemas() string { return k.prefix + "{" + k.members() + "}schemas" }
+
+func (k keys) schemaLevel() string { return k.prefix + "schema:level" }
+
+func (k keys) schemaHistory() string { return k.prefix + "{" + k.schemaLevel() + "}history" }
 
 func (k keys) gone() string { return k.prefix + "gone" }
 

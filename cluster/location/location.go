@@ -72,6 +72,7 @@ type Record struct {
 type Store interface {
 	Authority
 	Members
+	SchemaLevels
 	OwnershipHistory
 	TakeoverIndex
 }
@@ -174,8 +175,18 @@ type OwnerReleaser interface {
 // Members maps member ids to node names and keeps the gone records: a
 // member recorded gone is gone for good (gone.go).
 type Members interface {
-	// PutMemberName publishes member id → node name.
-	PutMemberName(ctx context.Context, memberID, node string) error
+	// PutMember publishes member id → node name, so operators and logs
+	// can speak of workflow-a while ownership stays keyed by incarnation,
+	// and the newest event schema the member reads (every older one too),
+	// in one atomic step. schema 0 is a member that hosts no orders and
+	// advertises none (an API); a negative schema fails with
+	// ErrInvalidSchema, an empty member id with ErrInvalidIdentity.
+	PutMember(ctx context.Context, memberID, node string, schema int) error
+	// MemberSchemas returns member id → advertised schema for every
+	// member that advertised one; a member absent from it that hosts
+	// orders is of a build that predates the advertisement and reads
+	// BaseSchema.
+	MemberSchemas(ctx context.Context) (map[string]int, error)
 	// MemberNames returns the whole member id → node name mapping.
 	MemberNames(ctx context.Context) (map[string]string, error)
 	// MemberName returns the node name memberID published, "" if none.

@@ -44,7 +44,7 @@ func testPrune(t *testing.T, s *location.Redis) {
 		require.NoError(t, s.CommitReady(ctx, kind, id, "tok-"+id, location.Record{Owner: member, PIDAddress: "a", PIDID: "p-" + id, Generation: next}))
 	}
 	for _, m := range []string{"m-1", "m-2"} {
-		require.NoError(t, s.PutMemberName(ctx, m, "node-"+m))
+		require.NoError(t, s.PutMember(ctx, m, "node-"+m, 1))
 		_, gone, err := s.ProbeSelf(ctx, m, time.Second)
 		require.NoError(t, err)
 		require.False(t, gone)
@@ -91,6 +91,9 @@ func testPrune(t *testing.T, s *location.Redis) {
 	name, err = s.MemberName(ctx, "m-2")
 	require.NoError(t, err)
 	require.Empty(t, name, "the name goes first")
+	schemas, err := s.MemberSchemas(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"m-1": 1}, schemas, "the advertised schema goes with the name")
 	_, gone, err := s.IsGone(ctx, "m-2")
 	require.NoError(t, err)
 	require.False(t, gone)
@@ -122,7 +125,7 @@ func testPrune(t *testing.T, s *location.Redis) {
 	// A pruned member that was only paused beats once more before its
 	// self-fence read finds its name gone: an orphan heartbeat, dropped
 	// once it is ten bounds old, unlike a named member's, however stale.
-	require.NoError(t, s.PutMemberName(ctx, "m-3", "node-m-3"))
+	require.NoError(t, s.PutMember(ctx, "m-3", "node-m-3", 0))
 	for _, m := range []string{"m-2", "m-3"} {
 		_, gone, err := s.ProbeSelf(ctx, m, 20*time.Millisecond)
 		require.NoError(t, err)

@@ -442,12 +442,6 @@ func (s *Redis) AbortMove(ctx context.Context, kind, id, opID string) error {
 	return translate(abortMove.Run(ctx, s.rdb, []string{s.keys.record(kind, id)}, opID).Err())
 }
 
-// PutMemberName publishes member id → node name, so operators and logs can
-// speak of workflow-a while ownership stays keyed by incarnation.
-func (s *Redis) PutMemberName(ctx context.Context, memberID, node string) error {
-	return translate(s.rdb.HSet(ctx, s.keys.members(), memberID, node).Err())
-}
-
 // MemberNames returns the whole member id → node name mapping.
 func (s *Redis) MemberNames(ctx context.Context) (map[string]string, error) {
 	m, err := s.rdb.HGetAll(ctx, s.keys.members()).Result()

@@ -78,7 +78,7 @@ func TestKeyspace(t *testing.T) {
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })
 	s := mustRedis(t, c)
-	require.NoError(t, s.PutMemberName(ctx(t), "member-1", "workflow-a"))
+	require.NoError(t, s.PutMember(ctx(t), "member-1", "workflow-a", 0))
 	_, err := s.MarkGone(ctx(t), "member-0", "workflow-z", 1)
 	require.NoError(t, err)
 	ready(t, s, "ord-1", "p1")

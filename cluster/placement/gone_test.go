@@ -70,7 +70,7 @@ func notRecorded(t *testing.T, s *location.Redis, ids ...string) {
 func TestDeparturesAreRecordedUnlessThisProcessStalledOrIsGone(t *testing.T) {
 	s := newStore(t)
 	l := standaloneLookup(t, s)
-	require.NoError(t, s.PutMemberName(ctx(t), "m-dead", "workflow-x"))
+	require.NoError(t, s.PutMember(ctx(t), "m-dead", "workflow-x", 0))
 	l.observeLeft(departed("m-dead"))
 	require.Eventually(t, func() bool { return recorded(t, s, "m-dead") }, 5*time.Second, 10*time.Millisecond)
 	g, _, err := s.IsGone(ctx(t), "m-dead")

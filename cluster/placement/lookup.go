@@ -31,6 +31,11 @@ type Config struct {
 	Store location.Store
 	// NodeName is this process's operator-facing name (api-a, workflow-b).
 	NodeName string
+	// Schema is the newest event schema this member's grains read, which
+	// it advertises with its name (location.Members.PutMember) for the
+	// compatibility level and placement; 0 for a member that hosts no
+	// grains that read events (an API).
+	Schema int
 	// CreateLockTTL bounds how long a dead creator can block an identity.
 	// A live creator extends it before asking each member, so it must
 	// only exceed ActivationTimeout; default ActivationTimeout + 3s.
@@ -302,15 +307,16 @@ func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	}
 }
 
-// publishName records member id → node name, retrying with capped
-// backoff until it lands: readiness and topology evidence, relocation
-// targets and operators all read it, and a store outage at start-up must
-// not leave it missing for the life of the process.
+// publishName records member id → node name and the schema it reads,
+// retrying with capped backoff until it lands: readiness and topology
+// evidence, relocation targets, the compatibility level and operators all
+// read it, and a store outage at start-up must not leave it missing for
+// the life of the process.
 func (l *Lookup) publishName(memberID string) {
 	wait := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := l.store.PutMemberName(ctx, memberID, l.cfg.NodeName)
+		err := l.store.PutMember(ctx, memberID, l.cfg.NodeName, l.cfg.Schema)
 		cancel()
 		if err == nil {
 			if attempt > 1 {
@@ -433,6 +439,16 @@ func (l *Lookup) Live(memberID string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.members[memberID] != nil
+}
+
+// EligibleIDs is Eligible's member ids.
+func (l *Lookup) EligibleIDs(kind string) []string {
+	ms := l.Eligible(kind)
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.Id
+	}
+	return ids
 }
 
 // Eligible returns the live members hosting kind that are not recorded

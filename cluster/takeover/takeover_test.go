@@ -63,13 +63,13 @@ func ctxT(t *testing.T) context.Context {
 // member publishes a member's node name; live puts it in the topology.
 // liveMember records a member's name and puts it in the topology.
 func (e *env) liveMember(id, node string) {
-	require.NoError(e.t, e.loc.PutMemberName(ctxT(e.t), id, node))
+	require.NoError(e.t, e.loc.PutMember(ctxT(e.t), id, node, 0))
 	e.live.Store(id, true)
 }
 
 // absentMember records a member's name and leaves it out of the topology.
 func (e *env) absentMember(id, node string) {
-	require.NoError(e.t, e.loc.PutMemberName(ctxT(e.t), id, node))
+	require.NoError(e.t, e.loc.PutMember(ctxT(e.t), id, node, 0))
 	e.live.Delete(id)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/cluster"
+	"github.com/shoppingmall-go/shoppingmall/cluster/compat"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/cluster/takeover"
@@ -124,6 +125,21 @@ const RejoinExitCode = 4
 // public API offers no way to unblock an id or to restart a member in
 // place, which is why the process, not the member, is restarted.
 func (a *API) Rejoin() <-chan string { return a.rejoin }
+
+// schemaControl answers the admin schema routes (edge.SchemaControl)
+// against the workflow members this API sees live.
+type schemaControl struct {
+	store  compat.Store
+	lookup *placement.Lookup
+}
+
+func (c schemaControl) SchemaStatus(ctx context.Context) (compat.Report, error) {
+	return compat.Status(ctx, c.store, c.lookup.EligibleIDs(grain.KindName))
+}
+
+func (c schemaControl) RaiseSchema(ctx context.Context, to int, by string) (location.SchemaLevel, bool, error) {
+	return compat.Raise(ctx, c.store, c.lookup.EligibleIDs(grain.KindName), to, by, false, time.Now())
+}
 
 // topology counts live workflow members as this member sees them, and
 // checks the stores for the edge's /readyz (edge.StoreCheck).
@@ -282,7 +298,8 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	if cfg.Admin {
 		ecfg.Timeline = &edge.Timeline{Events: st.Events, Ownership: st.Location, Operations: st.Relocation,
 			Inventory: st.Commerce.Inventory(), Payment: st.Commerce.Payment()}
-		ecfg.Mounts = append(ecfg.Mounts, edge.StockAdmin{Ledger: st.Commerce.Ledger()})
+		ecfg.Mounts = append(ecfg.Mounts, edge.StockAdmin{Ledger: st.Commerce.Ledger()},
+			edge.SchemaAdmin{Control: schemaControl{store: st.Location, lookup: m.Lookup}})
 	}
 	if cfg.SelfCheck {
 		// The runner's hooks are test machinery: mounted on the admin

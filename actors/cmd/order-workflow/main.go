@@ -57,6 +57,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/node"
 	"github.com/shoppingmall-go/shoppingmall/actors/node/procflags"
+	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 )
 
@@ -88,6 +89,7 @@ type options struct {
 	retention, archiveEvery            time.Duration
 	opsHTTP, adminToken                string
 	limits                             placement.Limits
+	schemaAutoRaise                    bool
 }
 
 func parse(args []string) (options, error) {
@@ -105,6 +107,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", node.DefaultReconcileEvery, "time between two passes of the index reconciler, which adds back every entry of the active and per-member indexes a lost write left out, from a scan of the per-order records (the first pass at a random point of the first period; 0 = none)")
 	fs.DurationVar(&o.retention, "retention", 0, "grace after an order's terminal event before its history moves to the -archive and its hot keys leave Redis, but for a compact record (docs/archive.md); 0 keeps every order in Redis; above 0 needs -archive")
 	fs.DurationVar(&o.archiveEvery, "archive-every", 30*time.Second, "time between two archiver passes, with -retention")
+	fs.BoolVar(&o.schemaAutoRaise, "schema-auto-raise", false, "raise the cluster's compatibility level by itself, recorded with this node's name, once every live workflow member reads a newer event schema; off, only `commerce-api admin schema raise` does (docs/operations.md)")
 	fs.BoolVar(&o.fixtures, "fixtures", false, "enable the runner's interrupt fixtures (never in production)")
 	fs.StringVar(&o.opsHTTP, "ops-http", node.DefaultOpsAddr, "operations listener (/healthz, /readyz, /debug/pprof/); port 0 picks one, see the log; e.g. :8090 for a pod's probes")
 	fs.StringVar(&o.adminToken, "admin-token", "", "bearer token the ops listener's /debug/pprof/ requires (prefer SHOPPINGMALL_ADMIN_TOKEN: a command line is visible to every user)")
@@ -176,7 +179,8 @@ func run(args []string) error {
 		Logger:      log,
 		Metrics:     proc.Metrics,
 
-		TracerProvider: proc.Tracing.Provider(),
+		TracerProvider:  proc.Tracing.Provider(),
+		SchemaAutoRaise: o.schemaAutoRaise,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -188,7 +192,8 @@ func run(args []string) error {
 	ready.Joined(w.Member)
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
 		"ops", ops.Addr(), "metrics", proc.MetricsAddr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String(),
-		"mailboxCapacity", o.limits.MailboxCapacity, "maxHosted", o.limits.MaxHosted, "maxActivations", o.limits.MaxActivations)
+		"mailboxCapacity", o.limits.MailboxCapacity, "maxHosted", o.limits.MaxHosted, "maxActivations", o.limits.MaxActivations,
+		"schema", workflow.Events.Schema, "schemaLevel", w.Schema.Level(), "schemaAutoRaise", o.schemaAutoRaise)
 
 	// The watch ends with SIGTERM: a drain hands orders off through the
 	// Location Store's own checks.
@@ -196,6 +201,7 @@ func run(args []string) error {
 	defer stopWatch()
 	fenced := make(chan error, 1)
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
+	go w.RunSchemaGate(watchCtx)
 	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, PruneAfter: o.pruneAfter, Logger: log})
 	if o.retention > 0 {
 		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Owner: w.Member.ID(), Logger: log})

@@ -54,6 +54,9 @@ func RunContract(t *testing.T, newStore func(t *testing.T) location.Store) {
 		{"TakeoverMarkLastsUntilTheNextCommit", testTakeoverMarkLastsUntilTheNextCommit},
 		{"ScanRecordsSeesEveryRecordOfTheKind", testScanRecordsSeesEveryRecordOfTheKind},
 		{"MemberNames", testMemberNames},
+		{"MemberSchemas", testMemberSchemas},
+		{"SchemaLevelOnlyRises", testSchemaLevelOnlyRises},
+		{"ConcurrentRaisesKeepOne", testConcurrentRaisesKeepOne},
 		{"InvalidIdentity", testInvalidIdentity},
 	}
 	for _, c := range cases {
@@ -693,7 +696,7 @@ func testScanRecordsSeesEveryRecordOfTheKind(t *testing.T, s location.Store) {
 	ok, _, _, err := s.BeginCreate(ctx(t), "other.kind", "o1", "t", time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, s.PutMemberName(ctx(t), "m-p0", "workflow-a"))
+	require.NoError(t, s.PutMember(ctx(t), "m-p0", "workflow-a", 0))
 
 	got := map[string]string{}
 	require.NoError(t, s.ScanRecords(ctx(t), kind, func(id string, rec location.Record) error {
@@ -717,7 +720,7 @@ func testScanRecordsSeesEveryRecordOfTheKind(t *testing.T, s location.Store) {
 
 // Member names are published per member id; an unknown member has none.
 func testMemberNames(t *testing.T, s location.Store) {
-	require.NoError(t, s.PutMemberName(ctx(t), "member-1", "workflow-a"))
+	require.NoError(t, s.PutMember(ctx(t), "member-1", "workflow-a", 0))
 	names, err := s.MemberNames(ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"member-1": "workflow-a"}, names)
@@ -727,6 +730,117 @@ func testMemberNames(t *testing.T, s location.Store) {
 	n, err = s.MemberName(ctx(t), "member-2")
 	require.NoError(t, err)
 	require.Empty(t, n)
+}
+
+// A member advertises the schema it reads with its name; a member that
+// hosts no orders (schema 0) advertises none, and a new incarnation's
+// put replaces the old one's.
+func testMemberSchemas(t *testing.T, s location.Store) {
+	require.NoError(t, s.PutMember(ctx(t), "m-wf", "workflow-a", 2))
+	require.NoError(t, s.PutMember(ctx(t), "m-api", "api-a", 0))
+	require.NoError(t, s.PutMember(ctx(t), "m-old", "workflow-b", 1))
+	schemas, err := s.MemberSchemas(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"m-wf": 2, "m-old": 1}, schemas)
+	names, err := s.MemberNames(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m-wf": "workflow-a", "m-api": "api-a", "m-old": "workflow-b"}, names)
+
+	require.NoError(t, s.PutMember(ctx(t), "m-wf", "workflow-a", 0))
+	schemas, err = s.MemberSchemas(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"m-old": 1}, schemas)
+
+	require.ErrorIs(t, s.PutMember(ctx(t), "m-x", "workflow-x", -1), location.ErrInvalidSchema)
+	require.ErrorIs(t, s.PutMember(ctx(t), "", "workflow-x", 1), location.ErrInvalidIdentity)
+}
+
+// The level starts at the base schema, rises with who and when, repeats
+// harmlessly, and never drops; every change is in its history.
+func testSchemaLevelOnlyRises(t *testing.T, s location.Store) {
+	l, err := s.SchemaLevel(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, location.SchemaLevel{Level: location.BaseSchema}, l)
+	h, err := s.SchemaLevelHistory(ctx(t))
+	require.NoError(t, err)
+	require.Empty(t, h)
+
+	l, raised, err := s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: 1, RaisedBy: "ops", RaisedAtUnixMs: 5})
+	require.NoError(t, err)
+	require.False(t, raised, "raising to the base level changes nothing")
+	require.Equal(t, location.SchemaLevel{Level: 1}, l)
+
+	up := location.SchemaLevel{Level: 3, RaisedBy: "alice", RaisedAtUnixMs: 1_700_000_000_000}
+	l, raised, err = s.RaiseSchemaLevel(ctx(t), up)
+	require.NoError(t, err)
+	require.True(t, raised)
+	up.From = 1
+	require.Equal(t, up, l)
+
+	again, raised, err := s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: 3, RaisedBy: "bob", RaisedAtUnixMs: 1_700_000_000_100})
+	require.NoError(t, err)
+	require.False(t, raised)
+	require.Equal(t, up, again, "a repeated raise keeps the first record")
+
+	cur, raised, err := s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: 2, RaisedBy: "bob"})
+	require.ErrorIs(t, err, location.ErrSchemaLevelLower)
+	require.False(t, raised)
+	require.Equal(t, up, cur)
+	_, _, err = s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: 0})
+	require.ErrorIs(t, err, location.ErrInvalidSchema)
+
+	auto := location.SchemaLevel{Level: 4, RaisedBy: "workflow-b", RaisedAtUnixMs: 1_700_000_000_200, Auto: true}
+	_, raised, err = s.RaiseSchemaLevel(ctx(t), auto)
+	require.NoError(t, err)
+	require.True(t, raised)
+	auto.From = 3
+
+	l, err = s.SchemaLevel(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, auto, l)
+	h, err = s.SchemaLevelHistory(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, []location.SchemaLevel{auto, up}, h)
+}
+
+// Many raisers at once (every member with auto-raise, an operator): the
+// level ends at the highest asked, each level is recorded once, and the
+// history never goes down.
+func testConcurrentRaisesKeepOne(t *testing.T, s location.Store) {
+	const raisers = 24
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := map[int]int{}
+	for i := range raisers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := 2 + i%3
+			_, raised, err := s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: to, RaisedBy: fmt.Sprintf("r%d", i)})
+			if err != nil && !errors.Is(err, location.ErrSchemaLevelLower) {
+				t.Errorf("raise to %d: %v", to, err)
+			}
+			if raised {
+				mu.Lock()
+				won[to]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	l, err := s.SchemaLevel(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, 4, l.Level)
+	for to, n := range won {
+		require.Equal(t, 1, n, "level %d recorded %d times", to, n)
+	}
+	h, err := s.SchemaLevelHistory(ctx(t))
+	require.NoError(t, err)
+	require.Len(t, h, len(won))
+	for i := 1; i < len(h); i++ {
+		require.Greater(t, h[i-1].Level, h[i].Level, "history newest first, strictly rising")
+		require.Equal(t, h[i].Level, h[i-1].From)
+	}
 }
 
 // An identity with a brace would break the hash tag: it is refused

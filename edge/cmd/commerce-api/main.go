@@ -264,13 +264,15 @@ func run(args []string) error {
 // a new member (edgenode.API.Rejoin).
 var errRejoin = errors.New("leaving to rejoin as a new member")
 
-const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline|stock [flags]
+const adminUsage = `usage: commerce-api admin relocate|close|stuck|takeover|timeline|stock|schema [flags]
   relocate -order ID [-target NODE] [-operation ID]
   close    -order ID
   stuck    [-older-than 1m] [-limit N] [-resume [-takeover]] [-rebuild-index] [-json]
   takeover -order ID | -member NODE-OR-MEMBER-ID [-dry-run] [-force] [-scan] [-operation ID] [-json]
   timeline -order ID [-json]
   stock    -sku SKU [-limit N] [-json]
+  schema   [-json]
+  schema raise -to N [-by NAME] [-json]
 every subcommand: -api ADMIN_URL (the API's -admin-http) -token TOKEN (default $SHOPPINGMALL_ADMIN_TOKEN)`
 
 // admin runs `commerce-api admin <subcommand>`: it calls the API's admin
@@ -292,6 +294,8 @@ func admin(args []string, stdout, stderr io.Writer) int {
 		return adminTimeline(args[1:], stdout, stderr)
 	case "stock":
 		return adminStock(args[1:], stdout, stderr)
+	case "schema":
+		return adminSchema(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return 2
@@ -364,7 +368,12 @@ func (c *adminClient) do(method, path, body string) (int, []byte, error) {
 // (its code and reason are what a script reads), the status or the
 // transport error to stderr.
 func (c *adminClient) fetch(cmd, method, path string, v any, stdout, stderr io.Writer) ([]byte, bool) {
-	status, b, err := c.do(method, path, "")
+	return c.send(cmd, method, path, "", v, stdout, stderr)
+}
+
+// send is fetch with a JSON request body (none when empty).
+func (c *adminClient) send(cmd, method, path, body string, v any, stdout, stderr io.Writer) ([]byte, bool) {
+	status, b, err := c.do(method, path, body)
 	if err != nil {
 		fmt.Fprintln(stderr, "commerce-api admin "+cmd+":", err)
 		return nil, false
