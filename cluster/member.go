@@ -93,6 +93,10 @@ type Config struct {
 	// Schema is the newest event schema the hosted kinds read, advertised
 	// with the node name (placement.Config.Schema); 0 for an API member.
 	Schema int
+	// StateSchema is placement.Config.StateSchema: the highest event
+	// schema an identity's state holds, so that activations in a cluster
+	// of mixed builds go only to members that read it; nil: by trial.
+	StateSchema func(ctx context.Context, kind, id string) (int, error)
 	// Location is the Location Store.
 	Location location.Store
 	// RequestTimeout is the default grain call timeout.
@@ -190,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return slog.New(levelHandler{min: cfg.frameworkLevel(), Handler: fw}).With("lib", "protoactor")
 	})}
 	system := actor.NewActorSystem(append(sysOpts, metricsOpt...)...)
-	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Schema: cfg.Schema, Logger: cfg.Logger, Metrics: cfg.Metrics,
+	lookup := placement.New(placement.Config{Store: cfg.Location, NodeName: cfg.NodeName, Schema: cfg.Schema, StateSchema: cfg.StateSchema, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		TracerProvider: cfg.TracerProvider, Limits: cfg.Limits})
 	if cfg.OnMemberJoined != nil {
 		lookup.OnMemberJoined(cfg.OnMemberJoined)

@@ -160,6 +160,19 @@ type Barrier interface {
 	Barrier(ctx context.Context, orderID string) error
 }
 
+// SchemaReader tells which event schema an order's stream asks of its
+// reader. Redis implements it.
+type SchemaReader interface {
+	// HighestSchema returns the highest event schema the order's stream
+	// holds, which every append raises in its own step: 1 (the base
+	// schema, which every build reads) for a stream whose events are all
+	// of it, and for no stream at all. It reads one field and no event,
+	// so that placement can choose a member that reads the order before
+	// activating it. An order id that cannot name a stream fails with
+	// ErrInvalidOrderID; an unreachable store with ErrUnavailable.
+	HighestSchema(ctx context.Context, orderID string) (int, error)
+}
+
 // StreamChecker is the cheap existence check of a stream, kept apart from
 // Store so that a caller that needs only it (the HTTP edge, which answers
 // a command on an unknown order without activating its grain) is handed

@@ -18,7 +18,9 @@ var ErrInvalidOrderID = errkind.New(errkind.InvalidArgument, "eventstore: invali
 // keys spells the store's keys. Per order, under the hash tag {orderId}:
 //
 //	<prefix>{<orderId>}:stream  the events, one entry per version
-//	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token
+//	<prefix>{<orderId>}:fence   hash gen, epoch: the current writer's token; schema:
+//	                            the highest event schema the stream holds
+//	                            (absent: 1); sealed (seal.go)
 //	<prefix>{<orderId>}:cmds    hash sourceCommandId -> first version
 //	<prefix>{<orderId>}:barrier string, the replication barrier's write (Barrier)
 type keys struct{ prefix string }

@@ -111,8 +111,10 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 `)
 
 // appendLua checks fence, expected version and source commands, in that
-// order, then adds the events, each stamped with the fence it passed;
-// nothing is written unless every check passes. A fence at epoch 0
+// order, then adds the events, each stamped with the fence it passed, and
+// raises the fence hash's schema field (absent: the base schema 1) to the
+// batch's highest schema, writing it only when it rises; nothing is
+// written unless every check passes. A fence at epoch 0
 // (raised by a takeover) admits nobody. It ends with the new version in
 // the local version and no reply, so that each script that includes it
 // says what else it writes and replies itself; the including script sets
@@ -127,7 +129,7 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 // empty batch {0, version}.
 const appendLua = `
 local expected = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch', 'sealed')
+local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch', 'sealed', 'schema')
 if f[3] then
   return {5, tonumber(f[1]) or 0, tonumber(f[2]) or 0}
 end
@@ -173,6 +175,15 @@ for i = 0, n - 1 do
   if ARGV[b+2] ~= '' then
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
   end
+end
+local highest = tonumber(f[4]) or 1
+local top = highest
+for i = 0, n - 1 do
+  local sc = tonumber(ARGV[base + 1 + i*6 + 5])
+  if sc > top then top = sc end
+end
+if top > highest then
+  redis.call('HSET', KEYS[2], 'schema', top)
 end
 `
 
@@ -358,6 +369,26 @@ func (r *Redis) StreamExists(ctx context.Context, orderID string) (bool, error) 
 		return false, translate("check stream of "+orderID, err)
 	}
 	return n > 0, nil
+}
+
+// HighestSchema implements SchemaReader: the fence hash's schema field.
+func (r *Redis) HighestSchema(ctx context.Context, orderID string) (int, error) {
+	k, err := r.keys.order(orderID)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := r.client.HGet(ctx, k.fence, fieldSchema).Result()
+	if errors.Is(err, redis.Nil) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, translate("read the schema of "+orderID, err)
+	}
+	v, err := strconv.Atoi(raw)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%w: order %s: fence schema %q", ErrCorrupt, orderID, raw)
+	}
+	return v, nil
 }
 
 // barrierTTL keeps a barrier key no longer than any retry that could

@@ -582,3 +582,57 @@ func commitProjected(ctx context.Context, s *eventstore.Redis, orderID string, e
 	out, err := s.Commit(ctx, u)
 	return out.Version, err
 }
+
+// The order's highest schema rides in its fence hash, raised by the
+// append that wrote it and by a unit's commit alike, written only when it
+// rises (a stream of the base schema costs no write), and never lowered;
+// a refused append raises nothing.
+func TestRedisHighestSchemaRisesWithTheAppendThatWroteIt(t *testing.T) {
+	s, c, ctx, f := openedO1(t)
+	schemaOf := func(id string) int {
+		t.Helper()
+		n, err := s.HighestSchema(ctx, id)
+		require.NoError(t, err)
+		return n
+	}
+	field := func() bool {
+		t.Helper()
+		ok, err := c.HExists(ctx, "sm:es:{o1}:fence", "schema").Result()
+		require.NoError(t, err)
+		return ok
+	}
+	require.Equal(t, 1, schemaOf("o1"), "no stream reads the base schema")
+	at := func(schema int, ids ...string) []eventstore.Envelope {
+		var evs []eventstore.Envelope
+		for _, id := range ids {
+			evs = append(evs, eventstore.Envelope{EventID: id, EventType: "X", CreatedAtUnixMs: 1, Data: []byte("{}"), Schema: schema})
+		}
+		return evs
+	}
+	_, err := s.Append(ctx, "o1", 0, f, at(1, "e1", "e2"))
+	require.NoError(t, err)
+	require.Equal(t, 1, schemaOf("o1"))
+	require.False(t, field(), "the base schema writes nothing")
+
+	_, err = s.Append(ctx, "o1", 2, f, append(at(1, "e3"), at(3, "e4")...))
+	require.NoError(t, err)
+	require.Equal(t, 3, schemaOf("o1"), "the batch's highest")
+
+	_, err = s.Append(ctx, "o1", 4, f, at(2, "e5"))
+	require.NoError(t, err)
+	require.Equal(t, 3, schemaOf("o1"), "never lowered")
+
+	_, err = s.Append(ctx, "o1", 1, f, at(7, "stale"))
+	require.ErrorIs(t, err, eventstore.ErrVersionConflict)
+	require.Equal(t, 3, schemaOf("o1"), "a refused append raises nothing")
+
+	_, err = commitProjected(ctx, s, "o1", 5, f, at(4, "e6"), eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: 6, State: []byte("s")})
+	require.NoError(t, err)
+	require.Equal(t, 4, schemaOf("o1"), "a unit's commit raises it too")
+
+	_, err = s.HighestSchema(ctx, "bad{id}")
+	require.ErrorIs(t, err, eventstore.ErrInvalidOrderID)
+	require.NoError(t, c.HSet(ctx, "sm:es:{o1}:fence", "schema", "x").Err())
+	_, err = s.HighestSchema(ctx, "o1")
+	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+}

@@ -397,6 +397,23 @@ func (s *Stores) storeClientFor(shared redis.UniversalClient, store string, opt 
 	return c
 }
 
+// StateSchema is cluster.Config.StateSchema over the event store: an
+// order's highest event schema from its fence hash, one field read, for
+// placement in a cluster of mixed builds; nil when the event store does
+// not keep it.
+func (s *Stores) StateSchema() func(ctx context.Context, kind, id string) (int, error) {
+	r, ok := s.Events.(eventstore.SchemaReader)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, kind, id string) (int, error) {
+		if kind != grain.KindName {
+			return 1, nil
+		}
+		return r.HighestSchema(ctx, id)
+	}
+}
+
 // Envelopes adapts the Relocation Store's opaque first-activation
 // envelopes to the workflow's typed ones.
 type Envelopes struct{ Store relocation.Store }
@@ -536,6 +553,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	cc := cfg.Cluster
 	cc.Kinds = append(cc.Kinds, kind)
 	cc.Schema = workflow.Events.Schema
+	cc.StateSchema = cfg.Stores.StateSchema()
 	cc.Location = cfg.Stores.Location
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger

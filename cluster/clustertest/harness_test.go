@@ -130,6 +130,23 @@ type api struct {
 
 func (h *harness) startAPI(name string) *api { return h.startAPIOn(name, h.stores.Location) }
 
+// startAPIWith is startAPI with edit's changes to its member's Config.
+func (h *harness) startAPIWith(name string, edit func(*cluster.Config)) *api {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := cluster.Config{
+		NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
+		RefreshTTL: 100 * time.Millisecond, Location: h.stores.Location, Logger: h.logger(name),
+		FrameworkLogLevel: quietFramework,
+	}
+	edit(&cfg)
+	m, err := cluster.Start(ctx, cfg)
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { m.Crash() })
+	return &api{member: m, client: grain.NewClient(m.Lookup)}
+}
+
 // startAPIOn starts an API member whose lookup uses loc: a Location Store
 // client of its own, to count the API's round trips apart.
 func (h *harness) startAPIOn(name string, loc location.Store) *api {

@@ -15,7 +15,9 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
+	"github.com/shoppingmall-go/shoppingmall/cluster"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
+	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
 )
 
@@ -90,4 +92,86 @@ func TestAnEventOfANewerSchemaIsRefusedNotFolded(t *testing.T) {
 	_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: same.OrderId})
 	require.NoError(t, err)
 	h.waitStatus(t, same.OrderId, contracts.OrderStatus_Confirmed)
+}
+
+// holdsSchema marks orderID's stream as holding an event of schema, as the
+// append of a build writing it does in its own step (the fence hash).
+func (h *harness) holdsSchema(t *testing.T, orderID string, schema int) {
+	t.Helper()
+	c := h.redis.Client()
+	defer c.Close()
+	require.NoError(t, c.HSet(ctxT(t, 5*time.Second), "sm:es:{"+orderID+"}:fence", "schema", schema).Err())
+}
+
+// In a cluster of mixed builds an order goes only to members that read
+// it. workflow-a advertises schema 2, workflow-b only 1, at level 2:
+// orders holding schema 2 always activate on workflow-a, and a
+// relocation to workflow-b, named or not, is refused and leaves the order
+// where it is; orders of the base schema go to both. With workflow-a
+// gone, an order of schema 2 that never ran is VERSION_UNSUPPORTED at
+// once, and workflow-b was never asked to open it.
+func TestPlacementSendsAnOrderOnlyToMembersThatReadIt(t *testing.T) {
+	h := newHarness(t)
+	wa := h.startWorkflow("workflow-a")
+	h.startWorkflow("workflow-b")
+	ctx := ctxT(t, 10*time.Second)
+	// workflow-a advertises as a build of schema 2 would.
+	require.NoError(t, h.stores.Location.PutMember(ctx, wa.Member.ID(), "workflow-a", 2))
+	_, _, err := h.stores.Location.RaiseSchemaLevel(ctx, location.SchemaLevel{Level: 2, RaisedBy: "test"})
+	require.NoError(t, err)
+	a := h.startAPIWith("api-a", func(c *cluster.Config) { c.StateSchema = h.stores.StateSchema() })
+	waitMembers(t, a.member.Lookup, 2)
+	for _, l := range []*placement.Lookup{a.member.Lookup, wa.Member.Lookup} {
+		require.Eventually(t, func() bool {
+			level, ms, _ := l.SchemaView()
+			return level == 2 && ms[wa.Member.ID()] == 2
+		}, 10*time.Second, 20*time.Millisecond, "placement's view follows the level and the advertisements")
+	}
+
+	// Consecutive creations, so that the lookup's round robin alone would
+	// put every other one on workflow-b.
+	var held []string
+	for range 8 {
+		newer := h.writtenStart(t, 1)
+		h.holdsSchema(t, newer.OrderId, 2)
+		_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: newer.OrderId})
+		require.NoError(t, err)
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, newer.OrderId)
+		require.NoError(t, err)
+		require.Equal(t, wa.Member.ID(), rec.Owner, "an order of schema 2 is placed on the member that reads it")
+		held = append(held, newer.OrderId)
+	}
+	owners := map[string]int{}
+	for range 6 {
+		base := h.writtenStart(t, 1)
+		_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: base.OrderId})
+		require.NoError(t, err)
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, base.OrderId)
+		require.NoError(t, err)
+		owners[rec.Owner]++
+	}
+	require.Len(t, owners, 2, "orders of the base schema go to both builds: %v", owners)
+
+	for _, target := range []string{"workflow-b", ""} {
+		_, err := a.client.RelocateOrder(ctxT(t, 10*time.Second), &contracts.RelocateOrderReq{OrderId: held[0], TargetNode: target, OperationId: "op-" + target})
+		require.Error(t, err, "relocation to %q", target)
+		t.Logf("relocation of an order of schema 2 to %q: %v", target, err)
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, held[0])
+		require.NoError(t, err)
+		require.Equal(t, location.Ready, rec.Status)
+		require.Equal(t, wa.Member.ID(), rec.Owner, "the order stays where it is read")
+	}
+
+	wa.Member.Crash()
+	waitMembers(t, a.member.Lookup, 1)
+	fresh := h.writtenStart(t, 1)
+	h.holdsSchema(t, fresh.OrderId, 2)
+	began := time.Now()
+	_, err = a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: fresh.OrderId})
+	require.Error(t, err)
+	require.Equal(t, errkind.VersionUnsupported, errkind.Of(err), "503 VERSION_UNSUPPORTED: %v", err)
+	require.Less(t, time.Since(began), 3*time.Second, "refused at once")
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, fresh.OrderId)
+	require.NoError(t, err)
+	require.NotEqual(t, location.Ready, rec.Status, "workflow-b, which would open it, was never asked")
 }

@@ -36,6 +36,12 @@ type Config struct {
 	// compatibility level and placement; 0 for a member that hosts no
 	// grains that read events (an API).
 	Schema int
+	// StateSchema returns the highest event schema an identity's state
+	// holds (eventstore.SchemaReader), so that in a cluster of mixed
+	// builds an activation goes only to a member that reads it
+	// (versions.go); nil places without looking, every member's own
+	// refusal deciding.
+	StateSchema func(ctx context.Context, kind, id string) (int, error)
 	// CreateLockTTL bounds how long a dead creator can block an identity.
 	// A live creator extends it before asking each member, so it must
 	// only exceed ActivationTimeout; default ActivationTimeout + 3s.
@@ -209,6 +215,8 @@ type Lookup struct {
 	links linkState
 	// watch is the self-fence watch's state (selffence.go).
 	watch watchState
+	// schemas is the view of what each member reads (versions.go).
+	schemas schemaView
 }
 
 type resolveCall struct {
@@ -270,6 +278,7 @@ func (l *Lookup) OnMemberLeft(f func(memberID, address string)) {
 func (l *Lookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.cluster = c
 	l.startGone()
+	l.startSchemas()
 	l.kinds = map[string]bool{}
 	for _, k := range kinds {
 		if k != pcluster.TopicActorKind {
@@ -378,6 +387,9 @@ func (l *Lookup) onTopology(t *pcluster.ClusterTopology) {
 	}
 	l.noteAPIs(t.Members)
 	l.observeLeft(t.Left)
+	if len(t.Joined) > 0 {
+		l.nudgeSchemas()
+	}
 	for _, m := range t.Joined {
 		for _, f := range joins {
 			f(m.Id, m.Address(), m.Kinds)
@@ -660,6 +672,12 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 	}
 	start := int(l.rr.Add(1))
 	candidates = l.downLinksLast(candidates, start)
+	// After the rotation, which readers keeps within its groups.
+	candidates, err := l.readers(ctx, kind, id, candidates)
+	if err != nil {
+		abort()
+		return nil, nil, err
+	}
 	start = 0
 	var lastErr error
 	// busy: a member refused for want of room, or did not answer in time.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,7 +66,7 @@ func (l *Lookup) Move(ctx context.Context, p MovePlan) (location.Record, error) 
 		}
 		return location.Record{}, fmt.Errorf("%w: %s: %w", ErrMoveNotBegun, p.Identity, err)
 	}
-	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, l.Self())
+	target, err := l.pickTarget(ctx, p.Kind, p.Identity, p.TargetNode, l.Self())
 	if err != nil {
 		_ = l.rollBack(ctx, p)
 		report(MoveAborted, "", gen)
@@ -138,8 +139,9 @@ func settle(ctx context.Context, write func(context.Context) error, final func(e
 }
 
 // pickTarget finds the named member, or another eligible member than
-// exclude (the current owner).
-func (l *Lookup) pickTarget(ctx context.Context, kind, node, exclude string) (*pcluster.Member, error) {
+// exclude (the current owner), that reads id's state (readers): a named
+// member whose build does not is refused with ErrVersionUnsupported.
+func (l *Lookup) pickTarget(ctx context.Context, kind, id, node, exclude string) (*pcluster.Member, error) {
 	self := exclude
 	if node != "" {
 		m, err := l.MemberByNode(ctx, node)
@@ -152,6 +154,9 @@ func (l *Lookup) pickTarget(ctx context.Context, kind, node, exclude string) (*p
 		if !m.HasKind(kind) {
 			return nil, fmt.Errorf("%w: %s does not host %s", ErrNoMember, node, kind)
 		}
+		if _, err := l.readers(ctx, kind, id, []*pcluster.Member{m}); err != nil {
+			return nil, fmt.Errorf("%s: %w", node, err)
+		}
 		return m, nil
 	}
 	var others []*pcluster.Member
@@ -163,7 +168,13 @@ func (l *Lookup) pickTarget(ctx context.Context, kind, node, exclude string) (*p
 	if len(others) == 0 {
 		return nil, fmt.Errorf("%w: no other member hosts %s", ErrNoMember, kind)
 	}
-	return others[int(l.rr.Add(1))%len(others)], nil
+	start := int(l.rr.Add(1)) % len(others)
+	others = slices.Concat(others[start:], others[:start])
+	others, err := l.readers(ctx, kind, id, others)
+	if err != nil {
+		return nil, err
+	}
+	return others[0], nil
 }
 
 // CompleteMove finishes a relocation that was interrupted after it began
@@ -186,7 +197,7 @@ func (l *Lookup) CompleteMove(ctx context.Context, p MovePlan) (location.Record,
 		return location.Record{}, fmt.Errorf("%w: relocation %s of %s is not in progress", location.ErrNotOwner, p.OperationID, p.Identity)
 	}
 	source := actor.NewPID(rec.PIDAddress, rec.PIDID)
-	target, err := l.pickTarget(ctx, p.Kind, p.TargetNode, rec.Owner)
+	target, err := l.pickTarget(ctx, p.Kind, p.Identity, p.TargetNode, rec.Owner)
 	if err != nil {
 		_ = l.rollBack(ctx, p)
 		report(MoveAborted, "", rec.Generation)

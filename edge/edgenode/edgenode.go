@@ -224,6 +224,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	cc := cfg.Cluster
 	cc.Kinds = nil
 	cc.Location = st.Location
+	cc.StateSchema = st.StateSchema()
 	cc.OnMemberJoined = routes.MemberJoined
 	cc.OnMemberLeft = routes.MemberLeft
 	if cc.RequestTimeout == 0 {
