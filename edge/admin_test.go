@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,6 +374,58 @@ func TestResumeTakesOverThroughTheAdminRouteThenContinues(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"ord-live": true, "ord-none": true, "ord-left": true}, continued,
 		"a failed takeover is not followed by a continue")
+}
+
+// fakeVersions: the live workflow members read up to newest, at level;
+// the orders hold the schemas given (1 otherwise).
+type fakeVersions struct {
+	newest, level int
+	held          map[string]int
+	reads         *atomic.Int64
+}
+
+func (v fakeVersions) Readable(context.Context) (int, int, error) { return v.newest, v.level, nil }
+
+func (v fakeVersions) HighestSchema(_ context.Context, id string) (int, error) {
+	v.reads.Add(1)
+	if n, ok := v.held[id]; ok {
+		return n, nil
+	}
+	return 1, nil
+}
+
+// After a rollback below the level, an order without a live owner that
+// holds a schema no live workflow member reads is reported with the
+// reason VERSION_UNSUPPORTED and its schema, and a resume does not
+// continue it (it would answer the same); a live owner reads its order,
+// and in a cluster that reads the level no order's schema is read.
+func TestStuckReportNamesOrdersNoLiveMemberReads(t *testing.T) {
+	var reads atomic.Int64
+	v := fakeVersions{newest: 1, level: 2, held: map[string]int{"ord-none": 2, "ord-live": 2, "ord-left": 1}, reads: &reads}
+	e, _ := stuckEnv(t, func(c *Config) { c.Stuck.Versions = v })
+	w := e.admin("GET", "/admin/orders/stuck?olderThan=1m", "")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	got := byOrder(decodeReport(t, w.Body.Bytes()))
+	require.Equal(t, ReasonVersionUnsupported, got["ord-none"].Reason)
+	require.Equal(t, 2, got["ord-none"].Schema)
+	require.Empty(t, got["ord-live"].Reason, "its live owner reads it")
+	require.Empty(t, got["ord-left"].Reason, "schema 1 is read")
+
+	w = e.admin("POST", "/admin/orders/stuck/resume?olderThan=1m", "")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	got = byOrder(decodeReport(t, w.Body.Bytes()))
+	require.Equal(t, "no live workflow member reads its event schema 2", got["ord-none"].Resume.Skipped)
+	for _, c := range e.orders.continues {
+		require.NotEqual(t, "ord-none", c.OrderId, "not continued")
+	}
+
+	reads.Store(0)
+	v.newest = 2
+	e, _ = stuckEnv(t, func(c *Config) { c.Stuck.Versions = v })
+	w = e.admin("GET", "/admin/orders/stuck?olderThan=1m", "")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Empty(t, byOrder(decodeReport(t, w.Body.Bytes()))["ord-none"].Reason)
+	require.Zero(t, reads.Load(), "the members read the level: no order's schema is read")
 }
 
 func TestRebuildActiveIndexRoute(t *testing.T) {

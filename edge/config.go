@@ -164,8 +164,24 @@ type Stuck struct {
 	Index     ActiveOrders
 	Authority Authority
 	Members   Members
+	// Versions, optional, tells the orders no live workflow member reads
+	// (a rollback below their schema): their entries carry the reason
+	// VERSION_UNSUPPORTED. Nil reports none.
+	Versions StuckVersions
 	// Now is the report's clock; optional, default time.Now.
 	Now func() time.Time
+}
+
+// StuckVersions says which event schemas the live workflow members read
+// and which an order holds.
+type StuckVersions interface {
+	// Readable returns the newest event schema any live workflow member
+	// reads (0 with none) and the compatibility level, above which no
+	// order holds anything.
+	Readable(ctx context.Context) (newest, level int, err error)
+	// HighestSchema returns the highest event schema the order's stream
+	// holds (eventstore.SchemaReader).
+	HighestSchema(ctx context.Context, orderID string) (int, error)
 }
 
 // Config configures a Server. Fields without "optional" are required.

@@ -72,6 +72,12 @@ type StuckEntry struct {
 	Generation      int64      `json:"generation"`
 	Owner           StuckOwner `json:"owner"`
 	Action          string     `json:"action"`
+	// Reason is why a continue cannot move the order now, if known:
+	// ReasonVersionUnsupported when no live workflow member reads its
+	// highest event schema (Schema); it moves once one that does runs.
+	Reason string `json:"reason,omitempty"`
+	// Schema is the order's highest event schema, with Reason.
+	Schema int `json:"schema,omitempty"`
 	// Resume is set by a resume: what it did and how it ended.
 	Resume *ResumeOutcome `json:"resume,omitempty"`
 }
@@ -170,6 +176,12 @@ func (s *Server) resumeOne(r *http.Request, e *StuckEntry, takeover, available b
 		out.Done = append(out.Done, ActionTakeover)
 		s.log.InfoContext(ctx, "stuck order taken over", slog.String("order", e.OrderID))
 	}
+	if e.Reason == ReasonVersionUnsupported {
+		// A continue would answer the same; the order moves once a member
+		// of a build that reads it runs.
+		out.Skipped = fmt.Sprintf("no live workflow member reads its event schema %d", e.Schema)
+		return out
+	}
 	res, err := s.cfg.Orders.ContinueOrderWorkflow(ctx, &contracts.ContinueOrderWorkflowReq{
 		OrderId: e.OrderID, SourceCommandId: "stuck-resume-" + s.cfg.NewID(),
 	})
@@ -203,6 +215,16 @@ func (s *Server) stuckReport(ctx context.Context, r *http.Request) (*StuckReport
 	rep := &StuckReport{OlderThan: age.String(), AsOfUnixMs: now.UnixMilli(), TakeoverAvailable: s.takeoverAvailable(),
 		Orders: make([]StuckEntry, 0, len(found))}
 	var names map[string]string
+	// Only when the live members read less than the level can an order
+	// hold what none of them reads; otherwise no order's schema is read.
+	readable, mixed := 0, false
+	if st.Versions != nil && len(found) > 0 {
+		newest, level, err := st.Versions.Readable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		readable, mixed = newest, newest < level
+	}
 	for _, f := range found {
 		rec, err := st.Authority.Get(ctx, grain.KindName, f.OrderID)
 		if err != nil {
@@ -226,6 +248,15 @@ func (s *Server) stuckReport(ctx context.Context, r *http.Request) (*StuckReport
 				}
 			}
 			e.Owner.Node = names[rec.Owner]
+		}
+		if mixed && e.Owner.State != OwnerLive {
+			need, err := st.Versions.HighestSchema(ctx, f.OrderID)
+			if err != nil {
+				return nil, err
+			}
+			if need > readable {
+				e.Reason, e.Schema = ReasonVersionUnsupported, need
+			}
 		}
 		rep.Orders = append(rep.Orders, e)
 	}

@@ -487,6 +487,8 @@ type Workflow struct {
 	// probe is the Location Store the self-fence watch reads through
 	// (Stores.Probe).
 	probe location.Store
+	// stores are the member's stores (ResumeReadable).
+	stores *Stores
 }
 
 // StartWorkflow starts a member hosting shoppingmall.order-workflow.
@@ -576,7 +578,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 		cfg.Logger.Warn("the compatibility level was not read at start; writing the base schema until it is", slog.Any("error", err))
 	}
 	return &Workflow{Member: m, Service: svc, Client: grain.NewClient(m.Lookup, grain.WithRelocations(cfg.Stores.Relocation)), Schema: gate,
-		log: cfg.Logger, probe: cfg.Stores.Probe}, nil
+		log: cfg.Logger, probe: cfg.Stores.Probe, stores: cfg.Stores}, nil
 }
 
 // RunSchemaGate keeps the member's view of the compatibility level

@@ -19,6 +19,7 @@ import (
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/errkind"
+	"github.com/shoppingmall-go/shoppingmall/readmodel"
 )
 
 // writtenStart records a start the way a build writing the given event
@@ -115,7 +116,8 @@ func TestPlacementSendsAnOrderOnlyToMembersThatReadIt(t *testing.T) {
 	wa := h.startWorkflow("workflow-a")
 	h.startWorkflow("workflow-b")
 	ctx := ctxT(t, 10*time.Second)
-	// workflow-a advertises as a build of schema 2 would.
+	// workflow-a advertises as a build of schema 2 would, over its own.
+	<-wa.Member.Lookup.NamePublished()
 	require.NoError(t, h.stores.Location.PutMember(ctx, wa.Member.ID(), "workflow-a", 2))
 	_, _, err := h.stores.Location.RaiseSchemaLevel(ctx, location.SchemaLevel{Level: 2, RaisedBy: "test"})
 	require.NoError(t, err)
@@ -174,4 +176,67 @@ func TestPlacementSendsAnOrderOnlyToMembersThatReadIt(t *testing.T) {
 	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, fresh.OrderId)
 	require.NoError(t, err)
 	require.NotEqual(t, location.Ready, rec.Status, "workflow-b, which would open it, was never asked")
+}
+
+// waitingOrder is an order that a build of schema 2 started and then was
+// rolled back from: its start recorded and projected as Created, its
+// stream holding schema 2, and nobody owning it.
+func (h *harness) waitingOrder(t *testing.T) string {
+	t.Helper()
+	ctx := ctxT(t, 5*time.Second)
+	req := h.writtenStart(t, 1)
+	h.holdsSchema(t, req.OrderId, 2)
+	st := &contracts.OrderState{OrderId: req.OrderId, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: time.Now().Add(-time.Minute).UnixMilli()}
+	_, err := h.stores.ReadModel.Put(ctx, req.OrderId, 1, st)
+	require.NoError(t, err)
+	require.NoError(t, h.stores.ReadModel.(readmodel.ActiveIndex).IndexActive(ctx, req.OrderId, st))
+	return req.OrderId
+}
+
+// After a rollback below the level, orders that hold the newer schema
+// wait (VERSION_UNSUPPORTED) with nobody to move them; a member of a
+// build that reads them continues them when it joins, and only them: an
+// order of the base schema is left to its owner or the next command.
+func TestAMemberThatReadsTheWaitingOrdersContinuesThem(t *testing.T) {
+	h := newHarness(t)
+	wa := h.startWorkflow("workflow-a")
+	ctx := ctxT(t, 10*time.Second)
+	_, _, err := h.stores.Location.RaiseSchemaLevel(ctx, location.SchemaLevel{Level: 2, RaisedBy: "test"})
+	require.NoError(t, err)
+	a := h.startAPIWith("api-a", func(c *cluster.Config) { c.StateSchema = h.stores.StateSchema() })
+	waitMembers(t, a.member.Lookup, 1)
+	require.Eventually(t, func() bool { level, _, _ := a.member.Lookup.SchemaView(); return level == 2 }, 10*time.Second, 20*time.Millisecond)
+
+	waiting := []string{h.waitingOrder(t), h.waitingOrder(t)}
+	for _, id := range waiting {
+		_, err := a.client.ContinueOrderWorkflow(ctxT(t, 10*time.Second), &contracts.ContinueOrderWorkflowReq{OrderId: id})
+		require.Equal(t, errkind.VersionUnsupported, errkind.Of(err), "%v", err)
+	}
+	base := h.writtenStart(t, 1).OrderId
+	st := &contracts.OrderState{OrderId: base, Status: contracts.OrderStatus_Created, UpdatedAtUnixMs: time.Now().Add(-time.Minute).UnixMilli()}
+	_, err = h.stores.ReadModel.Put(ctx, base, 1, st)
+	require.NoError(t, err)
+	require.NoError(t, h.stores.ReadModel.(readmodel.ActiveIndex).IndexActive(ctx, base, st))
+
+	n, err := wa.ResumeReadable(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a member that reads no more than the others resumes nothing")
+
+	wb := h.startWorkflow("workflow-b")
+	<-wb.Member.Lookup.NamePublished()
+	require.NoError(t, h.stores.Location.PutMember(ctx, wb.Member.ID(), "workflow-b", 2)) // a build of schema 2
+	waitMembers(t, wb.Member.Lookup, 2)
+	require.Eventually(t, func() bool { _, ms, _ := wb.Member.Lookup.SchemaView(); return ms[wb.Member.ID()] == 2 }, 10*time.Second, 20*time.Millisecond)
+	n, err = wb.ResumeReadable(ctxT(t, 30*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, len(waiting), n)
+	for _, id := range waiting {
+		h.waitStatus(t, id, contracts.OrderStatus_Confirmed)
+		rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, id)
+		require.NoError(t, err)
+		require.Equal(t, wb.Member.ID(), rec.Owner, "placed on the build that reads it")
+	}
+	rec, err := h.stores.Location.Get(ctxT(t, 5*time.Second), grain.KindName, base)
+	require.NoError(t, err)
+	require.Equal(t, location.Missing, rec.Status, "an order of the base schema is not this resume's")
 }

@@ -141,6 +141,33 @@ func (c schemaControl) RaiseSchema(ctx context.Context, to int, by string) (loca
 	return compat.Raise(ctx, c.store, c.lookup.EligibleIDs(grain.KindName), to, by, false, time.Now())
 }
 
+// stuckVersions tells the stuck report what the live workflow members read
+// (edge.StuckVersions).
+type stuckVersions struct {
+	eventstore.SchemaReader
+	store  location.Store
+	lookup *placement.Lookup
+}
+
+func (v stuckVersions) Readable(ctx context.Context) (newest, level int, err error) {
+	schemas, err := v.store.MemberSchemas(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	lvl, err := v.store.SchemaLevel(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, id := range v.lookup.EligibleIDs(grain.KindName) {
+		s, ok := schemas[id]
+		if !ok {
+			s = location.BaseSchema
+		}
+		newest = max(newest, s)
+	}
+	return newest, lvl.Level, nil
+}
+
 // topology counts live workflow members as this member sees them, and
 // checks the stores for the edge's /readyz (edge.StoreCheck).
 type topology struct {
@@ -295,6 +322,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	}
 	if idx, ok := st.ReadModel.(edge.ActiveOrders); ok && cfg.Admin {
 		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
+		if r, ok := st.Events.(eventstore.SchemaReader); ok {
+			ecfg.Stuck.Versions = stuckVersions{SchemaReader: r, store: st.Location, lookup: m.Lookup}
+		}
 	}
 	if cfg.Admin {
 		ecfg.Timeline = &edge.Timeline{Events: st.Events, Ownership: st.Location, Operations: st.Relocation,

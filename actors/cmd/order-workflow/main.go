@@ -202,6 +202,20 @@ func run(args []string) error {
 	fenced := make(chan error, 1)
 	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
 	go w.RunSchemaGate(watchCtx)
+	go func() {
+		// Once this member's advertisement is out: orders that waited for a
+		// build of its schema continue (ResumeReadable).
+		select {
+		case <-w.Member.Lookup.NamePublished():
+		case <-watchCtx.Done():
+			return
+		}
+		if n, err := w.ResumeReadable(watchCtx); err != nil && watchCtx.Err() == nil {
+			log.Warn("resuming the orders that waited for this build's schema failed; `commerce-api admin stuck` lists them", "error", err)
+		} else if n > 0 {
+			log.Info("continued orders that waited for this build's schema", "orders", n)
+		}
+	}()
 	go stores.RunReconciler(watchCtx, node.ReconcileConfig{Every: o.reconcileEvery, PruneAfter: o.pruneAfter, Logger: log})
 	if o.retention > 0 {
 		a, err := node.NewArchiver(stores, proc.Archive, node.ArchiverConfig{Retention: o.retention, Owner: w.Member.ID(), Logger: log})
