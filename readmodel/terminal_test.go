@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
@@ -471,4 +472,41 @@ func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 		}
 	}
 	require.Len(t, seen, orders)
+}
+
+// A terminal notice from a newer build: a record with a field this build
+// does not declare still hands over what it knows; one whose status this
+// build does not know (a newer terminal status) still wakes the waiter,
+// who then reads instead of trusting it. Neither is dropped or fatal.
+func TestFeedReadsTheNoticesOfANewerBuild(t *testing.T) {
+	_, c := setup(t)
+	p := newProjected(t, c, "", "")
+	f := newFeed(t, p.ReadModel.(*readmodel.Redis))
+	ctx := ctxT(t)
+	require.Eventually(t, func() bool { return f.Subscriptions() > 0 }, 10*time.Second, 5*time.Millisecond)
+	notice := func(id string, st *contracts.OrderState) string {
+		raw, err := proto.Marshal(st)
+		require.NoError(t, err)
+		// Field 99, a varint: what a newer OrderState's extra field encodes to.
+		raw = protowire.AppendVarint(protowire.AppendTag(raw, 99, protowire.VarintType), 1)
+		return fmt.Sprintf("\x00%d:%s%s", len(id), id, raw)
+	}
+
+	wake, record, stop := f.WatchRecord("n1")
+	defer stop()
+	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), notice("n1",
+		&contracts.OrderState{OrderId: "n1", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 7})).Err())
+	recv(t, wake, "a notice with a newer field")
+	st, ok := record()
+	require.True(t, ok)
+	require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
+	require.EqualValues(t, 7, st.GetUpdatedAtUnixMs())
+
+	wake2, record2, stop2 := f.WatchRecord("n2")
+	defer stop2()
+	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), notice("n2",
+		&contracts.OrderState{OrderId: "n2", Status: contracts.OrderStatus(42)})).Err())
+	recv(t, wake2, "a notice with a newer status")
+	_, ok = record2()
+	require.False(t, ok, "a status this build does not know is not taken as terminal: the waiter reads")
 }

@@ -473,6 +473,10 @@ type WorkflowConfig struct {
 	// SchemaEvery is how often the member reads the level again; 0 takes
 	// compat's default.
 	SchemaEvery time.Duration
+	// Codec is the event codec the member's workflow reads and writes
+	// with, and whose schema it advertises; nil is workflow.Events, this
+	// build's. Tests run a member of another schema beside this build's.
+	Codec *workflow.Codec
 }
 
 // Workflow is a running OrderWorkflow member.
@@ -514,11 +518,16 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	}
 	wcfg.Commits = cfg.Stores.Commits
 	wcfg.Barrier = cfg.Stores.Barrier
+	wcfg.Codec = cfg.Codec
+	codec := workflow.Events
+	if cfg.Codec != nil {
+		codec = *cfg.Codec
+	}
 	// The gate asks the member's topology, which exists only once the
 	// member started: until then it counts nobody and raises nothing.
 	var member atomic.Pointer[cluster.Member]
 	gate := compat.NewGate(compat.GateConfig{
-		Store: cfg.Stores.Location, Own: workflow.Events.Schema, AutoRaise: cfg.SchemaAutoRaise,
+		Store: cfg.Stores.Location, Own: codec.Schema, AutoRaise: cfg.SchemaAutoRaise,
 		Node: cfg.Cluster.NodeName, Interval: cfg.SchemaEvery, Logger: cfg.Logger,
 		Live: func() []string {
 			if m := member.Load(); m != nil {
@@ -554,7 +563,7 @@ func StartWorkflow(ctx context.Context, cfg WorkflowConfig) (*Workflow, error) {
 	kind := grain.Kind(gcfg)
 	cc := cfg.Cluster
 	cc.Kinds = append(cc.Kinds, kind)
-	cc.Schema = workflow.Events.Schema
+	cc.Schema = codec.Schema
 	cc.StateSchema = cfg.Stores.StateSchema()
 	cc.Location = cfg.Stores.Location
 	if cc.Logger == nil {

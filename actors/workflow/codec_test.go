@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/order"
 	"github.com/shoppingmall-go/shoppingmall/actors/workflow"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
@@ -143,4 +145,23 @@ func TestDowncastersWriteTheSchemaTheLevelAllows(t *testing.T) {
 	bad := workflow.Codec{Schema: 2, Downcasters: []workflow.Downcaster{{From: 2, Down: drop("absent", 2)}}}
 	_, _, err = bad.Encode(e, 1)
 	require.ErrorIs(t, err, workflow.ErrInvalidArgument)
+}
+
+// The first activation envelope crosses builds: one a newer build saved,
+// with a field this build does not declare, is read with every field it
+// knows, so an order started on a newer member continues on an older one
+// (at a level both read).
+func TestAFirstEnvelopeOfANewerBuildIsRead(t *testing.T) {
+	req := &contracts.StartOrderWorkflowReq{OrderId: "o1", CartId: "c1", ShippingAddressId: "a1", PaymentMethodId: "pm",
+		SourceCommandId: "cmd", Amount: 12900, Currency: "EUR", Lines: []*contracts.OrderLine{{Sku: "s", Quantity: 2}}}
+	b, err := workflow.EncodeEnvelope(req)
+	require.NoError(t, err)
+	// Field 99, a varint: what a newer request's extra field encodes to.
+	b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 1)
+	got, err := workflow.DecodeEnvelope("o1", b)
+	require.NoError(t, err)
+	require.Equal(t, req.GetPaymentMethodId(), got.GetPaymentMethodId())
+	require.Equal(t, req.GetAmount(), got.GetAmount())
+	require.Equal(t, req.GetLines()[0].GetQuantity(), got.GetLines()[0].GetQuantity())
+	require.Equal(t, req.GetSourceCommandId(), got.GetSourceCommandId())
 }

@@ -123,7 +123,7 @@ func (s *Service) Open(ctx context.Context, orderID string, generation int64) (*
 	if err != nil {
 		return nil, fmt.Errorf("open order %s at generation %d: %w", orderID, generation, err)
 	}
-	st, err := foldEnvelopes(orderID, envs)
+	st, err := foldEnvelopes(s.codec(), orderID, envs)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (s *Service) replay(ctx context.Context, orderID string) (order.State, []ev
 	if err != nil {
 		return order.State{}, nil, fmt.Errorf("load order %s: %w", orderID, err)
 	}
-	st, err := foldEnvelopes(orderID, envs)
+	st, err := foldEnvelopes(s.codec(), orderID, envs)
 	return st, envs, err
 }
 
@@ -195,7 +195,7 @@ func (s *Service) refreshIfStale(ctx context.Context, o *Order) error {
 // foldEnvelopes decodes and folds a stream. Every envelope must belong to
 // the order, sit at its gapless position and agree with its body; anything
 // else means the stream was not written by this workflow.
-func foldEnvelopes(orderID string, envs []eventstore.Envelope) (order.State, error) {
+func foldEnvelopes(c Codec, orderID string, envs []eventstore.Envelope) (order.State, error) {
 	if len(envs) == 0 {
 		return order.State{OrderID: orderID}, nil
 	}
@@ -208,7 +208,7 @@ func foldEnvelopes(orderID string, envs []eventstore.Envelope) (order.State, err
 		if env.OrderID != orderID {
 			return order.State{}, fmt.Errorf("%w: order %s: version %d belongs to order %q", eventstore.ErrCorrupt, orderID, env.Version, env.OrderID)
 		}
-		e, err := DecodeEvent(env.EventType, env.Schema, env.Data)
+		e, err := c.Decode(env.EventType, env.Schema, env.Data)
 		if err != nil {
 			return order.State{}, fmt.Errorf("order %s version %d: %w", orderID, env.Version, err)
 		}
@@ -235,7 +235,7 @@ func foldEnvelopes(orderID string, envs []eventstore.Envelope) (order.State, err
 // events alone rebuild the state (spec §7.4). A stream this workflow did
 // not write is eventstore.ErrCorrupt; an empty one has no view (nil).
 func Replay(orderID string, envs []eventstore.Envelope) (*contracts.OrderState, error) {
-	st, err := foldEnvelopes(orderID, envs)
+	st, err := foldEnvelopes(Events, orderID, envs)
 	if err != nil {
 		return nil, err
 	}

@@ -248,10 +248,19 @@ func (s *Service) append(ctx context.Context, o *Order, p Projection, evs ...pen
 // writeSchema is the schema this member's writes stamp now: the lower of
 // the compatibility level and what this build writes.
 func (s *Service) writeSchema() int {
+	own := s.codec().Schema
 	if s.cfg.SchemaLevel == nil {
-		return Events.Schema
+		return own
 	}
-	return max(1, min(s.cfg.SchemaLevel(), Events.Schema))
+	return max(1, min(s.cfg.SchemaLevel(), own))
+}
+
+// codec is the event codec this Service reads and writes with.
+func (s *Service) codec() Codec {
+	if s.cfg.Codec != nil {
+		return *s.cfg.Codec
+	}
+	return Events
 }
 
 // appendWith is append that, given the start request of a new order,
@@ -266,7 +275,7 @@ func (s *Service) appendWith(ctx context.Context, o *Order, p Projection, start 
 	types := make([]string, 0, len(evs))
 	schema := s.writeSchema()
 	for _, pe := range evs {
-		eventType, data, err := Events.Encode(pe.ev, schema)
+		eventType, data, err := s.codec().Encode(pe.ev, schema)
 		if err != nil {
 			return false, err
 		}

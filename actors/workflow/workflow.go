@@ -97,6 +97,10 @@ type Config struct {
 	Barrier eventstore.Barrier
 	// Now returns the current time in unix milliseconds.
 	Now func() int64
+	// Codec is the event codec the Service reads and writes with; nil is
+	// Events, this build's. Another is a build of another schema, which
+	// tests run beside this one in a process.
+	Codec *Codec
 	// SchemaLevel returns the cluster's compatibility level as this
 	// member last read it (compat.Gate.Level); every event is written as
 	// the lower of it and SchemaVersion, so that no member of an older

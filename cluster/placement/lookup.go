@@ -730,7 +730,7 @@ func (l *Lookup) create(ctx context.Context, kind, id, token string, gen int64, 
 			if errors.As(err, &af) && (af.timeout || af.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED) {
 				busy = true
 			}
-			if errors.As(err, &af) && af.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED {
+			if errors.As(err, &af) && (af.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED || af.newer()) {
 				unreadable = true
 			}
 			if errors.As(err, &af) && !af.tryNext() {
@@ -822,10 +822,23 @@ func (e *activationError) Unwrap() error {
 		return location.ErrTimeout
 	case e.failure == ActivationFailure_ACTIVATION_FAILURE_OVERLOADED:
 		return ErrOverloaded
-	case e.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED:
+	case e.failure == ActivationFailure_ACTIVATION_FAILURE_VERSION_UNSUPPORTED, e.newer():
 		return ErrVersionUnsupported
 	}
 	return nil
+}
+
+// newer reports a failure this build has no name for: a newer build's
+// refusal. Like a reason code it does not know (the grain's
+// ErrUnknownReason), it is an outage of the builds, not a bug: the next
+// member is asked, and with none left the creation is
+// ErrVersionUnsupported, a well-formed 503, never a 500.
+func (e *activationError) newer() bool {
+	if e.timeout {
+		return false
+	}
+	_, known := ActivationFailure_name[int32(e.failure)]
+	return !known
 }
 
 // tryNext tells whether another member may succeed where this one failed:

@@ -125,7 +125,13 @@ func (h *harness) ev(name string) *workflowtest.Evidence {
 }
 
 func (h *harness) startWorkflow(ctx context.Context, name string) {
-	w, err := node.StartWorkflow(ctx, node.WorkflowConfig{
+	h.startWorkflowWith(ctx, name, func(*node.WorkflowConfig) {})
+}
+
+// startWorkflowWith is startWorkflow with edit's changes to the member's
+// Config.
+func (h *harness) startWorkflowWith(ctx context.Context, name string, edit func(*node.WorkflowConfig)) {
+	cfg := node.WorkflowConfig{
 		Cluster: cluster.Config{
 			NodeName: name, Provider: cluster.ProviderTest, TestAgent: h.agent,
 			RefreshTTL: 100 * time.Millisecond, Logger: h.logger(name), FrameworkLogLevel: quietFramework,
@@ -134,7 +140,9 @@ func (h *harness) startWorkflow(ctx context.Context, name string) {
 		Fixtures: true,
 		Evidence: io.MultiWriter(h.ev(name), tlogWriter{h.t}),
 		Logger:   h.logger(name),
-	})
+	}
+	edit(&cfg)
+	w, err := node.StartWorkflow(ctx, cfg)
 	require.NoError(h.t, err)
 	h.t.Cleanup(w.Member.Crash)
 	h.workflows[name] = w
