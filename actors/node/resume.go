@@ -7,6 +7,7 @@ import (
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/actors/grain"
+	"github.com/shoppingmall-go/shoppingmall/cluster/compat"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/eventstore"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
@@ -45,14 +46,9 @@ func (w *Workflow) ResumeReadable(ctx context.Context) (int, error) {
 	self := w.Member.ID()
 	own, others := schemas[self], location.BaseSchema
 	for _, id := range w.Member.Lookup.EligibleIDs(grain.KindName) {
-		if id == self {
-			continue
+		if id != self {
+			others = max(others, compat.Reads(schemas, id))
 		}
-		s, ok := schemas[id]
-		if !ok {
-			s = location.BaseSchema
-		}
-		others = max(others, s)
 	}
 	if own <= others {
 		return 0, nil

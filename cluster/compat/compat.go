@@ -124,6 +124,16 @@ func Status(ctx context.Context, st Store, live []string) (Report, error) {
 	return Report{Level: lvl, History: hist, Members: members, Readable: readable}, nil
 }
 
+// Reads is the schema member id reads as the level counts it, from the
+// advertised schemas: its own advertisement, or location.BaseSchema for
+// a workflow member of a build that predates the advertisement.
+func Reads(schemas map[string]int, id string) int {
+	if s, ok := schemas[id]; ok {
+		return s
+	}
+	return location.BaseSchema
+}
+
 // members joins names, advertised schemas and liveness.
 func members(ctx context.Context, st Store, live []string) ([]Member, int, error) {
 	names, err := st.MemberNames(ctx)
@@ -154,9 +164,7 @@ func members(ctx context.Context, st Store, live []string) ([]Member, int, error
 	for _, id := range live {
 		m := get(id)
 		m.Workflow = true
-		if !m.Advertised {
-			m.Schema = location.BaseSchema
-		}
+		m.Schema = Reads(schemas, id)
 		if readable == 0 || m.Schema < readable {
 			readable = m.Schema
 		}

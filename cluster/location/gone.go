@@ -392,11 +392,7 @@ func (s *Redis) PruneMember(ctx context.Context, memberID string) (PruneOutcome,
 	if owns > 0 {
 		return PruneOutcome{Owns: owns}, nil
 	}
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.keys.members(), memberID)
-		p.HDel(ctx, s.keys.memberSchemas(), memberID)
-		return nil
-	}); err != nil {
+	if err := forgetMember.Run(ctx, s.rdb, []string{s.keys.members(), s.keys.memberSchemas()}, memberID).Err(); err != nil {
 		return PruneOutcome{}, translateGone(err)
 	}
 	if err := pruneGone.Run(ctx, s.rdb, []string{s.keys.gone(), s.keys.heartbeat()}, memberID, heartbeatJudge, goneVersion).Err(); err != nil {

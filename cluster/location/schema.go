@@ -172,17 +172,28 @@ func (s *Redis) PutMember(ctx context.Context, memberID, node string, schema int
 	if schema < 0 {
 		return fmt.Errorf("%w: %d", ErrInvalidSchema, schema)
 	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.keys.members(), memberID, node)
-		if schema > 0 {
-			p.HSet(ctx, s.keys.memberSchemas(), memberID, schema)
-		} else {
-			p.HDel(ctx, s.keys.memberSchemas(), memberID)
-		}
-		return nil
-	})
-	return translate(err)
+	return translate(putMember.Run(ctx, s.rdb, []string{s.keys.members(), s.keys.memberSchemas()}, memberID, node, schema).Err())
 }
+
+// putMember: KEYS names, schemas. ARGV member id, node, schema (0: none).
+// A script, not MULTI: a replicated deployment's WAIT follows a script's
+// writes, and refuses a transaction's.
+var putMember = redis.NewScript(`#!lua
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+else
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return 1
+`)
+
+// forgetMember: KEYS names, schemas. ARGV member id.
+var forgetMember = redis.NewScript(`#!lua
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+`)
 
 // MemberSchemas returns member id → the newest event schema it reads, for
 // every member that advertised one.

@@ -159,11 +159,7 @@ func (v stuckVersions) Readable(ctx context.Context) (newest, level int, err err
 		return 0, 0, err
 	}
 	for _, id := range v.lookup.EligibleIDs(grain.KindName) {
-		s, ok := schemas[id]
-		if !ok {
-			s = location.BaseSchema
-		}
-		newest = max(newest, s)
+		newest = max(newest, compat.Reads(schemas, id))
 	}
 	return newest, lvl.Level, nil
 }
