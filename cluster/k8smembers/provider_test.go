@@ -305,7 +305,8 @@ func TestWatchErrorReLists(t *testing.T) {
 	// ... and then fails: the re-list finds it.
 	first.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "boom"})
 	a.sink.waitIDs(t, "member-a", "member-b")
-	require.GreaterOrEqual(t, watchCalls.Load(), int32(2), "watched again after re-listing")
+	// The re-list lands before the next watch starts: wait for it.
+	require.Eventually(t, func() bool { return watchCalls.Load() >= 2 }, waitFor, tick, "watched again after re-listing")
 }
 
 func TestRegistrationAndListRetryAfterAPIErrors(t *testing.T) {
