@@ -114,7 +114,7 @@ func (h *harness) holdsSchema(t *testing.T, orderID string, schema int) {
 func TestPlacementSendsAnOrderOnlyToMembersThatReadIt(t *testing.T) {
 	h := newHarness(t)
 	wa := h.startWorkflow("workflow-a")
-	h.startWorkflow("workflow-b")
+	wb := h.startWorkflow("workflow-b")
 	ctx := ctxT(t, 10*time.Second)
 	// workflow-a advertises as a build of schema 2 would, over its own.
 	<-wa.Member.Lookup.NamePublished()
@@ -126,7 +126,7 @@ func TestPlacementSendsAnOrderOnlyToMembersThatReadIt(t *testing.T) {
 	for _, l := range []*placement.Lookup{a.member.Lookup, wa.Member.Lookup} {
 		require.Eventually(t, func() bool {
 			level, ms, _ := l.SchemaView()
-			return level == 2 && ms[wa.Member.ID()] == 2
+			return level == 2 && ms[wa.Member.ID()] == 2 && ms[wb.Member.ID()] == 1
 		}, 10*time.Second, 20*time.Millisecond, "placement's view follows the level and the advertisements")
 	}
 

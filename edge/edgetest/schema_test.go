@@ -88,6 +88,12 @@ func TestARollingUpgradeOfTheEventSchema(t *testing.T) {
 	// Expand: the newer build joins and writes what the old ones read.
 	wn := newer("workflow-new")
 	seen(3)
+	// Placement asks a member whose advertisement it has not read yet
+	// only after the others: wait until the APIs have read it.
+	for _, a := range h.apis {
+		require.Eventually(t, func() bool { _, ms, _ := a.api.Member.Lookup.SchemaView(); return ms[wn.Member.ID()] == 2 },
+			10*time.Second, 10*time.Millisecond)
+	}
 	require.Eventually(t, func() bool {
 		r := report()
 		return r.Level.Level == 1 && r.Readable == 1 && len(r.Members) >= 5
