@@ -101,6 +101,11 @@ type Config struct {
 	// executables.
 	APIBin      string
 	WorkflowBin string
+	// NodeBins runs the named nodes from executables of their own instead
+	// of their role's APIBin or WorkflowBin: members of another build in
+	// one cluster, as a rolling upgrade has them. SetBinary changes a
+	// node's for its next start.
+	NodeBins map[string]string
 	// RedisBin is the redis-server executable; default from PATH.
 	RedisBin string
 	// RedisPersist keeps the Redis data on disk under RunDir/redis.
@@ -207,7 +212,9 @@ type node struct {
 	automanagedPort int
 	logPath         string
 	pidPath         string
-	proc            *process
+	// bin overrides the role's executable (Config.NodeBins, SetBinary).
+	bin  string
+	proc *process
 	// startOffset is the log size when the current incarnation started:
 	// readiness looks only at lines written after it.
 	startOffset int64
@@ -281,6 +288,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.RunDir == "" || cfg.APIBin == "" || cfg.WorkflowBin == "" {
 		return nil, fmt.Errorf("%w: RunDir, APIBin and WorkflowBin are required", ErrConfig)
 	}
+	for name, bin := range cfg.NodeBins {
+		if bin == "" {
+			return nil, fmt.Errorf("%w: NodeBins names no executable for %s", ErrConfig, name)
+		}
+	}
 	dir, err := filepath.Abs(cfg.RunDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: run dir: %v", ErrConfig, err)
@@ -350,6 +362,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for _, name := range workflows {
 		c.add(&node{name: name, role: RoleWorkflow, automanagedPort: take(), opsPort: take(), metricsPort: take()})
 	}
+	for name := range cfg.NodeBins {
+		if c.nodes[name] == nil {
+			return nil, fmt.Errorf("%w: NodeBins names %s, which is not a node of this cluster", ErrConfig, name)
+		}
+	}
 	seeds := make([]string, 0, len(c.order))
 	for _, name := range c.order {
 		seeds = append(seeds, "127.0.0.1:"+strconv.Itoa(c.nodes[name].automanagedPort))
@@ -414,6 +431,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 func (c *Cluster) add(n *node) {
 	n.logPath = filepath.Join(c.cfg.RunDir, n.name+".log")
 	n.pidPath = filepath.Join(c.cfg.RunDir, "pids", n.name+".pid")
+	n.bin = c.cfg.NodeBins[n.name]
 	c.nodes[n.name] = n
 	c.order = append(c.order, n.name)
 }
@@ -509,9 +527,15 @@ func (c *Cluster) startNode(n *node) error {
 	if err != nil {
 		return err
 	}
-	bin := c.cfg.APIBin
-	if n.role == RoleWorkflow {
+	c.mu.Lock()
+	bin := n.bin
+	c.mu.Unlock()
+	switch {
+	case bin != "":
+	case n.role == RoleWorkflow:
 		bin = c.cfg.WorkflowBin
+	default:
+		bin = c.cfg.APIBin
 	}
 	cgroup := ""
 	if c.cfg.Cgroup != nil {
@@ -624,6 +648,20 @@ func (c *Cluster) Kill(name string) error {
 	}
 	c.cfg.Logf("SIGKILL %s pid=%d", name, p.pid())
 	return p.kill()
+}
+
+// SetBinary makes name's next start (Restart) run bin, an executable of
+// another build; "" goes back to its role's (Config.APIBin or
+// WorkflowBin). The running incarnation is not touched: stop it first.
+func (c *Cluster) SetBinary(name, bin string) error {
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n.bin = bin
+	c.mu.Unlock()
+	return nil
 }
 
 // Restart starts a stopped or killed node again under the same name, as a

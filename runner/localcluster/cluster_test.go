@@ -187,3 +187,48 @@ func TestChildEnvDropsSampleVariables(t *testing.T) {
 	got := ChildEnv([]string{"PATH=/bin", "SHOPPINGMALL_SELF_CHECK=1", "HOME=/h", "SHOPPINGMALL_NODE=x"})
 	assert.Equal(t, []string{"PATH=/bin", "HOME=/h"}, got)
 }
+
+// A node named in NodeBins runs its own executable, the others their
+// role's; SetBinary changes what a node's next start runs, back to its
+// role's with "". Unknown names and empty paths are refused.
+func TestEachNodeRunsItsOwnBinary(t *testing.T) {
+	dir := t.TempDir()
+	newBuild := script(t, dir, "workflow-new", parseNode+`echo "build new $node"
+echo '{"time":"t","level":"INFO","msg":"order-workflow started","node":"'$node'","member":"m"}'
+exec sleep 600
+`)
+	cfg := func(bins map[string]string) Config {
+		return Config{
+			RunDir: filepath.Join(dir, "run"), APIBin: script(t, dir, "api", fakeAPI), WorkflowBin: script(t, dir, "workflow", fakeWorkflow),
+			NodeBins: bins, Poll: Poll{Interval: 20 * time.Millisecond, Attempts: 500}, StopGrace: 5 * time.Second, Logf: t.Logf,
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, bad := range []map[string]string{{"workflow-z": newBuild}, {WorkflowB: ""}} {
+		_, err := Start(ctx, cfg(bad))
+		require.ErrorIs(t, err, ErrConfig, "%v", bad)
+	}
+	c, err := Start(ctx, cfg(map[string]string{WorkflowB: newBuild}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	logOf := func(n string) string {
+		b, err := os.ReadFile(c.LogPath(n))
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(logOf(WorkflowB), "build new "+WorkflowB) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logOf(WorkflowA), "incarnation "+WorkflowA) }, 10*time.Second, 10*time.Millisecond)
+	require.NotContains(t, logOf(WorkflowA), "build new", "workflow-a runs its role's executable")
+
+	// Roll workflow-b back to the role's build, then forward again.
+	require.NoError(t, c.Kill(WorkflowB))
+	require.NoError(t, c.SetBinary(WorkflowB, ""))
+	require.NoError(t, c.Restart(ctx, WorkflowB))
+	require.Contains(t, logOf(WorkflowB), "incarnation "+WorkflowB+" "+strconv.Itoa(c.PID(WorkflowB)), "the role's executable")
+	require.NoError(t, c.Kill(WorkflowB))
+	require.NoError(t, c.SetBinary(WorkflowB, newBuild))
+	require.NoError(t, c.Restart(ctx, WorkflowB))
+	require.Equal(t, 2, strings.Count(logOf(WorkflowB), "build new "+WorkflowB))
+	require.ErrorIs(t, c.SetBinary("workflow-z", newBuild), ErrUnknownNode)
+}
