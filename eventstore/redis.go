@@ -158,9 +158,13 @@ end
 if not f[1] then
   redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'epoch', ARGV[3])
 end
+local highest = tonumber(f[4]) or 1
+local top = highest
 for i = 0, n - 1 do
   local b = base + 1 + i*6
   version = version + 1
+  local sc = tonumber(ARGV[b+5])
+  if sc > top then top = sc end
   redis.call('XADD', KEYS[1], '*',
     'eventId', ARGV[b],
     'orderId', ARGV[4],
@@ -175,12 +179,6 @@ for i = 0, n - 1 do
   if ARGV[b+2] ~= '' then
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
   end
-end
-local highest = tonumber(f[4]) or 1
-local top = highest
-for i = 0, n - 1 do
-  local sc = tonumber(ARGV[base + 1 + i*6 + 5])
-  if sc > top then top = sc end
 end
 if top > highest then
   redis.call('HSET', KEYS[2], 'schema', top)

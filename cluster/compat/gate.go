@@ -2,6 +2,7 @@ package compat
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -116,11 +117,12 @@ func (g *Gate) autoRaise(ctx context.Context) error {
 	if err != nil || readable <= g.Level() {
 		return err
 	}
-	cur, err := g.cfg.Store.SchemaLevel(ctx)
-	if err != nil || readable <= cur.Level {
-		return err
-	}
 	l, raised, err := Raise(ctx, g.cfg.Store, live, readable, g.cfg.Node, true, g.cfg.Now())
+	if errors.Is(err, location.ErrSchemaLevelLower) {
+		// The level this member last read is behind: it is already above
+		// what the members read, and the read that follows catches up.
+		return nil
+	}
 	if err != nil {
 		return err
 	}
