@@ -130,9 +130,25 @@ func (w *Workflow) DrainWith(ctx context.Context, cfg DrainConfig) (DrainReport,
 		slog.Int("closed", rep.Closed), slog.Int("notFound", rep.NotFound), slog.Int("left", rep.Left),
 		slog.Int("failed", rep.Failed), slog.Int("notSent", rep.NotSent),
 		slog.Bool("noPeer", req.NoPeer), slog.Duration("duration", rep.HandOff))
+	// This member id is gone for good (a restart is a new member), and it
+	// says so before it leaves: a peer that sees it leave its topology
+	// while its heartbeat is still fresh and its port still open would
+	// otherwise take the loss for a partition, and an API would leave to
+	// rejoin as a new member at every planned stop of a workflow member.
+	// An order the drain did not hand off becomes Unavailable now rather
+	// than once the heartbeat goes stale: the same answer, sooner.
+	goneCtx, cancel := context.WithTimeout(context.Background(), goneOnLeaveTimeout)
+	if _, err := lookup.RecordGone(goneCtx, lookup.Self(), time.Now()); err != nil {
+		w.log.Warn("drain: recording this member gone before it leaves failed; peers record it once its heartbeat is stale", slog.Any("error", err))
+	}
+	cancel()
 	w.Member.Stop()
 	return rep, errors.Join(errs...)
 }
+
+// goneOnLeaveTimeout bounds the gone record a drained member writes of
+// itself: one script on the Location Store.
+const goneOnLeaveTimeout = 2 * time.Second
 
 func hasPeer(l *placement.Lookup) bool {
 	for _, m := range l.Eligible(grain.KindName) {

@@ -650,6 +650,27 @@ func (c *Cluster) Kill(name string) error {
 	return p.kill()
 }
 
+// Drain stops the node as a planned stop does: out of supervision, then
+// SIGTERM, which makes a workflow member hand its live orders to the
+// members still running before it leaves, and SIGKILL only after
+// StopGrace. The caller restarts it (Restart), or nobody does.
+func (c *Cluster) Drain(name string) error {
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	p := n.proc
+	n.killed = true // stopped on purpose: its exit is no failure
+	n.managed = false
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	c.cfg.Logf("SIGTERM %s pid=%d (drain)", name, p.pid())
+	return p.stop(c.cfg.StopGrace)
+}
+
 // SetBinary makes name's next start (Restart) run bin, an executable of
 // another build; "" goes back to its role's (Config.APIBin or
 // WorkflowBin). The running incarnation is not touched: stop it first.
