@@ -43,7 +43,7 @@ RETENTION_FLAG = $(if $(RETENTION),-retention $(RETENTION))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
 
-.PHONY: test test-tools check test-one test-bin fmt-check vet lint k8s-compile k8s-test alerts-test store-evidence archive-test retention-test postgres unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers peers-check soak
+.PHONY: test test-tools check test-one test-bin fmt-check vet lint upgrade-test k8s-compile k8s-test alerts-test store-evidence archive-test retention-test postgres unit failover-test fault-test overload-test admin-test metrics-test pause-test stall-test partition-test takeover-test scale-test redis-cluster-test deploy-test multi-member redis proto build cluster-up cluster-down seed smoke bench bench-peers peers-check soak
 
 # make test runs its targets in TEST_JOBS parallel jobs (default 3; 1
 # runs them one after another). The targets that keep the cores busy
@@ -58,7 +58,7 @@ GOLANGCI_LINT = $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci
 # goes: docs/testing.md ("Where the time goes").
 TEST_JOBS ?= 3
 TEST_CPU := fmt-check peers-check vet lint k8s-compile alerts-test unit overload-test scale-test deploy-test compose-test
-TEST_WAITING := failover-test multi-member stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test archive-test retention-test k8s-test store-evidence
+TEST_WAITING := failover-test multi-member upgrade-test stall-test partition-test fault-test takeover-test redis-cluster-test metrics-test pause-test admin-test archive-test retention-test k8s-test store-evidence
 
 test: test-tools test-bin
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -Otarget TEST_LANES=1 $(TEST_CPU) $(TEST_WAITING)
@@ -116,6 +116,7 @@ lint:
 	fi
 	"$(GOLANGCI_LINT)" run ./...
 	"$(GOLANGCI_LINT)" run --build-tags k8s ./cluster/ ./cluster/k8smembers/...
+	"$(GOLANGCI_LINT)" run --build-tags upgradetest,strictreader ./actors/contracts/ ./actors/workflow/ ./runner/localcluster/upgradetest/
 
 # The k8s membership provider sits behind a build tag (no Kubernetes runs
 # here); this keeps it compiling.
@@ -154,7 +155,7 @@ test-bin:
 SOAK_BINS = -api-bin $(TEST_BIN_DIR)/commerce-api -workflow-bin $(TEST_BIN_DIR)/order-workflow
 
 unit: test-bin postgres
-	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /eventstore/archive -e /runner/pgserver -e /actors/archiver -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /scripts/deploy)
+	$(GO) test -race -count=1 -skip '^($(FAILOVER_TESTS))$$' $$($(GO) list ./... | grep -v -e /eventstore/archive -e /runner/pgserver -e /actors/archiver -e /cluster/clustertest -e /edge/edgetest -e /runner/localcluster/faulttest -e /runner/localcluster/overloadtest -e /runner/localcluster/admintest -e /runner/localcluster/metricstest -e /runner/localcluster/pausetest -e /runner/localcluster/stalltest -e /runner/localcluster/partition -e /runner/localcluster/takeovertest -e /runner/localcluster/scaletest -e /runner/localcluster/redisclustertest -e /runner/localcluster/upgradetest -e /scripts/deploy)
 
 # One package, or some of its tests, with the flags `make test` gives that
 # package, for the loop of one change (docs/testing.md):
@@ -312,6 +313,21 @@ stall-test: test-bin
 partition-test: test-bin
 	@bash scripts/install-iptables.sh >/dev/null
 	@out=$$($(GO) test -race -count=1 -timeout 5m -v ./runner/localcluster/partition/ ./runner/localcluster/partitiontest/ 2>&1); rc=$$?; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
+	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
+
+# The rolling upgrade with real processes (runner/localcluster/upgradetest,
+# docs/testing.md): one cluster runs two builds of this tree, the release
+# build and the one tagged upgradetest (event schema 2, one more optional
+# field, its upcaster); a schedule with the raise and a rollback after it,
+# one with the rollback before it, and the negative run on the builds
+# tagged strictreader, which must fail. First the golden corpus replays on
+# the newer build (the release build's run is in unit). Prints the figures
+# (the whole output when it fails). The test process itself is a driver
+# of real processes and runs without -race, as the binaries it starts do.
+upgrade-test: test-bin
+	@$(GO) test -count=1 -tags upgradetest -run '^TestGoldenCorpus' ./actors/workflow/ || exit 1; \
+	out=$$($(GO) test -count=1 -tags upgradetest -timeout 15m -v ./runner/localcluster/upgradetest/ 2>&1); rc=$$?; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out"; exit $$rc; fi; \
 	printf '%s\n' "$$out" | grep -E '^(--- |ok )|FIGURE'
 

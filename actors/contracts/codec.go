@@ -76,8 +76,12 @@ func UnmarshalJSON(b []byte, m proto.Message) error {
 // model): a reader of the same schema version must not fail on an
 // optional field another build added. What clients send is decoded
 // strictly (UnmarshalJSON).
+//
+// tolerantReader is true in every build but the test build tagged
+// strictreader, which the upgrade proof runs to show that its mixed-version
+// cluster fails without this tolerance (runner/localcluster/upgradetest).
 func UnmarshalStoredJSON(b []byte, m proto.Message) error {
-	return unmarshal(protojson.UnmarshalOptions{DiscardUnknown: true}, b, m)
+	return unmarshal(protojson.UnmarshalOptions{DiscardUnknown: tolerantReader}, b, m)
 }
 
 // unmarshal is both decoders: opts decides only what an unknown field or

@@ -62,15 +62,8 @@ func EncodeEvent(e order.Event) (eventType string, data []byte, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("encode %s: %w", eventType, err)
 	}
-	return eventType, data, nil
+	return eventType, addBuildFields(eventType, data), nil
 }
-
-// SchemaVersion is the event schema this build writes, and the newest it
-// reads. A change that only adds optional fields needs a new version (so
-// that a reader of the old one is never handed an event whose new fields
-// it would drop) but no upcaster; a change that renames or reshapes a
-// field also registers an Upcaster from the old version.
-const SchemaVersion = 1
 
 // Upcaster turns one event body of schema From into the shape of schema
 // From+1. Up gets the body as its top-level JSON fields and may rename,
@@ -111,7 +104,7 @@ type Codec struct {
 }
 
 // Events is the codec of this build.
-var Events = Codec{Schema: SchemaVersion}
+var Events = Codec{Schema: SchemaVersion, Upcasters: buildUpcasters, Downcasters: buildDowncasters}
 
 // DecodeEvent is Events.Decode.
 func DecodeEvent(eventType string, schema int, data []byte) (order.Event, error) {
@@ -139,6 +132,9 @@ func (c Codec) Decode(eventType string, schema int, data []byte) (order.Event, e
 			return nil, err
 		}
 		data = up
+	}
+	if err := checkBuildFields(c.Schema, eventType, data); err != nil {
+		return nil, fmt.Errorf("%w: decode %s: %w", eventstore.ErrCorrupt, eventType, err)
 	}
 	unmarshal := func(m proto.Message) error {
 		if err := contracts.UnmarshalStoredJSON(data, m); err != nil {

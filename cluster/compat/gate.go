@@ -78,7 +78,7 @@ func (g *Gate) Run(ctx context.Context) {
 	for {
 		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
 			g.cfg.Logger.Warn("reading the compatibility level failed; writes keep the level last read",
-				slog.Int("level", g.Level()), slog.Any("error", err))
+				slog.Int(LevelKey, g.Level()), slog.Any("error", err))
 		}
 		select {
 		case <-ctx.Done():
@@ -100,9 +100,23 @@ func (g *Gate) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.level.Store(int64(l.Level))
+	if before := g.level.Swap(int64(l.Level)); before != int64(l.Level) {
+		// What a member stamps changes here, so operators (and the
+		// upgrade proof) see when each writer took a raise up.
+		g.cfg.Logger.Info(LevelReadMsg, slog.Int(LevelKey, l.Level), slog.Int64("before", before),
+			slog.Int("writes", g.Writes()))
+	}
 	return nil
 }
+
+// LevelReadMsg is the log message of a member whose view of the level
+// changed: its level (LevelKey), the one before and the schema it writes
+// now.
+const LevelReadMsg = "compatibility level read"
+
+// LevelKey is the level's attribute in the gate's log records: not
+// "level", which is the record's own severity.
+const LevelKey = "compatibilityLevel"
 
 // autoRaise raises the level to the newest schema every live workflow
 // member reads, if that is above the level. Every member with AutoRaise
@@ -128,7 +142,7 @@ func (g *Gate) autoRaise(ctx context.Context) error {
 	}
 	if raised {
 		g.cfg.Logger.Info("compatibility level raised by itself: every live workflow member reads it",
-			slog.Int("level", l.Level), slog.Int("from", l.From), slog.Int("members", len(live)))
+			slog.Int(LevelKey, l.Level), slog.Int("from", l.From), slog.Int("members", len(live)))
 	}
 	return nil
 }

@@ -26,7 +26,18 @@ var (
 	binDir   string
 	buildErr error
 	buildOne sync.Once
+
+	// tagged holds the builds of Build, by tags, under binDir;
+	// taggedMu guards it and binDir's creation.
+	tagged   = map[string]*taggedBuild{}
+	taggedMu sync.Mutex
 )
+
+type taggedBuild struct {
+	once     sync.Once
+	api, wf  string
+	buildErr error
+}
 
 // BinDirEnv names the environment variable holding a folder with
 // commerce-api and order-workflow built from this checkout. make's
@@ -58,28 +69,82 @@ func Binaries(t testing.TB) (api, workflow string) {
 		return api, workflow
 	}
 	buildOne.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if binDir, buildErr = os.MkdirTemp("", "proctest-bin"); buildErr != nil {
-			return
-		}
-		for _, b := range []struct{ pkg, name string }{
-			{"./edge/cmd/commerce-api", "commerce-api"},
-			{"./actors/cmd/order-workflow", "order-workflow"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
+		taggedMu.Lock()
+		buildErr = makeBinDir()
+		taggedMu.Unlock()
+		if buildErr == nil {
+			buildErr = build(binDir, "")
 		}
 	})
 	require.NoError(t, buildErr)
 	return filepath.Join(binDir, "commerce-api"), filepath.Join(binDir, "order-workflow")
+}
+
+// Build returns commerce-api and order-workflow built from this checkout
+// with the build tags tags (comma-separated, as go build -tags takes
+// them): another build of the same tree, such as the upgrade proof's
+// newer schema. Each set of tags is built once per test binary, into a
+// folder Main removes.
+func Build(t testing.TB, tags string) (api, workflow string) {
+	t.Helper()
+	taggedMu.Lock()
+	b, ok := tagged[tags]
+	if !ok {
+		b = &taggedBuild{}
+		tagged[tags] = b
+	}
+	taggedMu.Unlock()
+	b.once.Do(func() {
+		taggedMu.Lock()
+		err := makeBinDir()
+		taggedMu.Unlock()
+		if err != nil {
+			b.buildErr = err
+			return
+		}
+		dir := filepath.Join(binDir, "tags-"+strings.NewReplacer(",", "-", " ", "-").Replace(tags))
+		b.api, b.wf = filepath.Join(dir, "commerce-api"), filepath.Join(dir, "order-workflow")
+		b.buildErr = build(dir, tags)
+	})
+	require.NoError(t, b.buildErr)
+	return b.api, b.wf
+}
+
+// makeBinDir makes the temporary folder of this test binary's builds
+// once; the caller holds taggedMu.
+func makeBinDir() error {
+	if binDir != "" {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "proctest-bin")
+	if err != nil {
+		return err
+	}
+	binDir = dir
+	return nil
+}
+
+// build builds both binaries into dir with tags ("" none).
+func build(dir, tags string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	for _, b := range []struct{ pkg, name string }{
+		{"./edge/cmd/commerce-api", "commerce-api"},
+		{"./actors/cmd/order-workflow", "order-workflow"},
+	} {
+		args := []string{"build", "-o", filepath.Join(dir, b.name)}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		cmd := exec.Command("go", append(args, b.pkg)...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build -tags %q %s: %v\n%s", tags, b.pkg, err, out)
+		}
+	}
+	return nil
 }
 
 func moduleRoot() (string, error) {
