@@ -284,15 +284,19 @@ func TestPausedOwnerIsRecordedGoneFencesItselfAndCapacityReturns(t *testing.T) {
 		recordedAt.Sub(stopAt).Round(time.Millisecond), r.ExitedAt.Sub(contAt).Round(time.Millisecond),
 		r.At.Sub(r.ExitedAt).Round(time.Millisecond), capacityAt.Sub(contAt).Round(time.Millisecond),
 		capacityAt.Sub(stopAt).Round(time.Millisecond))
-	names, err = f.loc.MemberNames(ctx)
-	require.NoError(t, err)
+	// The new incarnation publishes its name once it has joined, so the
+	// APIs may count it a moment before its name is in the store.
 	newMember := ""
-	for id, n := range names {
-		if n == paused && id != oldMember {
-			newMember = id
+	require.Eventually(t, func() bool {
+		names, err := f.loc.MemberNames(ctx)
+		require.NoError(t, err)
+		for id, n := range names {
+			if n == paused && id != oldMember {
+				newMember = id
+			}
 		}
-	}
-	require.NotEmpty(t, newMember, "%s came back as a new member id", paused)
+		return newMember != ""
+	}, capacityWithin, 20*time.Millisecond, "%s came back as a new member id", paused)
 
 	// The paused member's old orders: OWNER_GONE from both APIs, fast,
 	// records untouched (no release, no relocation, no takeover).
