@@ -14,7 +14,9 @@ type comparison struct {
 	Baseline string       `json:"baseline"`
 	Current  string       `json:"current"`
 	Rows     []compareRow `json:"rows"`
-	Notes    []string     `json:"notes,omitempty"`
+	// Goals judge the working tree against the baseline (issue 58).
+	Goals []peerGoal `json:"goals,omitempty"`
+	Notes []string   `json:"notes,omitempty"`
 }
 
 // compareRow holds one figure of each run; a nil figure is one the run
@@ -110,6 +112,12 @@ func compare(base, cur *report) comparison {
 		return some(ioTotal(r))
 	})
 	add("Redis commands per order (server side)", "", true, func(r *report) *float64 { return some(r.RedisCommands.PerOrder) })
+	add("  for the orders (WAIT and background apart)", "", true, func(r *report) *float64 {
+		if r.Background == nil {
+			return nil
+		}
+		return some(r.RedisCommands.ForOrdersPerOrder)
+	})
 	add("Redis time per order", "µs", true, func(r *report) *float64 { return some(r.RedisCommands.UsecPerOrder) })
 	add("GET requests per order (waits + polls)", "", true, func(r *report) *float64 { return some(r.Waits.PerOrder + r.Polls.PerOrder) })
 	add("closed loop StartOrder p99", "ms", true, func(r *report) *float64 { return some(r.StartOrderMs.P99) })
@@ -134,6 +142,7 @@ func compare(base, cur *report) comparison {
 		c.Notes = append(c.Notes, fmt.Sprintf("outcomes awaited differently: baseline %s, current %s (GET requests and API CPU differ for that reason too)",
 			base.GetMode, cur.GetMode))
 	}
+	c.Goals = compareGoals(base, cur)
 	return c
 }
 
@@ -142,8 +151,12 @@ func printComparison(w io.Writer, c comparison) {
 	for _, r := range c.Rows {
 		rows = append(rows, []string{rowName(r.Metric, r.Unit), figure(r.Baseline, "%.2f"), figure(r.Current, "%.2f"), figure(r.Ratio, "%.3f")})
 	}
+	notes := append([]string(nil), c.Notes...)
+	for _, g := range c.Goals {
+		notes = append(notes, fmt.Sprintf("goal: %s: %s [%s]", g.Goal, goalFigure(g), g.Verdict))
+	}
 	printTable(w, fmt.Sprintf("ShoppingMall bench: %s vs %s", c.Current, c.Baseline),
-		[]string{c.Baseline, c.Current, "current/baseline"}, rows, c.Notes)
+		[]string{c.Baseline, c.Current, "current/baseline"}, rows, notes)
 }
 
 // printTable prints a titled table of figures with its notes.

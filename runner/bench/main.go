@@ -90,6 +90,9 @@ type options struct {
 	peer peerOptions
 	// profileDir, when set, receives each node's CPU profile of the closed loop (profile.go).
 	profileDir string
+	// idleWindow is how long the cluster is measured at rest before the
+	// load (background.go); 0 skips it.
+	idleWindow time.Duration
 	// idleTimeout is the workflows' -idle-timeout: short, so that the
 	// orders measured are also passivated while measured.
 	idleTimeout time.Duration
@@ -152,6 +155,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "run the stores on a local 3-master Redis Cluster (Redis CPU and commandstats summed over the masters; fails on any CROSSSLOT reply)")
 	fs.StringVar(&o.baseline, "baseline", "", "commit (or other revision) whose binaries are built and measured first, for a side-by-side comparison")
 	fs.BoolVar(&o.bothOrders, "both-orders", false, "with -baseline: after baseline then working tree, measure the working tree then the baseline again, and report the geometric mean of the two passes' ratios and the position effect (bench-compare-both.json)")
+	fs.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "before the load, measure the cluster at rest this long (no order in flight): its Redis commands and each process's CPU per second, counted apart from the orders' figures (0 = skip it; the commands goal then has no data)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Second, "the workflows' -idle-timeout: each order's grain passivates (releasing its Location record) this long after its last message, inside the measured phase; the phases after the closed loop start once its grains passivated (0 = never passivate, as the local cluster does)")
 	fs.DurationVar(&o.overload, "overload", 60*time.Second, "overload phase, last: an open loop at 3x the closed-loop peak for this long, then -overload-tail at half the peak (0 = skip it; never with -peers)")
 	fs.DurationVar(&o.overloadTail, "overload-tail", 30*time.Second, "the overload phase's tail at half the peak, after the burst (0 = none)")
@@ -182,8 +186,8 @@ func (o options) validate() error {
 		return errors.New("-open-loop-rate must be >= 0")
 	case o.openLoop && o.openLoopDuration <= 0:
 		return errors.New("-open-loop-duration must be > 0")
-	case o.idleTimeout < 0:
-		return errors.New("-idle-timeout must be >= 0")
+	case o.idleTimeout < 0 || o.idleWindow < 0:
+		return errors.New("-idle-timeout and -idle-window must be >= 0")
 	case o.openLoopMaxInFlight <= 0:
 		return errors.New("-open-loop-max-inflight must be > 0")
 	case o.overload < 0 || o.overloadTail < 0 || o.overloadSettle < 0:
@@ -379,6 +383,29 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n), StatsPath: statsPath(t.StatsFile, n)}
 	}
+	var bg *background
+	if o.idleWindow > 0 {
+		// The cluster at rest: no order in flight, the warm-up's grains
+		// passivated, for the length of the window.
+		if err := settlePassivations(ctx, workflowMetrics(c), o.idleTimeout, passivationSettle, "idle window"); err != nil {
+			return nil, err
+		}
+		idle, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
+		if err != nil {
+			return nil, err
+		}
+		logf("idle window: %s with no order in flight", o.idleWindow)
+		select {
+		case <-time.After(o.idleWindow):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		rest, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
+		if err != nil {
+			return nil, err
+		}
+		bg = measureBackground(idle, rest)
+	}
 	before, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
 	if err != nil {
 		return nil, err
@@ -406,6 +433,7 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	}
 
 	rep = buildReport(o, res, before, after)
+	rep.setBackground(bg)
 	rep.RunDir = t.Dir
 	rep.RunID = runID
 	rep.Target.Label, rep.Target.Commit = t.Label, t.Commit

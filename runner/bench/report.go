@@ -100,6 +100,11 @@ func printReport(w io.Writer, r *report) {
 	row("Redis commands/order", "%.2f server-side (commandstats, incl. inside scripts); Redis time %.0f us/order",
 		r.RedisCommands.PerOrder, r.RedisCommands.UsecPerOrder)
 	row("  by name", "%s", fmtCounts(r.RedisCommands.ByName))
+	if bg := r.Background; bg != nil {
+		row("  apart", "WAIT %.2f, background %.2f per order; for the orders %.2f", r.RedisCommands.WaitPerOrder,
+			r.RedisCommands.BackgroundPerOrder, r.RedisCommands.ForOrdersPerOrder)
+		row("background (at rest)", "%s", formatBackground(bg))
+	}
 	var cpu []string
 	total := 0.0
 	for _, n := range sortedKeys(r.CPUPerOrderMs) {
@@ -190,6 +195,9 @@ func printReport(w io.Writer, r *report) {
 				row("  slowest 1 % by "+st.By, "%s", formatStages(st))
 			}
 		}
+	}
+	for _, g := range r.Goals {
+		row("goal", "%s: %s [%s]", g.Goal, goalFigure(g), g.Verdict)
 	}
 	tw.Flush()
 	printOverload(w, r.Overload)

@@ -287,7 +287,20 @@ type report struct {
 		ByName   map[string]float64 `json:"byName"`
 		// UsecPerOrder is Redis' own time in those commands.
 		UsecPerOrder float64 `json:"usecPerOrder"`
+		// WaitPerOrder is the WAIT and WAITAOF among them: replication
+		// acknowledgements (-redis-wait-replicas), counted apart.
+		WaitPerOrder float64 `json:"waitPerOrder"`
+		// BackgroundPerOrder is the cluster at rest (Background) over the
+		// load's length, per order, WAIT left out: counted apart.
+		BackgroundPerOrder float64 `json:"backgroundPerOrder"`
+		// ForOrdersPerOrder is PerOrder less WAIT and background: the
+		// orders' own commands, the goal's figure.
+		ForOrdersPerOrder float64 `json:"forOrdersPerOrder"`
 	} `json:"redisCommands"`
+	// Background is the cluster at rest before the load (-idle-window).
+	Background *background `json:"background,omitempty"`
+	// Goals judge the run's figures (issue 58); the bench asserts none.
+	Goals         []peerGoal         `json:"goals,omitempty"`
 	CPUPerOrderMs map[string]float64 `json:"cpuMsPerOrder"`
 	CPUSeconds    map[string]float64 `json:"cpuSeconds"`
 	// ForkCPUPerOrderMs is the part of CPUPerOrderMs spent by children a
@@ -458,8 +471,12 @@ func buildReport(o options, res loadResult, before, after snap) *report {
 		usec += a.Usec - before.Cmdstats[name].Usec
 		r.RedisCommands.ByName[name] = float64(d) / orders
 		r.RedisCommands.PerOrder += float64(d) / orders
+		if waitCommands[name] {
+			r.RedisCommands.WaitPerOrder += float64(d) / orders
+		}
 	}
 	r.RedisCommands.UsecPerOrder = float64(usec) / orders
+	r.setBackground(nil)
 
 	r.CPUPerOrderMs = map[string]float64{}
 	r.CPUSeconds = map[string]float64{}
