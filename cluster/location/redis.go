@@ -132,18 +132,20 @@ const takenOverField = "takeover"
 // an expired lock) and answers the next generation: one round trip either
 // way, so a cold call costs no separate read. An acquired lock answers
 // the TakenOver mark too, so the creator knows its activation's cause.
+//
+// The record is read with one HMGET: every activation of every order runs
+// this script, and each command inside it is Redis work.
 var beginCreate = redis.NewScript(`#!lua
-local st = redis.call('HGET', KEYS[1], 'status')
+local r = redis.call('HMGET', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId', 'generation', 'moveOp', 'takeover')
+local st = r[1]
 if st == 'Ready' or st == 'Moving' then
-  return {st, redis.call('HGET', KEYS[1], 'owner') or '', redis.call('HGET', KEYS[1], 'pidAddress') or '',
-          redis.call('HGET', KEYS[1], 'pidId') or '', redis.call('HGET', KEYS[1], 'generation') or '0',
-          redis.call('HGET', KEYS[1], 'moveOp') or ''}
+  return {st, r[2] or '', r[3] or '', r[4] or '', r[5] or '0', r[6] or ''}
 end
 if KEYS[3] and redis.call('HEXISTS', KEYS[3], ARGV[3]) == 1 then return {'Sealed'} end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'Creating'} end
 redis.call('HSET', KEYS[1], 'status', 'Creating')
-local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
-return {'acquired', tostring(g + 1), redis.call('HGET', KEYS[1], 'takeover') or ''}
+local g = tonumber(r[5] or '0')
+return {'acquired', tostring(g + 1), r[7] or ''}
 `)
 
 // BeginCreate tries to become the creator of a Missing identity. acquired
@@ -258,9 +260,10 @@ func (s *Redis) AbortCreate(ctx context.Context, kind, id, token string) error {
 // KEYS: record, history[, owned index]. ARGV: pidId, discard ('1'),
 // history kind, nowUnixMs[, expected owner, index entry].
 var release = redis.NewScript("#!lua\n" + historyLua + `
-if redis.call('HGET', KEYS[1], 'status') ~= 'Ready' or redis.call('HGET', KEYS[1], 'pidId') ~= ARGV[1] then return {0} end
-local owner = redis.call('HGET', KEYS[1], 'owner') or ''
-local g = tonumber(redis.call('HGET', KEYS[1], 'generation') or '0')
+local r = redis.call('HMGET', KEYS[1], 'status', 'pidId', 'owner', 'generation')
+if r[1] ~= 'Ready' or r[2] ~= ARGV[1] then return {0} end
+local owner = r[3] or ''
+local g = tonumber(r[4] or '0')
 redis.call('HDEL', KEYS[1], 'status', 'owner', 'pidAddress', 'pidId')
 local unindexed = 0
 if KEYS[3] and owner == ARGV[5] then
