@@ -32,6 +32,11 @@ type SelfFenceConfig struct {
 	Lease time.Duration
 	// Interval between reads of the member's gone record; default 500ms.
 	Interval time.Duration
+	// Since is when the member began to serve: a pause between it and
+	// the watch's first step fences as any other (see
+	// placement.SelfFenceConfig). A main passes the moment StartWorkflow
+	// returned; zero counts from the watch's start.
+	Since time.Time
 }
 
 // RunSelfFence watches whether this member was evicted until ctx ends
@@ -45,7 +50,7 @@ func (w *Workflow) RunSelfFence(ctx context.Context, cfg SelfFenceConfig) error 
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	err := w.Member.Lookup.RunSelfFence(ctx, placement.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval, Probe: w.probe})
+	err := w.Member.Lookup.RunSelfFence(ctx, placement.SelfFenceConfig{Lease: cfg.Lease, Interval: cfg.Interval, Probe: w.probe, Since: cfg.Since})
 	if err == nil {
 		return nil
 	}

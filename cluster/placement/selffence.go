@@ -78,6 +78,11 @@ type SelfFenceConfig struct {
 	Probe location.Store
 	// OnFence, if set, is told why once hosting stopped.
 	OnFence func(reason error)
+	// Since is when the member began to serve (its join). The watch
+	// counts its first gap from it, so a process paused between the join
+	// and the watch's first step fences on the gap as at any other time;
+	// zero counts from the watch's start.
+	Since time.Time
 
 	// onSuspend and onResume are the watch's decisions to stop and start
 	// serving again (the lookup's suspend and resume); now is the clock
@@ -205,6 +210,9 @@ func watchSelf(ctx context.Context, cfg SelfFenceConfig, probe func(context.Cont
 	now := cfg.now
 	lastOK := now()
 	lastRan := lastOK
+	if !cfg.Since.IsZero() && cfg.Since.Before(lastRan) {
+		lastRan = cfg.Since
+	}
 	// ran notes that the loop is running at at; it reports the gap since
 	// the last time, when it is longer than the lease.
 	ran := func(at time.Time) (time.Duration, bool) {

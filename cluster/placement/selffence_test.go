@@ -296,3 +296,36 @@ func TestSelfFenceConfigDefaults(t *testing.T) {
 	c = SelfFenceConfig{Lease: 100 * time.Millisecond, Interval: time.Second}.withDefaults()
 	require.Equal(t, 50*time.Millisecond, c.Interval, "a check at least twice per lease")
 }
+
+// A process paused between its join and the watch's first step fences
+// on the gap too: the watch counts from Since, not from its own start.
+func TestWatchSelfFencesOnAPauseBeforeItsFirstStep(t *testing.T) {
+	const lease = 3 * time.Second
+	clock := newFakeClock()
+	var d decisions
+	var probes atomic.Int32
+	cfg := SelfFenceConfig{Lease: lease, Interval: time.Millisecond, now: clock.now, Since: clock.now()}
+	d.wire(&cfg)
+	clock.advance(lease + time.Second)
+	res := runWatch(ctx(t), cfg, func(context.Context) (location.GoneMember, bool, error) {
+		probes.Add(1)
+		return location.GoneMember{MemberID: "m", Node: "n"}, true, nil
+	})
+	select {
+	case r := <-res:
+		require.ErrorIs(t, r.err, ErrLeaseExpired)
+		require.ErrorContains(t, r.err, "did not run")
+		require.Zero(t, probes.Load(), "fenced on the gap, before reading anything")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a pause before the first step did not fence")
+	}
+
+	// Counted from the watch's own start, the same pause goes unseen and
+	// the gone record decides instead.
+	cfg.Since = time.Time{}
+	res = runWatch(ctx(t), cfg, func(context.Context) (location.GoneMember, bool, error) {
+		return location.GoneMember{MemberID: "m", Node: "n"}, true, nil
+	})
+	r := <-res
+	require.ErrorIs(t, r.err, ErrEvicted)
+}

@@ -189,6 +189,9 @@ func run(args []string) error {
 		}
 		return err
 	}
+	// The member serves from here: the self-fence watch counts a pause
+	// from this moment, even one before its first step.
+	serving := time.Now()
 	ready.Joined(w.Member)
 	log.Info("order-workflow started", "member", w.Member.ID(), "address", w.Member.Address(),
 		"ops", ops.Addr(), "metrics", proc.MetricsAddr(), "fixtures", o.fixtures, "idleTimeout", o.idleTimeout.String(),
@@ -200,7 +203,7 @@ func run(args []string) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	fenced := make(chan error, 1)
-	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease}) }()
+	go func() { fenced <- w.RunSelfFence(watchCtx, node.SelfFenceConfig{Lease: o.lease, Since: serving}) }()
 	go w.RunSchemaGate(watchCtx)
 	go func() {
 		// Once this member's advertisement is out: orders that waited for a
