@@ -383,7 +383,10 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
 		procs[n] = proc{PID: c.PID(n), MetricsURL: c.MetricsURL(n), StatsPath: statsPath(t.StatsFile, n)}
 	}
-	var bg *background
+	var (
+		bg     *background
+		before snap
+	)
 	if o.idleWindow > 0 {
 		// The cluster at rest: no order in flight, the warm-up's grains
 		// passivated, for the length of the window.
@@ -400,14 +403,12 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		rest, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
-		if err != nil {
+		// The window's end is the load's start: one snapshot is both.
+		if before, err = snapshot(ctx, rdb, procs, c.RedisPIDs()...); err != nil {
 			return nil, err
 		}
-		bg = measureBackground(idle, rest)
-	}
-	before, err := snapshot(ctx, rdb, procs, c.RedisPIDs()...)
-	if err != nil {
+		bg = measureBackground(idle, before)
+	} else if before, err = snapshot(ctx, rdb, procs, c.RedisPIDs()...); err != nil {
 		return nil, err
 	}
 	mode := fmt.Sprintf("for %s", o.duration)
