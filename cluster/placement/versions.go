@@ -20,13 +20,14 @@ import (
 // compatibility level bounds what any state holds, since writers stamp at
 // most the level (cluster/compat). So while every candidate reads the
 // level, any of them reads any state and nothing more is read; only in a
-// mixed cluster (a rolling upgrade or a rollback) does a cold activation
-// or a relocation read the identity's highest schema
-// (Config.StateSchema, one field) and keep the members that read it. A
-// member whose build reads less is never asked; one whose advertisement
-// this member has not seen yet is asked after those known to read it,
-// and its build's own refusal (ACTIVATION_FAILURE_VERSION_UNSUPPORTED)
-// stays the last word. With no member left that reads the state, the
+// mixed cluster (a rolling upgrade or a rollback: a member known to read
+// less than the level) does a cold activation or a relocation read the
+// identity's highest schema (Config.StateSchema, one field) and keep the
+// members that read it. A member whose build reads less is never asked;
+// one whose advertisement this member has not seen yet counts as a
+// reader of the level in a cluster that is not mixed, and is asked after
+// those known to read the state in one that is; its build's own refusal
+// (ACTIVATION_FAILURE_VERSION_UNSUPPORTED) stays the last word. With no member left that reads the state, the
 // call fails as ErrVersionUnsupported at once.
 
 // schemaRefresh is how often the view is read again besides on a join:
@@ -126,9 +127,15 @@ func (l *Lookup) readers(ctx context.Context, kind, id string, candidates []*pcl
 	if !read {
 		return candidates, nil
 	}
+	// A member whose advertisement is not read yet (one that joined
+	// within the last refresh) does not make the cluster mixed: every
+	// build reads the level it joined under, and one that joined below a
+	// raised level refuses the activation itself, costing one hop.
+	// Trying it last instead would send every cold start of its first
+	// seconds to the others.
 	uniform := true
 	for _, m := range candidates {
-		if s, ok := known[m.Id]; !ok || s < level {
+		if s, ok := known[m.Id]; ok && s < level {
 			uniform = false
 			break
 		}

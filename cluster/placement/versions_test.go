@@ -33,7 +33,8 @@ func ids(ms []*pcluster.Member) []string {
 // a cluster where every candidate reads the level nothing is read (no
 // state holds more than the level); in a mixed one the state's highest
 // schema is read once and the members known to read it go first, those
-// not yet seen after them, and those known not to are never asked. None
+// not yet seen after them (in a cluster that is not mixed, a member not
+// seen yet is asked in turn), and those known not to are never asked. None
 // left is VERSION_UNSUPPORTED at once; a schema that cannot be read
 // leaves every member to its own refusal.
 func TestPlacementAsksOnlyMembersThatReadTheState(t *testing.T) {
@@ -65,6 +66,10 @@ func TestPlacementAsksOnlyMembersThatReadTheState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"m-a", "m-b"}, got)
 	require.Zero(t, reads.Load(), "every candidate reads the level: no state is read")
+	got, err = readers("m-new", "m-a")
+	require.NoError(t, err)
+	require.Equal(t, []string{"m-new", "m-a"}, got, "a member not seen yet does not make the cluster mixed: asked in turn")
+	require.Zero(t, reads.Load(), "nor does it make placement read the state")
 
 	_, _, err = s.RaiseSchemaLevel(ctx(t), location.SchemaLevel{Level: 2, RaisedBy: "test"})
 	require.NoError(t, err)

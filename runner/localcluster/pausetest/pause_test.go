@@ -327,10 +327,9 @@ func TestPausedOwnerIsRecordedGoneFencesItselfAndCapacityReturns(t *testing.T) {
 			require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
 		}
 	}
-	// New orders confirm, on both members again. The APIs try a member
-	// whose schema advertisement they have not read yet last, so the
-	// first few may all go to workflow-b; orders go on until one lands
-	// on the new member, within capacityWithin.
+	// New orders confirm, on both members again: orders go on until one
+	// lands on the new member, within capacityWithin (placement's
+	// rotation, not this test, decides where the first few go).
 	onNew := 0
 	newUntil := time.Now().Add(capacityWithin)
 	for i := 0; i < 2*ordersPerAPI || (onNew == 0 && time.Now().Before(newUntil)); i++ {
