@@ -55,6 +55,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	localcluster "github.com/shoppingmall-go/shoppingmall/runner/localcluster"
@@ -106,6 +108,10 @@ type options struct {
 	// The retention phase (retention.go): 0 orders skips it.
 	retention       time.Duration
 	retentionOrders int
+	// The fan-out phase (fanout.go): a rate of 0 skips it.
+	fanoutRate     float64
+	fanoutDuration time.Duration
+	fanoutAPIs     string
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -164,6 +170,9 @@ func parseOptions(args []string) (options, error) {
 	fs.Int64Var(&o.overloadMaxOrders, "overload-max-orders", 500000, "most orders the overload timeline may hold; a longer one is refused")
 	fs.IntVar(&o.retentionOrders, "retention-orders", 10000, "the retention phase, last, on a cluster of its own with the archive: a closed loop of this many orders, their keys and bytes in Redis while hot and once archived, and the archiver's throughput (0 = skip it; the working tree only, never with -peers)")
 	fs.DurationVar(&o.retention, "retention", 30*time.Second, "the retention phase's -retention: longer than its load, so that the archival runs on an otherwise idle cluster")
+	fs.Float64Var(&o.fanoutRate, "fanout-rate", 200, "the fan-out phase, last, on clusters of their own: this open-loop rate, orders/s, offered to one cluster per -fanout-apis count, CPU time and system calls per order compared (0 = skip it; the working tree only, never with -peers)")
+	fs.DurationVar(&o.fanoutDuration, "fanout-duration", 20*time.Second, "the fan-out phase's open loop per API count")
+	fs.StringVar(&o.fanoutAPIs, "fanout-apis", "2,6", "the fan-out phase's API counts, increasing; the goal compares the last with the first")
 	fs.StringVar(&o.overloadGenerator, "overload-generator", generatorOurs, "the overload phase's load generator: ours (a hand-written HTTP/1.1 poster that drops an order due while no worker is idle) or vegeta (vegeta's attacker over net/http, which sends such an order late)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -204,6 +213,13 @@ func (o options) validate() error {
 		return errors.New("-api-bin and -workflow-bin go together")
 	case o.retentionOrders < 0 || (o.retentionOrders > 0 && o.retention <= 0):
 		return errors.New("-retention-orders must be >= 0, and -retention > 0 with it")
+	case o.fanoutRate < 0 || (o.fanoutRate > 0 && o.fanoutDuration <= 0):
+		return errors.New("-fanout-rate must be >= 0, and -fanout-duration > 0 with it")
+	}
+	if o.fanoutRate > 0 {
+		if _, err := parseAPICounts(o.fanoutAPIs); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -298,6 +314,11 @@ func run(ctx context.Context, o options) (err error) {
 			return fmt.Errorf("retention phase: %w", err)
 		}
 	}
+	if o.fanoutRate > 0 {
+		if _, err := measureFanout(ctx, o, cur); err != nil {
+			return fmt.Errorf("fan-out phase: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -340,36 +361,13 @@ func measure(ctx context.Context, o options, t target, base *report) (rep *repor
 	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	env := append(localcluster.ChildEnv(os.Environ()), t.Env...)
 	logf("starting cluster in %s", t.Dir)
-	c, err := localcluster.Start(ctx, localcluster.Config{
-		RunDir: t.Dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: env,
-		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync, RedisHA: t.RedisHA,
-		RedisCluster:        o.redisCluster,
-		WorkflowIdleTimeout: o.idleTimeout,
-		StopGrace:           15 * time.Second,
-		Logf:                func(f string, a ...any) { logf(f, a...) },
-	})
+	m, err := startMeasured(ctx, o, t, t.Dir, "b", nil)
 	if err != nil {
 		return nil, err
 	}
-	defer killCluster(c)
-	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8})
-	if err != nil {
-		return nil, err
-	}
-	defer rdb.Close()
-
-	runID := fmt.Sprintf("b%x", time.Now().UnixNano()&0xffffffffff)
-	ids, err := seed(ctx, rdb, runID)
-	if err != nil {
-		return nil, fmt.Errorf("seed: %w", err)
-	}
-	apis := []string{c.APIURL(localcluster.APIA), c.APIURL(localcluster.APIB)}
-	gen := newLoad(loadConfig{
-		APIs: apis, Concurrency: o.concurrency, Poll: o.poll, PollTimeout: o.pollTimeout,
-		RunID: runID, IDs: ids, InventoryPct: o.inventoryPct, PaymentPct: o.paymentPct,
-	})
+	defer m.close()
+	c, rdb, gen, runID, apis := m.c, m.rdb, m.gen, m.runID, m.apis
 
 	if o.warmup > 0 {
 		logf("warm-up: %d orders (not measured)", o.warmup)
@@ -642,7 +640,7 @@ func settlePassivations(ctx context.Context, metricsURLs []string, idle, bound t
 // workflowMetrics lists the workflow nodes' metrics base URLs.
 func workflowMetrics(c *localcluster.Cluster) []string {
 	var urls []string
-	for _, n := range localcluster.WorkflowNodes {
+	for _, n := range c.Workflows() {
 		urls = append(urls, c.MetricsURL(n))
 	}
 	return urls
@@ -655,7 +653,7 @@ func workflowMetrics(c *localcluster.Cluster) []string {
 // (and PostgreSQL) stopped.
 func killCluster(c *localcluster.Cluster) {
 	logf("stopping cluster (nodes killed: the run's figures are already read)")
-	for _, n := range append(append([]string{}, localcluster.APINodes...), localcluster.WorkflowNodes...) {
+	for _, n := range append(c.APIs(), c.Workflows()...) {
 		if kerr := c.Kill(n); kerr != nil {
 			logf("kill %s: %v", n, kerr)
 		}
@@ -663,4 +661,59 @@ func killCluster(c *localcluster.Cluster) {
 	if serr := c.Stop(); serr != nil {
 		logf("stop: %v", serr)
 	}
+}
+
+// measured is a cluster of a target's binaries with what a phase drives
+// it with: a Redis client, a run-specific catalogue seeded first, and a
+// load spread over every API.
+type measured struct {
+	c     *localcluster.Cluster
+	rdb   redis.UniversalClient
+	gen   *load
+	runID string
+	apis  []string
+}
+
+// startMeasured starts a cluster of t's binaries in dir, with edit's
+// changes to its Config (nil: none), and seeds it; the catalogue's run id
+// starts with tag. close ends it.
+func startMeasured(ctx context.Context, o options, t target, dir, tag string, edit func(*localcluster.Config)) (*measured, error) {
+	cfg := localcluster.Config{
+		RunDir: dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: append(localcluster.ChildEnv(os.Environ()), t.Env...),
+		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync, RedisHA: t.RedisHA,
+		RedisCluster:        o.redisCluster,
+		WorkflowIdleTimeout: o.idleTimeout,
+		StopGrace:           15 * time.Second,
+		Logf:                func(f string, a ...any) { logf(f, a...) },
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := localcluster.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &measured{c: c, runID: fmt.Sprintf("%s%x", tag, time.Now().UnixNano()&0xffffffffff)}
+	if m.rdb, err = redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8}); err != nil {
+		killCluster(c)
+		return nil, err
+	}
+	ids, err := seed(ctx, m.rdb, m.runID)
+	if err != nil {
+		m.close()
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	for _, n := range c.APIs() {
+		m.apis = append(m.apis, c.APIURL(n))
+	}
+	m.gen = newLoad(loadConfig{
+		APIs: m.apis, Concurrency: o.concurrency, Poll: o.poll, PollTimeout: o.pollTimeout,
+		RunID: m.runID, IDs: ids, InventoryPct: o.inventoryPct, PaymentPct: o.paymentPct,
+	})
+	return m, nil
+}
+
+func (m *measured) close() {
+	_ = m.rdb.Close()
+	killCluster(m.c)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shoppingmall-go/shoppingmall/cluster/redisurl"
 	"github.com/shoppingmall-go/shoppingmall/eventstore/archive"
 	"github.com/shoppingmall-go/shoppingmall/runner/jsonfile"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
@@ -186,40 +185,20 @@ func measureRetention(ctx context.Context, o options, t target) (*retentionRepor
 		return nil, err
 	}
 	logf("=== retention phase: -archive, -retention %s, %d orders ===", o.retention, o.retentionOrders)
-	c, err := localcluster.Start(ctx, localcluster.Config{
-		RunDir: dir, APIBin: t.APIBin, WorkflowBin: t.WfBin, Env: localcluster.ChildEnv(os.Environ()),
-		RedisPersist: t.RedisPersist, RedisAppendFsync: t.RedisAppendFsync,
-		RedisCluster:        o.redisCluster,
-		WorkflowIdleTimeout: o.idleTimeout,
-		Archive:             true, Retention: o.retention, ArchiveEvery: time.Second,
-		StopGrace: 15 * time.Second,
-		Logf:      func(f string, a ...any) { logf(f, a...) },
+	m, err := startMeasured(ctx, o, t, dir, "r", func(cfg *localcluster.Config) {
+		cfg.Archive, cfg.Retention, cfg.ArchiveEvery = true, o.retention, time.Second
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer killCluster(c)
-	rdb, err := redisurl.NewClient(c.RedisURL(), redisurl.Options{PoolSize: o.concurrency + 8})
-	if err != nil {
-		return nil, err
-	}
-	defer rdb.Close()
+	defer m.close()
+	c, rdb, gen := m.c, m.rdb, m.gen
 	arch, err := archive.Open(ctx, archive.Config{URL: c.ArchiveURL()})
 	if err != nil {
 		return nil, err
 	}
 	defer arch.Close()
 
-	runID := fmt.Sprintf("r%x", time.Now().UnixNano()&0xffffffffff)
-	seeded, err := seed(ctx, rdb, runID)
-	if err != nil {
-		return nil, fmt.Errorf("seed: %w", err)
-	}
-	gen := newLoad(loadConfig{
-		APIs:        []string{c.APIURL(localcluster.APIA), c.APIURL(localcluster.APIB)},
-		Concurrency: o.concurrency, Poll: o.poll, PollTimeout: o.pollTimeout,
-		RunID: runID, IDs: seeded, InventoryPct: o.inventoryPct, PaymentPct: o.paymentPct,
-	})
 	started := time.Now()
 	res := gen.run(ctx, "retention", 0, o.retentionOrders, reportProgress)
 	ids := map[string]bool{}
