@@ -247,8 +247,10 @@ for i = 0, nc - 1 do
   elseif op == 'del' then
     redis.call('DEL', k)
   elseif op == 'rpushcap' then
-    redis.call('RPUSH', k, ARGV[a + 1])
-    redis.call('LTRIM', k, -tonumber(ARGV[a + 4]), -1)
+    local cap = tonumber(ARGV[a + 4])
+    if redis.call('RPUSH', k, ARGV[a + 1]) > cap then
+      redis.call('LTRIM', k, -cap, -1)
+    end
   elseif op == 'sadd' then
     redis.call('SADD', k, ARGV[a + 1])
   elseif op == 'zadd' then

@@ -127,6 +127,11 @@ return {0, gen, epoch, redis.call('XRANGE', KEYS[1], '-', '+')}
 // | {3, sourceCommandId, recordedVersion} | {5, gen, epoch} for a sealed
 // order (checked first: a sealed order takes no writer at all); on an
 // empty batch {0, version}.
+//
+// A lone event's source command is checked and recorded by one HSETNX
+// (and read back only when it was there), a command less per append: no
+// check after it can fail, so it never stays behind a refused append. A
+// batch checks every one first, so that a repeat in it writes nothing.
 const appendLua = `
 local expected = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[2], 'gen', 'epoch', 'sealed', 'schema')
@@ -143,12 +148,19 @@ if version ~= expected then
   return {2, version}
 end
 local n = (#ARGV - base) / 6
-for i = 0, n - 1 do
-  local cmd = ARGV[base + 1 + i*6 + 2]
-  if cmd ~= '' then
-    local seen = redis.call('HGET', KEYS[3], cmd)
-    if seen then
-      return {3, cmd, tonumber(seen)}
+if n == 1 then
+  local cmd = ARGV[base + 3]
+  if cmd ~= '' and redis.call('HSETNX', KEYS[3], cmd, version + 1) == 0 then
+    return {3, cmd, tonumber(redis.call('HGET', KEYS[3], cmd))}
+  end
+else
+  for i = 0, n - 1 do
+    local cmd = ARGV[base + 1 + i*6 + 2]
+    if cmd ~= '' then
+      local seen = redis.call('HGET', KEYS[3], cmd)
+      if seen then
+        return {3, cmd, tonumber(seen)}
+      end
     end
   end
 end
@@ -176,7 +188,7 @@ for i = 0, n - 1 do
     'schema', ARGV[b+5],
     'fenceGen', ARGV[2],
     'fenceEpoch', ARGV[3])
-  if ARGV[b+2] ~= '' then
+  if n > 1 and ARGV[b+2] ~= '' then
     redis.call('HSETNX', KEYS[3], ARGV[b+2], version)
   end
 end

@@ -51,11 +51,13 @@ type OwnershipEvent struct {
 
 // historyLua is prepended to every script that changes ownership: it
 // appends "kind|generation|unixMs|member" (member last, so a '|' in it
-// cannot shift the other fields) and keeps the newest HistoryCap entries.
+// cannot shift the other fields) and keeps the newest HistoryCap entries,
+// trimming only once a push went over the cap (RPUSH answers the length).
 var historyLua = `
 local function history(key, kind, member, gen, ms)
-  redis.call('RPUSH', key, kind .. '|' .. tostring(gen) .. '|' .. tostring(ms) .. '|' .. member)
-  redis.call('LTRIM', key, -` + strconv.Itoa(HistoryCap) + `, -1)
+  if redis.call('RPUSH', key, kind .. '|' .. tostring(gen) .. '|' .. tostring(ms) .. '|' .. member) > ` + strconv.Itoa(HistoryCap) + ` then
+    redis.call('LTRIM', key, -` + strconv.Itoa(HistoryCap) + `, -1)
+  end
 end
 `
 

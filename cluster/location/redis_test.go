@@ -3,6 +3,7 @@ package location
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,28 @@ func TestHistoryStoredForm(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, raw, 1)
 	require.Regexp(t, `^activation\|1\|[0-9]{13}\|m-p1$`, raw[0])
+}
+
+// The history keeps its HistoryCap newest entries: a list below the cap
+// grows, one at the cap drops its oldest as the newest lands.
+func TestHistoryKeepsTheNewestHistoryCapEntries(t *testing.T) {
+	s := newStore(t)
+	key := DefaultKeyPrefix + kind + ":{o1}:history"
+	old := make([]any, HistoryCap-1)
+	for i := range old {
+		old[i] = fmt.Sprintf("activation|0|0|old-%d", i)
+	}
+	require.NoError(t, s.rdb.RPush(ctx(t), key, old...).Err())
+	ready(t, s, "o1", "p1")
+	require.EqualValues(t, HistoryCap, s.rdb.LLen(ctx(t), key).Val(), "below the cap: nothing trimmed")
+	require.Equal(t, "activation|0|0|old-0", s.rdb.LIndex(ctx(t), key, 0).Val())
+
+	_, err := s.Release(ctx(t), kind, "o1", "p1", KeepGeneration)
+	require.NoError(t, err)
+	require.EqualValues(t, HistoryCap, s.rdb.LLen(ctx(t), key).Val(), "at the cap: the oldest goes")
+	require.Equal(t, "activation|0|0|old-1", s.rdb.LIndex(ctx(t), key, 0).Val())
+	require.Regexp(t, `\|m-p1$`, s.rdb.LIndex(ctx(t), key, -2).Val())
+	require.Regexp(t, `^[a-z]+\|1\|[0-9]{13}\|`, s.rdb.LIndex(ctx(t), key, -1).Val(), "the release, newest, last")
 }
 
 // Redis Cluster hashes only the first {...} of a key: the history must

@@ -262,6 +262,18 @@ func testCheckOrder(t *testing.T, s eventstore.Store) {
 	_, err = s.Append(ctxT(t), o, 1, f, dup)
 	wantErr(t, err, eventstore.ErrDuplicateCommand, "duplicate only")
 	wantLen(t, s, o, 1)
+
+	// A lone event refused for its fence or its version leaves nothing
+	// of its source command behind: the same command appends afterwards.
+	fresh := []eventstore.Envelope{event(o, "e2", "T", "cmd-2", "2")}
+	_, err = s.Append(ctxT(t), o, 1, stale, fresh)
+	wantErr(t, err, eventstore.ErrFenced, "wrong fence, new command")
+	_, err = s.Append(ctxT(t), o, 0, f, fresh)
+	wantErr(t, err, eventstore.ErrVersionConflict, "stale version, new command")
+	mustAppend(t, s, o, 1, f, fresh[0])
+	_, err = s.Append(ctxT(t), o, 2, f, []eventstore.Envelope{event(o, "e3", "T", "cmd-2", "3")})
+	wantErr(t, err, eventstore.ErrDuplicateCommand, "the command once it was appended")
+	wantLen(t, s, o, 2)
 }
 
 func testOpenUnknown(t *testing.T, s eventstore.Store) {
