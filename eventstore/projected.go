@@ -201,6 +201,8 @@ const (
 // appendProjectedScript is the Require companions' checks, appendLua,
 // then the caller's projection under the Projection guard, then its index
 // entry, then its companions. Nothing is written when a check fails.
+// HashSet companions in a row on one key are one HSET (a Ready record's
+// five fields, one command instead of five); each still reports applied.
 //
 // KEYS: stream, fence, cmds, projection, one per companion[, index].
 // Reply: {0, newVersion, applied}, {4, key} for a failed Require, or
@@ -228,7 +230,8 @@ elseif ARGV[11] == 'rem' then
   redis.call('ZREM', KEYS[5 + nc], ARGV[12])
 end
 local applied = ''
-for i = 0, nc - 1 do
+local i = 0
+while i < nc do
   local a = 15 + i * 5
   local k, op = KEYS[5 + i], ARGV[a]
   local done = '1'
@@ -241,7 +244,15 @@ for i = 0, nc - 1 do
       done = '0'
     end
   elseif op == 'hset' then
-    redis.call('HSET', k, ARGV[a + 2], ARGV[a + 1])
+    local fv = {ARGV[a + 2], ARGV[a + 1]}
+    while i + 1 < nc and ARGV[a + 5] == 'hset' and KEYS[6 + i] == k do
+      i = i + 1
+      a = a + 5
+      fv[#fv + 1] = ARGV[a + 2]
+      fv[#fv + 1] = ARGV[a + 1]
+      applied = applied .. '1'
+    end
+    redis.call('HSET', k, unpack(fv))
   elseif op == 'hdel' then
     redis.call('HDEL', k, ARGV[a + 2])
   elseif op == 'del' then
@@ -257,6 +268,7 @@ for i = 0, nc - 1 do
     redis.call('ZADD', k, ARGV[a + 2], ARGV[a + 1])
   end
   applied = applied .. done
+  i = i + 1
 end
 return {0, version, applied}
 `)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -635,4 +636,48 @@ func TestRedisHighestSchemaRisesWithTheAppendThatWroteIt(t *testing.T) {
 	require.NoError(t, c.HSet(ctx, "sm:es:{o1}:fence", "schema", "x").Err())
 	_, err = s.HighestSchema(ctx, "o1")
 	require.ErrorIs(t, err, eventstore.ErrCorrupt)
+}
+
+// HashSet companions in a row on one key land as one HSET; a HashSet on
+// another key between them splits the run, and every one of them still
+// reports applied.
+func TestRedisHashSetsInARowOnOneKeyAreOneCommand(t *testing.T) {
+	s, c, ctx, f := openedO1(t)
+	hsets := func() int64 {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		for _, l := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_hset:calls="); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return 0
+	}
+	proj := func(v int64) eventstore.Projection {
+		return eventstore.Projection{Key: "rm:{o1}", VersionField: "version", StateField: "state", Version: v, State: []byte("s")}
+	}
+	// The first append writes the fence hash's generation too.
+	_, err := commitProjected(ctx, s, "o1", 0, f, oneEvent("e1"), proj(1))
+	require.NoError(t, err)
+
+	before := hsets()
+	comps := []eventstore.Companion{
+		{Op: eventstore.HashSet, Key: "rec:{o1}", Field: "a", Value: []byte("1")},
+		{Op: eventstore.HashSet, Key: "rec:{o1}", Field: "b", Value: []byte("2")},
+		{Op: eventstore.HashSet, Key: "rec:{o1}", Field: "c", Value: []byte("3")},
+		{Op: eventstore.HashSet, Key: "other:{o1}", Field: "x", Value: []byte("9")},
+		{Op: eventstore.HashSet, Key: "rec:{o1}", Field: "d", Value: []byte("4")},
+		{Op: eventstore.HashDelete, Key: "rec:{o1}", Field: "zz"},
+		{Op: eventstore.HashSet, Key: "rec:{o1}", Field: "e", Value: []byte("5")},
+	}
+	v, applied, err := commit(ctx, s, "o1", 1, f, oneEvent("e2"), proj(2), comps)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v)
+	require.Equal(t, []bool{true, true, true, true, true, true, true}, applied)
+	require.Equal(t, map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}, c.HGetAll(ctx, "rec:{o1}").Val())
+	require.Equal(t, map[string]string{"x": "9"}, c.HGetAll(ctx, "other:{o1}").Val())
+	require.Equal(t, int64(1+4), hsets()-before, "the projection, then a, b and c as one, x, d, e")
 }
