@@ -27,8 +27,9 @@ import (
 // one whose advertisement this member has not seen yet counts as a
 // reader of the level in a cluster that is not mixed, and is asked after
 // those known to read the state in one that is; its build's own refusal
-// (ACTIVATION_FAILURE_VERSION_UNSUPPORTED) stays the last word. With no member left that reads the state, the
-// call fails as ErrVersionUnsupported at once.
+// (ACTIVATION_FAILURE_VERSION_UNSUPPORTED) stays the last word. With no
+// member left that reads the state, the call fails as
+// ErrVersionUnsupported at once.
 
 // schemaRefresh is how often the view is read again besides on a join:
 // a raise of the level or a member's new advertisement reaches placement

@@ -90,4 +90,8 @@ func TestFanoutAPICounts(t *testing.T) {
 	require.Error(t, err)
 	_, err = parseOptions([]string{"-fanout-apis", "6", "-fanout-rate", "0"})
 	require.NoError(t, err, "a skipped phase's counts are not read")
+	_, err = parseOptions([]string{"-fanout-apis", "2,6", "-fanout-load-apis", "3"})
+	require.Error(t, err, "the load goes through at most the first count's APIs")
+	_, err = parseOptions([]string{"-fanout-apis", "2,6", "-fanout-load-apis", "2"})
+	require.NoError(t, err)
 }

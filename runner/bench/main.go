@@ -19,7 +19,10 @@
 // pool of workers; after -overload-settle it reads every acknowledged
 // order's status and reports goodput, stranded orders, shed answers (with
 // the APIs' own shed histogram when they expose it), self-fences, restarts
-// and each process's highest RSS, with their goals.
+// and each process's highest RSS, with their goals. Then, each on
+// clusters of their own, the retention phase (retention.go: the archive)
+// and the fan-out phase (fanout.go: one cluster per API count at one
+// open-loop rate, whether an order costs more with more APIs).
 //
 // With -baseline <commit> it first builds that commit's binaries and
 // measures them the same way, then the working tree, and prints both
@@ -112,6 +115,7 @@ type options struct {
 	fanoutRate     float64
 	fanoutDuration time.Duration
 	fanoutAPIs     string
+	fanoutLoadAPIs int
 }
 
 // openLoopDefaultShare is the open-loop rate as a share of the measured
@@ -173,6 +177,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.fanoutRate, "fanout-rate", 200, "the fan-out phase, last, on clusters of their own: this open-loop rate, orders/s, offered to one cluster per -fanout-apis count, CPU time and system calls per order compared (0 = skip it; the working tree only, never with -peers)")
 	fs.DurationVar(&o.fanoutDuration, "fanout-duration", 20*time.Second, "the fan-out phase's open loop per API count")
 	fs.StringVar(&o.fanoutAPIs, "fanout-apis", "2,6", "the fan-out phase's API counts, increasing; the goal compares the last with the first")
+	fs.IntVar(&o.fanoutLoadAPIs, "fanout-load-apis", 0, "the fan-out phase's open loop goes through this many of the APIs only, at most the first count (0 = all of them): the cost of the other APIs' mere presence, apart from that of spreading the load")
 	fs.StringVar(&o.overloadGenerator, "overload-generator", generatorOurs, "the overload phase's load generator: ours (a hand-written HTTP/1.1 poster that drops an order due while no worker is idle) or vegeta (vegeta's attacker over net/http, which sends such an order late)")
 	o.peer.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -217,8 +222,12 @@ func (o options) validate() error {
 		return errors.New("-fanout-rate must be >= 0, and -fanout-duration > 0 with it")
 	}
 	if o.fanoutRate > 0 {
-		if _, err := parseAPICounts(o.fanoutAPIs); err != nil {
+		counts, err := parseAPICounts(o.fanoutAPIs)
+		if err != nil {
 			return err
+		}
+		if o.fanoutLoadAPIs < 0 || o.fanoutLoadAPIs > counts[0] {
+			return fmt.Errorf("-fanout-load-apis %d: from 0 to the first -fanout-apis count, %d", o.fanoutLoadAPIs, counts[0])
 		}
 	}
 	return nil
