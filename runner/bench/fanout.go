@@ -214,7 +214,7 @@ func fanoutOnce(ctx context.Context, o options, t target, apis int) (*fanoutRun,
 // load (after).
 func fanoutFigures(apis, workflows int, idle, before, after snap, results []orderResult) *fanoutRun {
 	r := &fanoutRun{APIs: apis, Workflows: workflows, ByRole: map[string]float64{}, SyscallsByRole: map[string]float64{},
-		IdleCPUMsPerSec: map[string]float64{}, IdleSyscallsPerSec: map[string]float64{}}
+		IdleSyscallsPerSec: map[string]float64{}}
 	for _, o := range results {
 		switch {
 		case o.terminal():
@@ -231,20 +231,18 @@ func fanoutFigures(apis, workflows int, idle, before, after snap, results []orde
 		return r
 	}
 	per := float64(r.Orders)
+	// The cluster at rest: its CPU and commands per second, as the main
+	// phase's idle window reads them; its system calls below.
+	bg := measureBackground(idle, before)
+	r.IdleCPUMsPerSec, r.IdleRedisCmdsPerSec = bg.CPUMsPerSec, bg.RedisCommandsPerSec
 	var cpu, cpuRaw, sys, sysRaw float64
-	for name, x := range after.CPU {
-		if name == runnerCPU {
+	for name, restMs := range bg.CPUMsPerSec {
+		x, ok := after.CPU[name]
+		if !ok {
 			continue
 		}
-		b, okB := before.CPU[name]
-		a, okA := idle.CPU[name]
-		if !okB || !okA {
-			continue
-		}
-		rest := (b - a) / idleSec
-		r.IdleCPUMsPerSec[name] = rest * 1000
-		raw := (x - b) * 1000
-		net := raw - rest*loadSec*1000
+		raw := (x - before.CPU[name]) * 1000
+		net := raw - restMs*loadSec
 		cpuRaw += raw
 		cpu += net
 		r.ByRole[fanoutRole(name)] += net / per
@@ -265,17 +263,13 @@ func fanoutFigures(apis, workflows int, idle, before, after snap, results []orde
 	}
 	r.CPUMsPerOrder, r.CPUMsPerOrderRaw = cpu/per, cpuRaw/per
 	r.SyscallsPerOrder, r.SyscallsPerOrderRaw = sys/per, sysRaw/per
-	bg := measureBackground(idle, before)
 	var cmds float64
 	for name, x := range after.Cmdstats {
 		if d := x.Calls - before.Cmdstats[name].Calls; d > 0 && !notOrderCommands[name] {
 			cmds += float64(d)
 		}
 	}
-	if bg != nil {
-		r.IdleRedisCmdsPerSec = bg.RedisCommandsPerSec
-		cmds -= bg.RedisCommandsPerSec * loadSec
-	}
+	cmds -= bg.RedisCommandsPerSec * loadSec
 	r.RedisCommandsPerOrder = max(0, cmds) / per
 	return r
 }
