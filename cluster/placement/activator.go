@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -64,6 +65,17 @@ type hosted struct {
 	// evicting: the grain was sent Passivate and has not yet left or
 	// answered that it stays.
 	evicting bool
+	// callers are the addresses of the members that asked for the grain
+	// (Activate), the only ones whose pid caches can hold it but for
+	// members that read it from its Location record (forget).
+	callers []string
+}
+
+// called notes that the member at addr asked for h's grain.
+func (h *hosted) called(addr string) {
+	if addr != "" && !slices.Contains(h.callers, addr) {
+		h.callers = append(h.callers, addr)
+	}
 }
 
 // waiter is a requester of an activation still opening, with its request
@@ -148,8 +160,9 @@ type stays struct{ pid *actor.PID }
 type delivered struct{}
 
 type retiredGrain struct {
-	key string
-	pid *actor.PID
+	key     string
+	pid     *actor.PID
+	callers []string
 }
 
 // retiring is a grain's notice that it is leaving.
@@ -186,7 +199,7 @@ func (a *activator) Receive(ctx actor.Context) {
 			if a.retired == nil {
 				a.retired = map[string]retiredGrain{}
 			}
-			a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid}
+			a.retired[h.pid.Id] = retiredGrain{key: key, pid: h.pid, callers: h.callers}
 		}
 	case *actor.Terminated:
 		delete(a.evictions, m.Who.Id)
@@ -202,7 +215,7 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 		if r, ok := a.retired[m.Who.Id]; ok {
 			delete(a.retired, m.Who.Id)
-			a.forget(ctx, r.key, &hosted{pid: r.pid}, announceStop)
+			a.forget(ctx, r.key, &hosted{pid: r.pid, callers: r.callers}, announceStop)
 		}
 	case *stoppedOpening:
 		if key, h, ok := a.find(m.pid); ok && h.opening {
@@ -334,11 +347,28 @@ func (a *activator) forget(ctx actor.Context, key string, h *hosted, notice stop
 		k.Dec()
 	}
 	if notice == announceStop {
-		// Only the local pid cache learns of a stop by itself; tell the
-		// other members so none keeps calling a stopped grain.
-		a.lookup.cluster.MemberList.BroadcastEvent(&pcluster.ActivationTerminated{
-			Pid: h.pid, ClusterIdentity: pcluster.NewClusterIdentity(id, kind),
-		}, true)
+		a.announceStop(h, pcluster.NewClusterIdentity(id, kind))
+	}
+}
+
+// announceStop tells the members that may hold h's pid in their caches
+// that its grain stopped, so that none keeps calling it: this member, and
+// the members that asked for the grain. Not every member: a stop costs a
+// message per member that called the grain, not per member of the
+// cluster, whose size would otherwise set the cost of every passivation.
+// A member that read the pid from the grain's Location record instead is
+// not told; its next call to the pid gets a dead letter, and it forgets
+// the pid and resolves the identity again (Context.request), as it does
+// when this notice is overtaken by its call.
+func (a *activator) announceStop(h *hosted, ci *pcluster.ClusterIdentity) {
+	sys := a.lookup.cluster.ActorSystem
+	ev := &pcluster.ActivationTerminated{Pid: h.pid, ClusterIdentity: ci}
+	sys.EventStream.Publish(ev)
+	self := a.lookup.selfAddress()
+	for _, addr := range h.callers {
+		if addr != self {
+			sys.Root.Send(actor.NewPID(addr, "eventstream"), ev)
+		}
 	}
 }
 
@@ -382,6 +412,9 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 	if h, ok := a.grains[key]; ok {
 		if h.generation != m.Generation {
 			return refuse(ActivationFailure_ACTIVATION_FAILURE_REFUSED, "identity already hosted here with another generation")
+		}
+		if s := ctx.Sender(); s != nil {
+			h.called(s.Address)
 		}
 		if h.opening {
 			if s := ctx.Sender(); s != nil {
@@ -437,6 +470,9 @@ func (a *activator) activate(ctx actor.Context, m *Activate) *actor.PID {
 	ctx.Watch(pid)
 	kind.Inc()
 	h := &hosted{key: key, pid: pid, act: act, carries: carries, generation: m.Generation, reason: m.Reason, opening: opens}
+	if s := ctx.Sender(); s != nil {
+		h.called(s.Address)
+	}
 	a.grains[key] = h
 	a.keys[pid.Id] = key
 	if opens {
