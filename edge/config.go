@@ -224,6 +224,11 @@ type Config struct {
 	// /orders/{id}?waitFor=terminal (wait.go); without it such a GET is
 	// refused 400 (field waitFor).
 	Terminal TerminalWatcher
+	// NoticeTo, optional, is the address of this member's terminal-notice
+	// actor (grain.ServeNotices): the starts this API tracks ask their
+	// grain to tell it of the order's end (grain.NoticeTo), so that the
+	// wait after its own start learns of it over the cluster link.
+	NoticeTo string
 	// Barrier, optional, is set when the stores' writes wait for
 	// replicas: a start answered from its started mapping, which writes
 	// nothing, passes it first, so the 200 never acknowledges an order

@@ -101,6 +101,9 @@ func (s *Server) startOrder(w http.ResponseWriter, r *http.Request) {
 	tracked := func() {}
 	if s.tracker != nil {
 		tracked = s.tracker.Track(m.OrderID)
+		if s.cfg.NoticeTo != "" {
+			ctx = grain.NoticeTo(ctx, s.cfg.NoticeTo)
+		}
 	}
 	res, recorded, err := s.cfg.Orders.StartOrderWorkflow(ctx, &contracts.StartOrderWorkflowReq{
 		OrderId:           m.OrderID,

@@ -46,6 +46,8 @@ type TerminalFeed struct {
 	// subscribed counts subscription confirmations: 1 once the first
 	// subscription is in force, +1 per resubscription after a reconnect.
 	subscribed atomic.Int64
+	// delivered counts the notices handed over by Deliver.
+	delivered atomic.Int64
 
 	mu      sync.Mutex
 	waiters map[string]map[*feedWaiter]struct{}
@@ -231,6 +233,26 @@ func (f *TerminalFeed) Known(orderID string) (*contracts.OrderState, bool) {
 	}
 	return st, true
 }
+
+// Deliver wakes the waiters of st's order with st as the record its
+// notice carried, as a notice on the channel does: the way in of a notice
+// that came by another path than Redis (the owner's over the cluster
+// link, grain.ServeNotices). A state that is not terminal is no notice
+// and is ignored. It never blocks and touches no store.
+func (f *TerminalFeed) Deliver(st *contracts.OrderState) {
+	if st.GetOrderId() == "" || !Terminal(st.GetStatus()) {
+		return
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	if err != nil {
+		return
+	}
+	f.delivered.Add(1)
+	f.wakeOrder(st.GetOrderId(), raw)
+}
+
+// Delivered is how many notices Deliver handed over.
+func (f *TerminalFeed) Delivered() int64 { return f.delivered.Load() }
 
 // Waiters is how many waiters are registered, over all orders.
 func (f *TerminalFeed) Waiters() int {

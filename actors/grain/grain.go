@@ -172,6 +172,9 @@ type orderGrain struct {
 	idle    *time.Timer
 	idleOn  bool
 	idleSeq uint64
+	// noticeTo is the member the start recorded here asked to be told of
+	// the order's end (notice.go); "" once told, or when none asked.
+	noticeTo string
 	// interrupted is the interceptor's state; zero without Interrupts.
 	interrupted interruption
 	traces      grainTraces
@@ -194,6 +197,7 @@ func (g *orderGrain) turnCtx() (context.Context, context.CancelFunc) {
 
 func (g *orderGrain) Receive(ctx actor.Context) {
 	defer g.reportWork(ctx)
+	defer g.tellStarter(ctx)
 	switch ctx.Message().(type) {
 	case *idleTick, *placement.Passivate, *actor.Restarting, *actor.Stopping:
 	default:
@@ -514,6 +518,9 @@ func (g *orderGrain) start(ctx actor.Context, c context.Context, req *contracts.
 	st, recorded, err := g.cfg.Service.Start(c, g.order, req)
 	if err != nil {
 		return nil, err
+	}
+	if recorded {
+		g.noticeTo = noticeTo(ctx)
 	}
 	g.kick(ctx)
 	return &contracts.StartOrderWorkflowReply{Res: &contracts.StartOrderWorkflowRes{State: st}, Recorded: recorded}, nil

@@ -80,6 +80,8 @@ func interceptor(in Interrupts) actor.ReceiverMiddleware {
 				next(rc, env)
 				return
 			}
+			// A step taken over here may end the order.
+			defer g.tellStarter(ctx)
 			switch env.Message.(type) {
 			case *step:
 				if g.interceptStep(ctx, in) {

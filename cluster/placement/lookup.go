@@ -593,8 +593,11 @@ func (l *Lookup) resolveSending(ctx context.Context, kind, id string, message an
 		return pid, nil, err
 	}
 	first := &firstCommand{msg: msg, deadline: deadline(ctx)}
-	if trace.SpanContextFromContext(ctx).IsValid() {
+	if h := headersOf(ctx); len(h) > 0 || trace.SpanContextFromContext(ctx).IsValid() {
 		first.headers = map[string]string{}
+		for k, v := range h {
+			first.headers[k] = v
+		}
 		telemetry.Propagator().Inject(ctx, propagation.MapCarrier(first.headers))
 	}
 	return l.resolveHeld(ctx, kind, id, token, first)

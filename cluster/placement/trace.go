@@ -105,22 +105,52 @@ func ExtractTrace(ctx context.Context, actx actor.Context) context.Context {
 	return telemetry.Propagator().Extract(ctx, headerCarrier{h})
 }
 
-// requestFuture is RootContext.RequestFuture with ctx's trace context in
-// the envelope's headers. Without a span in ctx it is RequestFuture
-// itself.
+// requestFuture is RootContext.RequestFuture with ctx's trace context and
+// headers (WithHeader) in the envelope's headers. With neither it is
+// RequestFuture itself.
 func (c *Context) requestFuture(ctx context.Context, pid *actor.PID, message any, timeout time.Duration) *actor.Future {
 	sys := c.lookup.cluster.ActorSystem
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	headers := headersOf(ctx)
+	traced := trace.SpanContextFromContext(ctx).IsValid()
+	if !traced && len(headers) == 0 {
 		return sys.Root.RequestFuture(pid, message, timeout)
 	}
 	f := actor.NewFuture(sys, timeout)
 	env := &actor.MessageEnvelope{Message: message, Sender: f.PID()}
-	telemetry.Propagator().Inject(ctx, envelopeCarrier{env})
+	if traced {
+		telemetry.Propagator().Inject(ctx, envelopeCarrier{env})
+	}
+	for k, v := range headers {
+		env.SetHeader(k, v)
+	}
 	// Send delivers the envelope as it is: locally to the grain's
 	// mailbox, remotely through the endpoint writer, which keeps the
 	// sender (the future) and the headers.
 	sys.Root.Send(pid, env)
 	return f
+}
+
+// headersKey holds the headers WithHeader adds to a call.
+type headersKey struct{}
+
+// WithHeader returns ctx whose grain calls carry the header key: value
+// besides their message, to every owner they are sent to (a first command
+// travelling with its activation too); the grain reads it from its
+// message's headers (actor.Context.MessageHeader). Headers say how to
+// treat a call, never what it asks: the messages are the contract.
+func WithHeader(ctx context.Context, key, value string) context.Context {
+	prev := headersOf(ctx)
+	next := make(map[string]string, len(prev)+1)
+	for k, v := range prev {
+		next[k] = v
+	}
+	next[key] = value
+	return context.WithValue(ctx, headersKey{}, next)
+}
+
+func headersOf(ctx context.Context) map[string]string {
+	h, _ := ctx.Value(headersKey{}).(map[string]string)
+	return h
 }
 
 // envelopeCarrier writes a trace context into an outgoing envelope.

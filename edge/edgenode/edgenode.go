@@ -315,6 +315,9 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 	if rm, ok := st.ReadModel.(*readmodel.Redis); ok {
 		feed = rm.NewTerminalFeed()
 		ecfg.Terminal = feed
+		// The grains of the starts this API tracks tell it of their end
+		// over the cluster link (grain.NoticeTo).
+		ecfg.NoticeTo, err = grain.ServeNotices(m.System, feed.Deliver)
 	}
 	if idx, ok := st.ReadModel.(edge.ActiveOrders); ok && cfg.Admin {
 		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
@@ -328,7 +331,7 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		ecfg.Mounts = append(ecfg.Mounts, edge.StockAdmin{Ledger: st.Commerce.Ledger()},
 			edge.SchemaAdmin{Control: schemaControl{store: st.Location, lookup: m.Lookup}})
 	}
-	if cfg.SelfCheck {
+	if cfg.SelfCheck && err == nil {
 		// The runner's hooks are test machinery: mounted on the admin
 		// listener only with -self-check, otherwise their paths are 404.
 		var hooks *selfcheck.Hooks

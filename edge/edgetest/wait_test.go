@@ -78,3 +78,33 @@ func TestWaitForTheOutcome(t *testing.T) {
 	require.Equal(t, before.types(), after.types(), "the wait wrote no event")
 	t.Logf("closed order %s: authority %s generation %d, unchanged by the wait", id, after.Authority, after.Generation)
 }
+
+// TestTheOwnerTellsTheStartingAPIOfTheEnd: the grain of an order an API
+// started tells that API of the order's end over the cluster link
+// (grain.NoticeTo), with the terminal record; the other API is not told,
+// and learns of it, if it waits, from Redis.
+func TestTheOwnerTellsTheStartingAPIOfTheEnd(t *testing.T) {
+	h := newHarness(t)
+	apiA, apiB := h.apis[0], h.apis[1]
+	for _, c := range []struct {
+		cart, method string
+		want         contracts.OrderStatus
+	}{
+		{commerce.DemoCartOK, commerce.DemoMethodOK, contracts.OrderStatus_Confirmed},
+		{commerce.DemoCartOK, commerce.DemoMethodDeclined, contracts.OrderStatus_Failed},
+	} {
+		toA, toB := apiA.api.Terminal.Delivered(), apiB.api.Terminal.Delivered()
+		res := h.startOrder(apiA, startBody(c.cart, c.method, newKey(t)), http.StatusCreated)
+		code, wait, st := h.waitFor(apiA, res.OrderId, 15_000)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, edge.WaitReached, wait)
+		require.Equal(t, c.want, st.GetStatus())
+		require.Eventually(t, func() bool { return apiA.api.Terminal.Delivered() == toA+1 }, 10*time.Second, 5*time.Millisecond,
+			"the owner tells the starting API once")
+		code, wait, onB := h.waitFor(apiB, res.OrderId, 15_000)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, edge.WaitReached, wait)
+		sameState(t, st, onB)
+		require.Equal(t, toB, apiB.api.Terminal.Delivered(), "the other API is not told over the link")
+	}
+}
