@@ -89,19 +89,24 @@ type redisWaits struct {
 	append   *readmodel.RedisCommitter
 	fences   map[string]eventstore.Fence
 	versions map[string]int64
+	// told are the orders started through the API, whose owner (the
+	// test's project) tells the API of their end, as a grain does over
+	// the cluster link.
+	told map[string]bool
 }
 
 func newRedisWaits(t *testing.T, network, addr string) *redisWaits {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(tLog{t}, nil))
 	w := &redisWaits{t: t, commands: &commandLog{names: map[string]int{}}, orders: &fakeOrders{started: map[string]bool{}}, reg: telemetry.NewRegistry(),
-		fences: map[string]eventstore.Fence{}, versions: map[string]int64{}}
+		fences: map[string]eventstore.Fence{}, versions: map[string]int64{}, told: map[string]bool{}}
 	w.api = redis.NewClient(&redis.Options{Network: network, Addr: addr, PoolSize: 8})
 	w.api.AddHook(w.commands)
 	t.Cleanup(func() { w.api.Close() })
 	rm, err := readmodel.NewRedis(readmodel.Config{Client: w.api, Logger: log})
 	require.NoError(t, err)
 	w.feed = rm.NewTerminalFeed()
+	w.feed.UseLinkNotices()
 	t.Cleanup(func() { require.NoError(t, w.feed.Close()) })
 	carts := &fakeCarts{carts: map[string]commerce.Cart{cartOK: {CartID: cartOK,
 		Lines: []*contracts.OrderLine{{Sku: "sku-a", Quantity: 1}}, Amount: 100, Currency: "EUR"}}}
@@ -137,11 +142,15 @@ func (w *redisWaits) project(ctx context.Context, orderID string, st contracts.O
 	}
 	v := w.versions[orderID]
 	id := fmt.Sprintf("%s-e%d", orderID, v+1)
+	state := &contracts.OrderState{OrderId: orderID, Status: st, UpdatedAtUnixMs: v + 1}
 	_, err := readmodeltest.Commit(ctx, w.append, orderID, v, f,
 		[]eventstore.Envelope{{EventID: id, OrderID: orderID, EventType: "X", SourceCommandID: "cmd-" + id, CreatedAtUnixMs: 1, Data: []byte("{}")}},
-		&contracts.OrderState{OrderId: orderID, Status: st, UpdatedAtUnixMs: v + 1})
+		state)
 	if err == nil {
 		w.versions[orderID] = v + 1
+		if w.told[orderID] && readmodel.Terminal(st) {
+			w.feed.Deliver(state)
+		}
 	}
 	return err
 }
@@ -178,7 +187,9 @@ func subscribers(t *testing.T, c *redis.Client) int {
 	require.NoError(t, err)
 	n := 0
 	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		if strings.Contains(" "+line, " sub=") && !strings.Contains(" "+line, " sub=0 ") {
+		sub := strings.Contains(" "+line, " sub=") && !strings.Contains(" "+line, " sub=0 ")
+		ssub := strings.Contains(" "+line, " ssub=") && !strings.Contains(" "+line, " ssub=0 ")
+		if sub || ssub {
 			n++
 		}
 	}
@@ -211,13 +222,21 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return w.feed.Waiters() == waits }, 15*time.Second, 5*time.Millisecond)
 
-	// Everybody waits: one subscriber connection on the server, the
-	// feed's; the API's pool has no connection in use.
-	require.Equal(t, 1, subscribers(t, admin), "one subscription connection for %d waits", waits)
+	// Everybody waits: two subscriber connections on the server, the
+	// feed's (the order channels', the legacy channel's), with one
+	// subscription per waited order; the API's pool has no connection in
+	// use.
+	require.Equal(t, 2, subscribers(t, admin), "two subscription connections for %d waits", waits)
 	numsub, err := admin.PubSubNumSub(ctx, readmodel.TerminalChannel("")).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, numsub[readmodel.TerminalChannel("")])
-	require.EqualValues(t, 1, w.api.PoolStats().PubSubStats.Active, "the API process's client holds one subscription")
+	for i := range orders {
+		n, err := admin.PubSubShardNumSub(ctx, readmodel.OrderChannel("", id(i))).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n[readmodel.OrderChannel("", id(i))], "one subscription to %s's channel, whatever its waiters", id(i))
+	}
+	require.EqualValues(t, orders, w.feed.OrderSubscriptions())
+	require.EqualValues(t, 2, w.api.PoolStats().PubSubStats.Active, "the API process's client holds two subscription connections")
 	// A wait registers before its first read, so the count of waiters can
 	// be complete while a read is still to be sent: wait for the reads,
 	// then for the pool. Once they are done, no pooled connection is in
@@ -268,7 +287,7 @@ func TestRedisManyWaitsOneSubscription(t *testing.T) {
 	// wrote no key; it called no grain; every waiter is gone.
 	sent := w.commands.snapshot()
 	for name := range sent {
-		require.Contains(t, []string{"hmget", "hello", "client", "ping"}, name, "the API process sent %q (all: %v)", name, sent)
+		require.Contains(t, []string{"hmget", "hello", "client", "ping", "ssubscribe", "sunsubscribe"}, name, "the API process sent %q (all: %v)", name, sent)
 	}
 	require.LessOrEqual(t, sent["hmget"], 3*waits, "a wait reads at its start and once per wake: %v", sent)
 	require.Equal(t, waits, sent["hmget"], "the terminal notice carries the record: no wait reads it again: %v", sent)
@@ -353,6 +372,7 @@ func (w *redisWaits) start(ctx context.Context, key string) string {
 	require.Equal(w.t, http.StatusCreated, res.StatusCode, "%s", body)
 	m := &contracts.StartOrderRes{}
 	require.NoError(w.t, contracts.UnmarshalJSON(body, m))
+	w.told[m.GetOrderId()] = true
 	return m.GetOrderId()
 }
 

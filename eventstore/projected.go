@@ -20,11 +20,13 @@ import (
 // order's hash tag, so the step stays one script on one Redis Cluster
 // slot.
 //
-// Notify, when set, is a Pub/Sub channel on which the same step publishes
-// NotifyMessage if, and only if, it wrote the record: the owner's notice
-// of its own write, which a subscriber can only hear once the record is
-// readable. PUBLISH names no key, so the step stays on the order's slot;
-// what the notice means is the owner's business.
+// Notify, when set, is a shard channel on which the same step publishes
+// NotifyMessage (SPUBLISH) if, and only if, it wrote the record: the
+// owner's notice of its own write, which a subscriber can only hear once
+// the record is readable. It must carry the order's hash tag, as Key
+// does: a shard channel belongs to a slot, and only the order's own lets
+// the step stay one script on a Redis Cluster. What the notice means is
+// the owner's business.
 //
 // Index, when set, is a sorted-set entry of the owner's that the same
 // step updates once the append passed its checks, whether or not the
@@ -220,7 +222,7 @@ local cur = tonumber(redis.call('HGET', KEYS[4], ARGV[5]))
 if not cur or cur <= tonumber(ARGV[7]) then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[7], ARGV[6], ARGV[8])
   if ARGV[9] ~= '' then
-    redis.call('PUBLISH', ARGV[9], ARGV[10])
+    redis.call('SPUBLISH', ARGV[9], ARGV[10])
   end
 end
 local nc = tonumber(ARGV[14])
@@ -291,6 +293,9 @@ func (r *Redis) appendProjectedWith(ctx context.Context, orderID string, expecte
 	}
 	if !strings.Contains(proj.Key, "{"+orderID+"}") {
 		return 0, nil, fmt.Errorf("%w: projection key %q lacks the order's hash tag", ErrInvalidOrderID, proj.Key)
+	}
+	if proj.Notify != "" && HashTag(proj.Notify) != orderID {
+		return 0, nil, fmt.Errorf("%w: notice channel %q is outside the order's hash slot", ErrInvalidOrderID, proj.Notify)
 	}
 	if proj.VersionField == "" || proj.StateField == "" || proj.VersionField == proj.StateField {
 		return 0, nil, errors.New("eventstore: append " + orderID + ": projection needs two distinct field names")

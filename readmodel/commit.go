@@ -116,7 +116,7 @@ func (p *RedisCommitter) Commit(ctx context.Context, u *eventstore.Unit, state *
 		VersionField:  fieldVersion,
 		StateField:    fieldState,
 		State:         encoded,
-		Notify:        p.records.noticeChannel(state),
+		Notify:        p.records.noticeChannel(orderID, state),
 		NotifyMessage: p.records.notice(orderID, state, encoded),
 		Index:         entry,
 	})

@@ -98,7 +98,7 @@ if cur and cur > tonumber(ARGV[1]) then
 end
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
 if ARGV[3] ~= '' then
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  redis.call('SPUBLISH', ARGV[3], ARGV[4])
 end
 return 1
 `)
@@ -110,7 +110,7 @@ return 1
 var replaceScript = redis.NewScript(`#!lua
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'state', ARGV[2])
 if ARGV[3] ~= '' then
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  redis.call('SPUBLISH', ARGV[3], ARGV[4])
 end
 return 1
 `)
@@ -181,7 +181,7 @@ func (r *Redis) Put(ctx context.Context, orderID string, version int64, state *c
 	if err != nil {
 		return false, err
 	}
-	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), r.notice(orderID, state, raw)).Int64()
+	applied, err := putScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(orderID, state), r.notice(orderID, state, raw)).Int64()
 	if err != nil {
 		return false, translate("put "+orderID, err)
 	}
@@ -198,7 +198,7 @@ func (r *Redis) Replace(ctx context.Context, orderID string, version int64, stat
 	if err != nil {
 		return err
 	}
-	if err := replaceScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(state), r.notice(orderID, state, raw)).Err(); err != nil {
+	if err := replaceScript.Run(ctx, r.client, []string{key}, version, raw, r.noticeChannel(orderID, state), r.notice(orderID, state, raw)).Err(); err != nil {
 		return translate("replace "+orderID, err)
 	}
 	r.indexBestEffort(ctx, orderID, state)
@@ -206,12 +206,12 @@ func (r *Redis) Replace(ctx context.Context, orderID string, version int64, stat
 }
 
 // noticeChannel is the channel a write of state announces itself on: the
-// terminal channel for a terminal record, none ("") otherwise.
-func (r *Redis) noticeChannel(state *contracts.OrderState) string {
+// order's channel for a terminal record, none ("") otherwise.
+func (r *Redis) noticeChannel(orderID string, state *contracts.OrderState) string {
 	if !Terminal(state.GetStatus()) {
 		return ""
 	}
-	return TerminalChannel(r.keys.prefix)
+	return OrderChannel(r.keys.prefix, orderID)
 }
 
 // notice is the message a write of state announces itself with: the

@@ -67,16 +67,18 @@ func TestTerminalChannelIsUnderTheKeyPrefix(t *testing.T) {
 }
 
 // Exactly the applied writes of a terminal record publish, once each,
-// the order id: not a non-terminal one, not one the version guard
-// refuses, not a refused append.
+// the order id on the order's own channel: not a non-terminal one, not
+// one the version guard refuses, not a refused append.
 func TestTerminalNoticesOnlyForTerminalWrites(t *testing.T) {
 	_, c := setup(t)
 	p := newProjected(t, c, "", "")
 	ctx := ctxT(t)
-	sub := c.Subscribe(ctx, readmodel.TerminalChannel(""))
+	sub := c.SSubscribe(ctx, readmodel.OrderChannel("", "p1"), readmodel.OrderChannel("", "a1"), readmodel.OrderChannel("", "b1"))
 	defer sub.Close()
-	_, err := sub.Receive(ctx) // the subscription is in force from here
-	require.NoError(t, err)
+	for range 3 {
+		_, err := sub.Receive(ctx) // the subscriptions are in force from here
+		require.NoError(t, err)
+	}
 
 	put := func(id string, v int64, st contracts.OrderStatus) bool {
 		applied, err := p.ReadModel.Put(ctx, id, v, &contracts.OrderState{OrderId: id, Status: st})
@@ -111,7 +113,7 @@ func TestTerminalNoticesOnlyForTerminalWrites(t *testing.T) {
 	require.NoError(t, err, "the guard keeps b1's newer record: the append stands, the record is not written, nothing is announced")
 
 	// The end marker: everything published before it has arrived.
-	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), "end").Err())
+	require.NoError(t, c.SPublish(ctx, readmodel.OrderChannel("", "b1"), "end").Err())
 	var got []string
 	var carried []contracts.OrderStatus
 	for {
@@ -227,11 +229,12 @@ func TestTerminalFeedWakesEveryWaiterWhenItResubscribes(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.EqualValues(t, 1, cmds[0].(*redis.IntCmd).Val(), "the feed's one subscriber connection was killed")
+	require.EqualValues(t, 2, cmds[0].(*redis.IntCmd).Val(), "the feed's two subscriber connections were killed: the orders' channels' and the legacy channel's")
 
 	recv(t, wake1, "o1's waiter after the resubscription")
 	recv(t, wake2, "o2's waiter after the resubscription: every waiter re-reads")
-	require.EqualValues(t, 2, f.Subscriptions())
+	require.Eventually(t, func() bool { return f.Subscriptions() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the legacy channel is subscribed again too")
 	requireStatus(t, s, "o1", contracts.OrderStatus_Confirmed)
 }
 
@@ -251,7 +254,8 @@ func TestTerminalFeedSurvivesARedisRestart(t *testing.T) {
 
 	r.Restart()
 	recv(t, wake, "the resubscription after the restart")
-	require.EqualValues(t, 2, f.Subscriptions())
+	require.Eventually(t, func() bool { return f.Subscriptions() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the legacy channel is subscribed again too")
 	requireStatus(t, s, "o1", contracts.OrderStatus_Created) // persisted across the restart
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -281,13 +285,27 @@ func subscribedFeed(t *testing.T) (*readmodel.Redis, *readmodel.TerminalFeed, *r
 	return s, f, c
 }
 
-// The feed vouches only for what it can know: a tracked order whose start
-// was recorded is not terminal until its notice comes, and the notice's
-// record is then the answer; an untracked order, a start not (yet)
-// recorded, and an order whose notice carried no record are not vouched
-// for, and their waiters read.
-func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
+// linkedFeed is subscribedFeed told that the owners tell it of its
+// starts' end (UseLinkNotices).
+func linkedFeed(t *testing.T) (*readmodel.Redis, *readmodel.TerminalFeed, *redis.Client) {
+	t.Helper()
 	s, f, c := subscribedFeed(t)
+	f.UseLinkNotices()
+	return s, f, c
+}
+
+func orderState(id string, st contracts.OrderStatus, at int64) *contracts.OrderState {
+	return &contracts.OrderState{OrderId: id, Status: st, UpdatedAtUnixMs: at}
+}
+
+// The feed vouches only for what it can know: a tracked order whose start
+// was recorded is not terminal until its owner's notice comes over the
+// link (Deliver), and that notice's record is then the answer, with no
+// subscription of the order's channel; an untracked order, a start not
+// (yet) recorded, and an order whose notice carried no record are not
+// vouched for: their waiters subscribe and read.
+func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
+	s, f, c := linkedFeed(t)
 	ctx := ctxT(t)
 	known := func(id string) bool { _, ok := f.Known(id); return ok }
 
@@ -298,23 +316,25 @@ func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
 	st, ok := f.Known("o1")
 	require.True(t, ok)
 	require.Nil(t, st, "recorded after Track, no notice: not terminal")
-	mustApply(t, s, "o1", 1, &contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Created})
-	_, ok = f.Known("o1")
-	require.True(t, ok, "a non-terminal write announces nothing")
 
+	subs := f.OrderSubscriptions()
 	wake, stop := f.Watch("o1")
 	defer stop()
-	mustApply(t, s, "o1", 2, &contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Confirmed, UpdatedAtUnixMs: 7})
-	recv(t, wake, "o1's terminal write")
+	require.Equal(t, subs, f.OrderSubscriptions(), "a vouched wait subscribes to nothing")
+	mustApply(t, s, "o1", 2, orderState("o1", contracts.OrderStatus_Confirmed, 7))
+	f.Deliver(orderState("o1", contracts.OrderStatus_Confirmed, 7))
+	recv(t, wake, "o1's owner's notice")
 	st, ok = f.Known("o1")
 	require.True(t, ok)
 	require.Equal(t, contracts.OrderStatus_Confirmed, st.GetStatus())
 	require.EqualValues(t, 7, st.GetUpdatedAtUnixMs())
 
-	// A terminal notice for an order nobody tracked is not kept.
+	// An order nobody tracked: its wait subscribes to its channel, and
+	// its terminal write's notice is not kept.
 	wake2, stop2 := f.Watch("o2")
 	defer stop2()
-	mustApply(t, s, "o2", 1, &contracts.OrderState{OrderId: "o2", Status: contracts.OrderStatus_Failed})
+	require.Equal(t, subs+1, f.OrderSubscriptions())
+	mustApply(t, s, "o2", 1, orderState("o2", contracts.OrderStatus_Failed, 1))
 	recv(t, wake2, "o2's terminal write")
 	require.False(t, known("o2"))
 
@@ -322,51 +342,74 @@ func TestFeedVouchesForTheStartsItTracked(t *testing.T) {
 	_ = f.Track("o3")
 	wake3, stop3 := f.Watch("o3")
 	defer stop3()
-	mustApply(t, s, "o3", 1, &contracts.OrderState{OrderId: "o3", Status: contracts.OrderStatus_Failed})
+	mustApply(t, s, "o3", 1, orderState("o3", contracts.OrderStatus_Failed, 1))
 	recv(t, wake3, "o3's terminal write")
 	st, ok = f.Known("o3")
 	require.True(t, ok)
 	require.Equal(t, contracts.OrderStatus_Failed, st.GetStatus())
 
-	// A bare order id says terminal without the record: read.
+	// A bare order id on the legacy channel says terminal without the
+	// record: read.
 	f.Track("o4")()
 	wake4, stop4 := f.Watch("o4")
 	defer stop4()
 	require.NoError(t, c.Publish(ctx, readmodel.TerminalChannel(""), "o4").Err())
 	recv(t, wake4, "o4's bare notice")
 	require.False(t, known("o4"))
-}
 
-// A resubscription voids every vouch, since a notice published while the
-// subscription was down is gone; a feed whose subscription never came up
-// vouches for nothing.
-func TestFeedVouchesForNothingAcrossAResubscription(t *testing.T) {
-	_, f, c := subscribedFeed(t)
-	ctx := ctxT(t)
-	f.Track("o1")()
-	_, ok := f.Known("o1")
-	require.True(t, ok)
-
-	// The terminal write lands while the subscriber is cut off.
-	terminal, err := proto.Marshal(&contracts.OrderState{OrderId: "o1", Status: contracts.OrderStatus_Confirmed})
-	require.NoError(t, err)
-	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
-		p.HSet(ctx, "sm:rm:{o1}", "version", "1", "state", terminal)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return f.Subscriptions() == 2 }, 10*time.Second, 5*time.Millisecond)
-	_, ok = f.Known("o1")
-	require.False(t, ok, "the vouch did not survive the lost subscription")
-
-	// No Redis behind the feed: Track is a no-op.
-	down := newRedis(t, readmodel.Config{Client: redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1}), Logger: tLogger(t)})
-	g := newFeed(t, down)
+	// A feed the owners do not tell vouches for nothing.
+	_, g, _ := subscribedFeed(t)
 	g.Track("o5")()
 	_, ok = g.Known("o5")
-	require.False(t, ok, "never subscribed")
-	require.Zero(t, g.Subscriptions())
+	require.False(t, ok, "no link notices")
+}
+
+// A vouch ends when its owner's notice may not come: the owner left
+// before the end (a non-terminal Deliver), a link dropped (VoidVouches),
+// the legacy channel's subscription was lost, or VouchFor passed. The
+// waiters it covered are then covered by their order's subscription,
+// whose confirmation wakes them to read; a terminal write after it
+// reaches them on the order's channel.
+func TestAVouchEndsWhenItsNoticeMayNotCome(t *testing.T) {
+	s, f, c := linkedFeed(t)
+	ctx := ctxT(t)
+	known := func(id string) bool { _, ok := f.Known(id); return ok }
+	ends := map[string]func(){
+		"left":  func() { f.Deliver(orderState("left", contracts.OrderStatus_InventoryReserved, 1)) },
+		"link":  f.VoidVouches,
+		"fresh": func() {},
+	}
+	for _, id := range []string{"left", "link"} {
+		f.Track(id)()
+		wake, stop := f.Watch(id)
+		defer stop()
+		require.True(t, known(id))
+		subs := f.OrderSubscriptions()
+		ends[id]()
+		require.False(t, known(id), "%s: the vouch ended", id)
+		require.Equal(t, subs+1, f.OrderSubscriptions(), "%s: its waiter is covered by a subscription", id)
+		recv(t, wake, id+": the subscription's confirmation")
+		mustApply(t, s, id, 2, orderState(id, contracts.OrderStatus_Confirmed, 2))
+		recv(t, wake, id+": the terminal write on the order's channel")
+	}
+
+	f.VouchFor = 200 * time.Millisecond
+	f.Track("late")()
+	wake, stop := f.Watch("late")
+	defer stop()
+	require.True(t, known("late"))
+	recv(t, wake, "late: the subscription made when the vouch ran out")
+	require.False(t, known("late"))
+	mustApply(t, s, "late", 2, orderState("late", contracts.OrderStatus_Failed, 2))
+	recv(t, wake, "late: the terminal write on the order's channel")
+
+	f.VouchFor = readmodel.DefaultVouchFor
+	f.Track("cut")()
+	require.True(t, known("cut"))
+	_, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.Subscriptions() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.False(t, known("cut"), "an older workflow's notice may have been lost with the legacy subscription")
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -379,28 +422,28 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-// Tracked starts are kept for one to two trackRetain periods (30 s): a
-// start tracked in one period is still known in the next and gone in the
-// one after.
-func TestFeedForgetsTrackedStartsAfterTwoPeriods(t *testing.T) {
-	_, f, _ := subscribedFeed(t)
+// A vouch without a notice lasts VouchFor from its Track; a terminal
+// notice's record is kept for one to two trackRetain periods (30 s).
+func TestFeedVouchesForVouchForAndKeepsRecordsTwoPeriods(t *testing.T) {
+	_, f, _ := linkedFeed(t)
 	now := time.Unix(1_000, 0)
 	readmodel.SetFeedClock(f, func() time.Time { return now })
 	known := func(id string) bool { _, ok := f.Known(id); return ok }
 
 	f.Track("a")()
-	now = now.Add(29 * time.Second)
 	f.Track("b")()
+	f.Deliver(orderState("b", contracts.OrderStatus_Confirmed, 1))
+	now = now.Add(readmodel.DefaultVouchFor - time.Millisecond)
 	require.True(t, known("a"))
-	now = now.Add(time.Second)
+	now = now.Add(time.Millisecond)
+	require.False(t, known("a"), "VouchFor passed without a notice")
+	require.True(t, known("b"), "its end is known")
+	now = now.Add(30 * time.Second)
 	f.Track("c")()
-	require.True(t, known("a"), "a is in the previous period")
-	require.True(t, known("b"))
+	require.True(t, known("b"), "b is in the previous period")
 	now = now.Add(30 * time.Second)
 	f.Track("d")()
-	require.False(t, known("a"), "two periods on")
-	require.False(t, known("b"))
-	require.True(t, known("c"))
+	require.False(t, known("b"), "two periods on")
 	require.True(t, known("d"))
 }
 
@@ -410,7 +453,7 @@ func TestFeedForgetsTrackedStartsAfterTwoPeriods(t *testing.T) {
 // own order's record, from Known or from the wake.
 func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 	const orders = 64
-	s, f, _ := subscribedFeed(t)
+	s, f, _ := linkedFeed(t)
 	ctx := ctxT(t)
 	id := func(i int) string { return fmt.Sprintf("c%d", i) }
 	put := func(i int, v int64, st contracts.OrderStatus) error {
@@ -457,6 +500,8 @@ func TestFeedTrackingUnderConcurrentStartsAndNotices(t *testing.T) {
 			if err := put(i, 2, contracts.OrderStatus_Confirmed); err != nil {
 				t.Error(err)
 			}
+			// The owner tells the starting process over the link.
+			f.Deliver(orderState(id(i), contracts.OrderStatus_Confirmed, int64(i)))
 		}()
 	}
 	seen := map[string]bool{}

@@ -214,6 +214,7 @@ func (g *orderGrain) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		g.stopTimer()
 		g.disarmIdle()
+		g.tellLeaving(ctx)
 	case *idleTick:
 		if g.idleOn && m.seq == g.idleSeq {
 			g.idleOn, g.idle = false, nil

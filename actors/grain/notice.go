@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/placement"
@@ -19,9 +20,11 @@ import (
 // header says how to treat the start, never what it asks.
 //
 // A notice is at most once: it is sent by the grain incarnation that
-// recorded the start, from memory, so a relocation, a passivation or a
-// crash before the end, or a link that drops, loses it. Whoever relies on
-// it keeps a way to learn the end without it (readmodel.StartTracker).
+// recorded the start, from memory. A grain that stops before the end (a
+// relocation, a passivation, a fence) sends the order's state as it
+// leaves, not terminal, so that the caller stops counting on it; a crash
+// or a link that drops loses it. Whoever relies on it keeps a way to
+// learn the end without it (readmodel.StartTracker).
 
 const (
 	// NoticeHeader carries the address of the member whose NoticesName
@@ -40,8 +43,10 @@ func NoticeTo(ctx context.Context, address string) context.Context {
 
 // ServeNotices spawns, in sys, the actor the grains send their terminal
 // notices to, and returns its address for NoticeTo. deliver is called on
-// the actor's goroutine with each notice's state: it must not block.
-func ServeNotices(sys *actor.ActorSystem, deliver func(*contracts.OrderState)) (address string, err error) {
+// the actor's goroutine with each notice's state, terminal or, from a
+// grain that left before the end, not; linkLost whenever the link to a
+// member dropped, which may have lost a notice. Neither may block.
+func ServeNotices(sys *actor.ActorSystem, deliver func(*contracts.OrderState), linkLost func()) (address string, err error) {
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 		if st, ok := ctx.Message().(*contracts.OrderState); ok {
 			deliver(st)
@@ -50,6 +55,11 @@ func ServeNotices(sys *actor.ActorSystem, deliver func(*contracts.OrderState)) (
 	if err != nil {
 		return "", fmt.Errorf("grain: serve terminal notices: %w", err)
 	}
+	sys.EventStream.Subscribe(func(ev any) {
+		if _, ok := ev.(*remote.EndpointTerminatedEvent); ok {
+			linkLost()
+		}
+	})
 	return pid.Address, nil
 }
 
@@ -67,6 +77,18 @@ func noticeTo(ctx actor.Context) string {
 // be told, once the order is terminal; once.
 func (g *orderGrain) tellStarter(ctx actor.Context) {
 	if g.noticeTo == "" || !g.order.Exists() || !g.order.State().Status.Terminal() {
+		return
+	}
+	ctx.Send(actor.NewPID(g.noticeTo, NoticesName), g.cfg.Service.View(g.order))
+	g.noticeTo = ""
+}
+
+// tellLeaving sends the order's state, not terminal, to the member its
+// start asked to be told of the end, as the grain stops before it: that
+// member stops counting on this grain's notice (a relocation, a
+// passivation, a fence).
+func (g *orderGrain) tellLeaving(ctx actor.Context) {
+	if g.noticeTo == "" || !g.order.Exists() {
 		return
 	}
 	ctx.Send(actor.NewPID(g.noticeTo, NoticesName), g.cfg.Service.View(g.order))

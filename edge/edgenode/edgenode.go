@@ -317,7 +317,10 @@ func Start(ctx context.Context, cfg Config) (*API, error) {
 		ecfg.Terminal = feed
 		// The grains of the starts this API tracks tell it of their end
 		// over the cluster link (grain.NoticeTo).
-		ecfg.NoticeTo, err = grain.ServeNotices(m.System, feed.Deliver)
+		ecfg.NoticeTo, err = grain.ServeNotices(m.System, feed.Deliver, feed.VoidVouches)
+		if err == nil {
+			feed.UseLinkNotices()
+		}
 	}
 	if idx, ok := st.ReadModel.(edge.ActiveOrders); ok && cfg.Admin {
 		ecfg.Stuck = &edge.Stuck{Index: idx, Authority: st.Location, Members: m.Lookup}
