@@ -3,11 +3,13 @@ package readmodel_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/readmodel"
 	"github.com/shoppingmall-go/shoppingmall/readmodel/readmodeltest"
 	"github.com/shoppingmall-go/shoppingmall/runner/redisserver/redistest"
@@ -16,8 +18,8 @@ import (
 // The read model's contracts on a 3-master Redis Cluster through go-redis'
 // cluster client: the Store (its ActiveIndex rebuild scans every master),
 // the projected append (event and projection in one script on the order's
-// slot) and the terminal notices (PUBLISH from that script reaches a
-// subscriber on any master). StartCluster fails the test on any CROSSSLOT
+// slot) and the terminal notices (SPUBLISH from that script, on the
+// order's channel in its slot). StartCluster fails the test on any CROSSSLOT
 // reply.
 func TestRedisClusterContracts(t *testing.T) {
 	rc := redistest.StartCluster(t)
@@ -63,4 +65,39 @@ func TestRedisMovedIsUnavailable(t *testing.T) {
 		moved++
 	}
 	require.Positive(t, moved, "no order's slot was on another master")
+}
+
+// On a Redis Cluster a shard channel is served by its slot's master
+// only: the feed subscribes to each waited order's channel on that master,
+// one connection per master whatever the number of orders, and every
+// waiter is woken by its order's terminal write.
+func TestRedisClusterFeedSubscribesOnEachOrdersMaster(t *testing.T) {
+	const orders = 30
+	rc := redistest.StartCluster(t)
+	s := newRedis(t, readmodel.Config{Client: rc.Client, Logger: tLogger(t)})
+	f := newFeed(t, s)
+	id := func(i int) string { return fmt.Sprintf("spread-%d", i) }
+	wakes := make([]<-chan struct{}, orders)
+	for i := range orders {
+		mustApply(t, s, id(i), 1, orderState(id(i), contracts.OrderStatus_Created, 1))
+		wake, stop := f.Watch(id(i))
+		t.Cleanup(stop)
+		wakes[i] = wake
+	}
+	require.EqualValues(t, orders, f.OrderSubscriptions())
+	masters := 0
+	for _, n := range rc.Nodes() {
+		c := n.Client()
+		list, err := c.ClientList(ctxT(t)).Result()
+		require.NoError(t, c.Close())
+		require.NoError(t, err)
+		shard := strings.Count(list, " ssub=") - strings.Count(list, " ssub=0 ")
+		require.LessOrEqual(t, shard, 1, "one connection for the order channels of this master's slots")
+		masters += shard
+	}
+	require.Equal(t, 3, masters, "%d orders spread over the three masters", orders)
+	for i := range orders {
+		mustApply(t, s, id(i), 2, orderState(id(i), contracts.OrderStatus_Confirmed, 2))
+		recv(t, wakes[i], id(i)+"'s terminal write on its master")
+	}
 }
