@@ -30,14 +30,15 @@ import (
 //
 // Like the plain GET it reads the read model only and has no side effect:
 // no grain call, no write. It holds no store connection while it waits: it
-// registers with the process's TerminalWatcher (one Redis subscription for
-// the whole process), reads once, and reads again only when woken by a
-// notice that does not carry the terminal record itself
-// (readmodel.TerminalRecordWatcher). A wait for an order whose start this
-// process recorded does not even read once: the watcher vouches that it is
-// not terminal, or hands over the record its terminal notice carried
-// (readmodel.StartTracker). So the usual wait, right after its POST, reads
-// nothing; any other reads once.
+// registers with the process's TerminalWatcher (which subscribes to the
+// order's notices on a connection shared by the whole process), reads
+// once, and reads again only when woken by a notice that does not carry
+// the terminal record itself (readmodel.TerminalRecordWatcher). A wait for
+// an order whose start this process recorded does not even read once: the
+// watcher vouches that it is not terminal, or hands over the record the
+// owner's terminal notice carried (readmodel.StartTracker). So the usual
+// wait, right after its POST, reads nothing and subscribes to nothing; any
+// other reads once.
 const (
 	QueryWaitFor    = "waitFor"
 	QueryTimeoutMs  = "timeoutMs"

@@ -13,21 +13,24 @@ import (
 // The notify side is in the writes themselves. Every write of this store
 // that stores a terminal record (Confirmed or Failed) — Put, and the
 // projected append (RedisCommitter) — announces the order id in the same
-// atomic step, after the record is written: on Redis a PUBLISH of the
-// order id on TerminalChannel inside the write's script. A write the
-// version guard refuses announces nothing, and a write of a non-terminal
-// record announces nothing.
+// atomic step, after the record is written: on Redis an SPUBLISH of the
+// order id and the record on the order's own channel (OrderChannel)
+// inside the write's script. A write the version guard refuses announces
+// nothing, and a write of a non-terminal record announces nothing.
 //
-// The subscribe side is a TerminalWatcher: one per process, which fans the
-// notices out in memory to the waiters registered for each order.
+// The subscribe side is a TerminalWatcher: one per process, which
+// subscribes to the channels of the orders it has waiters for and fans
+// the notices out in memory to them.
 
 // terminalChannelSuffix follows the key prefix in the channel's name.
 const terminalChannelSuffix = "terminal"
 
-// TerminalChannel is the Pub/Sub channel on which the store under key
-// prefix (empty: DefaultKeyPrefix) announces terminal records; each
-// message names one order and carries the record's state as written
-// (noticeMessage). Channels are not keys, so it shares the prefix without
+// TerminalChannel is the Pub/Sub channel on which builds before the
+// order channels (OrderChannel) announced every terminal record of the
+// store under key prefix (empty: DefaultKeyPrefix); each message names
+// one order and carries the record's state as written (noticeMessage).
+// TerminalFeed still listens on it, for a rolling upgrade's older
+// workflows. Channels are not keys, so it shares the prefix without
 // meeting a record.
 func TerminalChannel(prefix string) string {
 	if prefix == "" {

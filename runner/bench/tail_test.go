@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,9 +77,13 @@ func TestRedisLatencyMonitorRecordsABlockedMainThread(t *testing.T) {
 	require.NoError(t, startRedisLatency(ctx, rdb))
 	phaseStart := time.Now()
 	block()
-	evs, err := readRedisLatency(ctx, rdb, phaseStart)
+	all, err := readRedisLatency(ctx, rdb, phaseStart)
 	require.NoError(t, err)
-	require.Len(t, evs, 1, "%+v", evs)
+	// A loaded machine may take the main thread off its core during a
+	// fast command too ("fast-command"): only the slow command's event
+	// is this test's.
+	evs := slices.DeleteFunc(slices.Clone(all), func(e redisLatencyEvent) bool { return e.Event == "fast-command" })
+	require.Len(t, evs, 1, "%+v", all)
 	require.Equal(t, "command", evs[0].Event)
 	require.GreaterOrEqual(t, evs[0].MaxMs, int64(30))
 	require.Equal(t, 1, evs[0].Seconds)
