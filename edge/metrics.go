@@ -39,7 +39,34 @@ const (
 	// MetricInFlight is the requests admitted and not yet answered, by
 	// route kind: how much of each in-flight budget is in use.
 	MetricInFlight = telemetry.Namespace + "_http_in_flight"
+	// MetricNoticeSubscriptions counts the subscriptions to an order's
+	// terminal notices the API made: one per wait for an order it could
+	// not vouch for (wait.go), whose notice then comes through Redis. A
+	// rise beside a steady rate of waits after their own start says that
+	// owners' notices over the cluster link stopped coming.
+	MetricNoticeSubscriptions = telemetry.Namespace + "_order_notice_subscriptions_total"
+	// MetricLinkNotices counts the notices owners sent the API over the
+	// cluster link: an order's end, or its grain leaving before it.
+	MetricLinkNotices = telemetry.Namespace + "_order_link_notices_total"
 )
+
+// noticeCounts is what a TerminalWatcher that subscribes per order and
+// hears owners over the cluster link counts (readmodel.TerminalFeed).
+type noticeCounts interface {
+	OrderSubscriptions() int64
+	Delivered() int64
+}
+
+// countNotices exposes w's counts, read at scrape time.
+func countNotices(reg *telemetry.Registry, w noticeCounts) {
+	f := reg.Factory()
+	f.NewCounterFunc(prometheus.CounterOpts{Name: MetricNoticeSubscriptions,
+		Help: "Subscriptions to an order's terminal notices: one per wait for an order the API could not vouch for."},
+		func() float64 { return float64(w.OrderSubscriptions()) })
+	f.NewCounterFunc(prometheus.CounterOpts{Name: MetricLinkNotices,
+		Help: "Notices the owners sent this API over the cluster link: an order's end, or its grain leaving before it."},
+		func() float64 { return float64(w.Delivered()) })
+}
 
 // The edge's metric labels.
 const (

@@ -72,6 +72,9 @@ func New(cfg Config) (*Server, error) {
 	ad := newAdmission(cfg.Admission)
 	s := &Server{cfg: cfg, log: cfg.Logger, evidence: telemetry.NewEvidence(cfg.Evidence, cfg.Logger), metrics: newHTTPMetrics(cfg.Metrics, ad), admission: ad}
 	s.tracker, _ = cfg.Terminal.(readmodel.StartTracker)
+	if nc, ok := cfg.Terminal.(noticeCounts); ok {
+		countNotices(cfg.Metrics, nc)
+	}
 	s.engine = s.newEngine(s.admit)
 	s.routes()
 	s.http = s.newHTTPServer(s.engine)

@@ -206,4 +206,9 @@ func TestAWaitOnItsOwnStartOutlivesTheGrainThatWouldTellIt(t *testing.T) {
 	code, b = h.do("POST", apiB, "/orders/"+id+"/continue", "")
 	require.Equal(t, http.StatusOK, code, string(b))
 	requireReached(reply, id)
+
+	// What an operator sees of it.
+	require.EqualValues(t, feed.OrderSubscriptions(), apiA.metric(t, edge.MetricNoticeSubscriptions, nil))
+	require.EqualValues(t, feed.Delivered(), apiA.metric(t, edge.MetricLinkNotices, nil))
+	require.Positive(t, feed.Delivered())
 }

@@ -1,6 +1,8 @@
 package takeovertest
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shoppingmall-go/shoppingmall/actors/contracts"
 	"github.com/shoppingmall-go/shoppingmall/cluster/location"
 	"github.com/shoppingmall-go/shoppingmall/cluster/relocation"
 	"github.com/shoppingmall-go/shoppingmall/runner/localcluster"
@@ -40,6 +43,15 @@ func TestTakeoverAfterAKill(t *testing.T) {
 	// Each victim order has made its step's effect and not recorded it.
 	for _, h := range onVictim {
 		e.checkHeld(h)
+	}
+
+	// A client of each victim order waits for its outcome on api-a, which
+	// started it and counts on its owner's notice over the cluster link:
+	// the kill drops that link, and the waits must end once their orders
+	// do under the next owner, not when their time runs out.
+	waits := make(map[string]<-chan lastWait, len(onVictim))
+	for _, h := range onVictim {
+		waits[h.orderID] = e.waitUntilTerminal(ctx, h.orderID)
 	}
 
 	killedAt := time.Now()
@@ -134,6 +146,17 @@ func TestTakeoverAfterAKill(t *testing.T) {
 	}
 	final := e.waitTerminal(orderIDs(all), 30*time.Second)
 	doneAt := time.Now()
+	for _, h := range onVictim {
+		var w lastWait
+		select {
+		case w = <-waits[h.orderID]:
+		case <-ctx.Done():
+			require.FailNow(t, "a client's wait for "+h.orderID+" never ended")
+		}
+		require.NoError(t, w.err, "wait for %s", h.orderID)
+		require.Equal(t, final[h.orderID], w.state.GetStatus().String(), "the wait for %s answered its outcome", h.orderID)
+		require.Less(t, w.took, waitTimeout-time.Second, "the wait for %s ended with its order, not with its time (%d waits)", h.orderID, w.calls)
+	}
 
 	names, err := e.loc.MemberNames(ctx)
 	require.NoError(t, err)
@@ -165,4 +188,37 @@ func TestTakeoverAfterAKill(t *testing.T) {
 	t.Logf("FIGURE takeover after a kill: %d orders held at every step (%d on %s); SIGKILL → OWNER_GONE answered %s → recorded gone %s → member takeover (dry run, then the takeover, by CLI) done %s → every order terminal %s; kill to terminal %s",
 		len(all), len(onVictim), victim, unavailableAt.Sub(killedAt).Round(time.Millisecond), goneAt.Sub(killedAt).Round(time.Millisecond),
 		tookAt.Sub(goneAt).Round(time.Millisecond), doneAt.Sub(tookAt).Round(time.Millisecond), doneAt.Sub(killedAt).Round(time.Millisecond))
+}
+
+// waitTimeout is a client wait's timeoutMs: the API's most.
+const waitTimeout = 30 * time.Second
+
+// lastWait is a client's last wait for an order: the state it answered,
+// how long that wait took, and how many waits the client made.
+type lastWait struct {
+	state *contracts.OrderState
+	took  time.Duration
+	calls int
+	err   error
+}
+
+// waitUntilTerminal is a client that waits for orderID's outcome on
+// api-a, one bounded wait after the other until one answers a terminal
+// state.
+func (e *env) waitUntilTerminal(ctx context.Context, orderID string) <-chan lastWait {
+	out := make(chan lastWait, 1)
+	go func() {
+		for calls := 1; ; calls++ {
+			began := time.Now()
+			st, done, rep, err := e.api.WaitTerminal(ctx, orderID, waitTimeout)
+			if err == nil && !rep.OK() {
+				err = fmt.Errorf("wait answered %s", rep)
+			}
+			if err != nil || done {
+				out <- lastWait{state: st, took: time.Since(began), calls: calls, err: err}
+				return
+			}
+		}
+	}()
+	return out
 }
