@@ -2,8 +2,9 @@
 // lookup model, guarded by the stream version it reflects, and beside it
 // the ActiveIndex of non-terminal orders that the stuck-order report reads,
 // and the terminal notices: the writes that make a record terminal announce
-// it, and a TerminalWatcher (on Redis, one TerminalFeed subscription per
-// process) wakes the waiters of that order, so nobody polls the store.
+// it on the order's own channel, and a TerminalWatcher (on Redis, one
+// TerminalFeed per process, subscribed to the orders it has waiters for)
+// wakes the waiters of that order, so nobody polls the store.
 //
 // It is a projection that can always be rebuilt from the event stream; it
 // must not import actors/workflow, actors/grain, cluster or edge. It
