@@ -335,14 +335,10 @@ func (f *TerminalFeed) subscribeLocked(orderID string, c *cover, wakeAll bool) {
 func (f *TerminalFeed) vouchEnded(orderID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := f.covers[orderID]
-	if c == nil || c.subscribed || f.closed {
-		return
+	if c := f.covers[orderID]; c != nil && !c.subscribed {
+		c.timer = nil
 	}
-	c.timer = nil
-	if len(f.waiters[orderID]) > 0 {
-		f.subscribeLocked(orderID, c, true)
-	}
+	f.uncoverLocked(orderID)
 }
 
 // confirmed counts a confirmation of orderID's subscription: the latest
@@ -526,6 +522,10 @@ func (f *TerminalFeed) Delivered() int64 { return f.delivered.Load() }
 func (f *TerminalFeed) VoidVouches() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.voidVouchesLocked()
+}
+
+func (f *TerminalFeed) voidVouchesLocked() {
 	f.starts.reset()
 	for id := range f.waiters {
 		f.uncoverLocked(id)
@@ -581,10 +581,7 @@ func (f *TerminalFeed) resubscribed(again bool) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if again {
-		f.starts.reset()
-		for id := range f.waiters {
-			f.uncoverLocked(id)
-		}
+		f.voidVouchesLocked()
 	}
 	n := 0
 	for _, set := range f.waiters {

@@ -118,42 +118,38 @@ func (s *shardConns) do(op shardOp) {
 		}
 		return
 	}
-	master := ""
+	// On a Redis Cluster the channel goes on its slot's master's
+	// connection; one whose master is not known yet gets a connection of
+	// its own, whose PubSub finds the master when it connects.
+	master, alone := "", false
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, op.channel)
 		if err != nil {
-			// Subscribed on a connection of its own: its PubSub finds
-			// the slot's master when it connects.
 			s.report(op, err)
+			alone = true
 		} else {
 			master = m.Options().Addr
 		}
 	}
-	ps := s.byMaster[master]
-	if ps == nil || master == "" && s.isCluster() {
-		// The PubSub's first channel picks its connection's node, so it
-		// is made with the channel.
-		ps = s.client.SSubscribe(ctx, op.channel)
-		if master != "" || !s.isCluster() {
-			s.byMaster[master] = ps
-		}
+	if ps := s.byMaster[master]; ps != nil && !alone {
 		s.byChan[op.channel] = ps
-		s.loops.Add(1)
-		go func() {
-			defer s.loops.Done()
-			for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(feedBuffer)) {
-				s.handle(m)
-			}
-		}()
+		s.report(op, ps.SSubscribe(ctx, op.channel))
 		return
 	}
+	// The PubSub's first channel picks its connection's node, so it is
+	// made with the channel.
+	ps := s.client.SSubscribe(ctx, op.channel)
+	if !alone {
+		s.byMaster[master] = ps
+	}
 	s.byChan[op.channel] = ps
-	s.report(op, ps.SSubscribe(ctx, op.channel))
-}
-
-func (s *shardConns) isCluster() bool {
-	_, ok := s.client.(*redis.ClusterClient)
-	return ok
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(feedBuffer)) {
+			s.handle(m)
+		}
+	}()
 }
 
 func (s *shardConns) report(op shardOp, err error) {
